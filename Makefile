@@ -36,3 +36,6 @@ diagrams: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# Each part of the project adds its targets in mk/<part>.mk.
+-include mk/*.mk

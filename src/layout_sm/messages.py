@@ -1,0 +1,271 @@
+"""The wire schema: builders and validators for every request of the layout protocol.
+
+Messages are plain dicts (sglang's ``recv_msg`` unpickles with a ``SafeUnpickler`` that
+refuses custom classes), so requests are built here as dicts and parsed back into frozen
+dataclasses. ``parse_request`` never raises: a malformed message becomes a ``refused``
+reply that names the field and the problem, so the daemon answers and keeps serving.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layout_sm.reasons import Reason, Reply, layout_refused, refused
+from layout_sm.record import MAX_LAYERS, MAX_PHYSICAL, Rows
+
+ATTACH = "expert_layout_attach"
+QUERY = "expert_layout_query"
+BEGIN = "expert_layout_begin"
+COMMIT = "expert_layout_commit"
+ABORT = "expert_layout_abort"
+LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT})
+# The optional field of sglang's existing ``fetch_state`` request.
+FETCH_FIELD = "expert_layout"
+
+MAX_ENGINE_ID_LEN = 256
+MAX_SESSION_LEN = 128
+_SESSION_CHARS = re.compile(r"^[0-9A-Za-z_-]+$")
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    engine_id: str
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    include_map: bool = False
+
+
+@dataclass(frozen=True)
+class BeginRequest:
+    engine_id: str
+    session: str
+    base_version: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    engine_id: str
+    session: str
+    layers: tuple[int, ...]
+    rows: Rows
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    engine_id: str
+    session: str
+
+
+@dataclass(frozen=True)
+class FetchLayoutField:
+    """What an attached engine claims about the layout it will route with."""
+
+    engine_id: str
+    session: str
+    version: int
+    digest: str
+
+
+LayoutRequest = AttachRequest | QueryRequest | BeginRequest | CommitRequest | AbortRequest
+
+
+# -- builders (what engines send) --------------------------------------------------------
+
+
+def attach_request(engine_id: str) -> dict[str, Any]:
+    return {"type": ATTACH, "engine_id": engine_id}
+
+
+def query_request(include_map: bool = False) -> dict[str, Any]:
+    return {"type": QUERY, "include_map": include_map}
+
+
+def begin_request(engine_id: str, session: str, base_version: int, layers: Sequence[int]) -> dict[str, Any]:
+    return {
+        "type": BEGIN,
+        "engine_id": engine_id,
+        "session": session,
+        "base_version": base_version,
+        "layers": list(layers),
+    }
+
+
+def commit_request(
+    engine_id: str, session: str, layers: Sequence[int], rows: Sequence[Sequence[int]]
+) -> dict[str, Any]:
+    return {
+        "type": COMMIT,
+        "engine_id": engine_id,
+        "session": session,
+        "layers": list(layers),
+        "rows": [list(row) for row in rows],
+    }
+
+
+def abort_request(engine_id: str, session: str) -> dict[str, Any]:
+    return {"type": ABORT, "engine_id": engine_id, "session": session}
+
+
+def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) -> dict[str, Any]:
+    return {"engine_id": engine_id, "session": session, "version": version, "digest": digest}
+
+
+# -- validators (what the daemon receives) ------------------------------------------------
+
+
+class _Malformed(Exception):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _get(msg: Mapping[Any, Any], name: str, where: str | None = None) -> Any:
+    if name not in msg:
+        raise _Malformed(where or name, "missing")
+    return msg[name]
+
+
+def _engine_id(msg: Mapping[Any, Any], where: str = "engine_id") -> str:
+    value = _get(msg, "engine_id", where)
+    if not isinstance(value, str):
+        raise _Malformed(where, f"expected a string, got {_type_name(value)}")
+    if not 0 < len(value) <= MAX_ENGINE_ID_LEN or not value.isprintable():
+        raise _Malformed(where, f"must be 1..{MAX_ENGINE_ID_LEN} printable characters")
+    return value
+
+
+def _session(msg: Mapping[Any, Any], where: str = "session") -> str:
+    value = _get(msg, "session", where)
+    if not isinstance(value, str):
+        raise _Malformed(where, f"expected a string, got {_type_name(value)}")
+    if not 0 < len(value) <= MAX_SESSION_LEN or not _SESSION_CHARS.match(value):
+        raise _Malformed(where, "is not a session token returned by expert_layout_attach")
+    return value
+
+
+def _int(value: object, where: str, lo: int, hi: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Malformed(where, f"expected an int, got {_type_name(value)}")
+    if not lo <= value <= hi:
+        raise _Malformed(where, f"{value} is not in {lo}..{hi}")
+    return value
+
+
+def _int_list(value: object, where: str, max_len: int, lo: int, hi: int) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise _Malformed(where, f"expected a list of ints, got {_type_name(value)}")
+    if len(value) > max_len:
+        raise _Malformed(where, f"{len(value)} entries exceeds the limit of {max_len}")
+    return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(value))
+
+
+def _layers(msg: Mapping[Any, Any]) -> tuple[int, ...]:
+    # Range against the record (and emptiness, duplicates) is a protocol rule: the machine
+    # answers it as invalid_layers. Here only the type and a sanity bound.
+    return _int_list(_get(msg, "layers"), "layers", MAX_LAYERS, -(2**31), 2**31)
+
+
+def _rows(msg: Mapping[Any, Any]) -> Rows:
+    value = _get(msg, "rows")
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise _Malformed("rows", f"expected a list of rows, got {_type_name(value)}")
+    if len(value) > MAX_LAYERS:
+        raise _Malformed("rows", f"{len(value)} rows exceeds the limit of {MAX_LAYERS}")
+    return tuple(_int_list(row, f"rows[{i}]", MAX_PHYSICAL, -(2**31), 2**31) for i, row in enumerate(value))
+
+
+def _bool(msg: Mapping[Any, Any], name: str, default: bool) -> bool:
+    value = msg.get(name, default)
+    if not isinstance(value, bool):
+        raise _Malformed(name, f"expected a bool, got {_type_name(value)}")
+    return value
+
+
+def _digest(value: object, where: str) -> str:
+    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise _Malformed(where, "expected 64 lowercase hex characters (a SHA-256 digest)")
+    return value
+
+
+def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
+    if kind == ATTACH:
+        return AttachRequest(_engine_id(msg))
+    if kind == QUERY:
+        return QueryRequest(_bool(msg, "include_map", False))
+    if kind == BEGIN:
+        return BeginRequest(
+            _engine_id(msg),
+            _session(msg),
+            _int(_get(msg, "base_version"), "base_version", 0, 2**62),
+            _layers(msg),
+        )
+    if kind == COMMIT:
+        return CommitRequest(_engine_id(msg), _session(msg), _layers(msg), _rows(msg))
+    if kind == ABORT:
+        return AbortRequest(_engine_id(msg), _session(msg))
+    raise _Malformed("type", f"{kind!r} is not a layout request")
+
+
+def _malformed_reply(kind: object, error: _Malformed) -> Reply:
+    return refused(
+        Reason.MALFORMED,
+        f"malformed {kind} request: {error.field}: {error.problem}. The daemon changed nothing; "
+        f"fix the request (an engine and daemon from different releases of the layout protocol?).",
+        field=error.field,
+    )
+
+
+def is_layout_request(msg: object) -> bool:
+    return isinstance(msg, Mapping) and msg.get("type") in LAYOUT_REQUEST_TYPES
+
+
+def parse_request(msg: object) -> LayoutRequest | Reply:
+    """A typed request, or a ``refused(malformed)`` reply naming the field. Never raises."""
+    if not isinstance(msg, Mapping):
+        return refused(
+            Reason.MALFORMED,
+            f"malformed request: expected a dict, got {_type_name(msg)}. The daemon changed nothing.",
+            field="",
+        )
+    kind = msg.get("type")
+    try:
+        if not isinstance(kind, str):
+            raise _Malformed("type", f"expected a string, got {_type_name(kind)}")
+        return _parse_known(kind, msg)
+    except _Malformed as error:
+        return _malformed_reply(kind if isinstance(kind, str) else "layout", error)
+    except RecursionError:
+        return _malformed_reply(kind, _Malformed("", "nested too deeply"))
+
+
+def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
+    """The ``expert_layout`` field of a ``fetch_state``: None when absent, or a refusal."""
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, Mapping):
+            raise _Malformed(FETCH_FIELD, f"expected a dict, got {_type_name(value)}")
+        return FetchLayoutField(
+            _engine_id(value, f"{FETCH_FIELD}.engine_id"),
+            _session(value, f"{FETCH_FIELD}.session"),
+            _int(_get(value, "version", f"{FETCH_FIELD}.version"), f"{FETCH_FIELD}.version", 0, 2**62),
+            _digest(_get(value, "digest", f"{FETCH_FIELD}.digest"), f"{FETCH_FIELD}.digest"),
+        )
+    except _Malformed as error:
+        return layout_refused(
+            Reason.MALFORMED,
+            f"fetch_state refused: malformed {error.field}: {error.problem}. No weights were sent; "
+            f"the engine's layout plugin and the daemon disagree on the protocol: upgrade both.",
+            field=error.field,
+        )

@@ -1,0 +1,120 @@
+"""Reply values: a status, a reason code and a message a person can act on.
+
+Every reply of the protocol is a ``Reply``. The status says what the requester may do:
+``ok`` (done), ``busy`` (transient: the same request can succeed later), ``refused``
+(permanent for this daemon lifetime or this request), ``layout_refused`` (sglang's
+``fetch_state`` refused for the layout). The reason code is for programs, the message for
+operators: which engine, which layers, which versions, whether a retry helps, what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    OK = "ok"
+    BUSY = "busy"
+    REFUSED = "refused"
+    LAYOUT_REFUSED = "layout_refused"
+
+
+class Reason(StrEnum):
+    # ok
+    ATTACHED = "attached"
+    DETACHED = "detached"
+    QUERIED = "queried"
+    BEGUN = "begun"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    NOTHING_TO_ABORT = "nothing_to_abort"
+    SERVED_FOLLOWING = "served_following"
+    SERVED_NON_FOLLOWING = "served_non_following"
+    SERVED_OLDER_ENGINE = "served_older_engine"
+    SERVED_NO_RECORD = "served_no_record"
+    # refused: the request itself
+    MALFORMED = "malformed"
+    NOT_ATTACHED = "not_attached"
+    ENGINE_ID_IN_USE = "engine_id_in_use"
+    INVALID_LAYERS = "invalid_layers"
+    OWN_MOVE_PENDING = "own_move_pending"
+    NO_PENDING_MOVE = "no_pending_move"
+    LAYERS_MISMATCH = "layers_mismatch"
+    BAD_ROWS = "bad_rows"
+    # refused: the daemon's state, permanent until it restarts
+    NO_RECORD = "no_record"
+    DIRTY = "dirty"
+    NON_FOLLOWING_SEEN = "non_following_seen"
+    STALE_BASE_VERSION = "stale_base_version"
+    # busy: transient
+    MOVE_PENDING = "move_pending"
+    OTHER_ENGINE_ATTACHED = "other_engine_attached"
+    # layout_refused (fetch_state)
+    DIGEST_MISMATCH = "digest_mismatch"
+    OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One reply of the protocol; ``to_wire`` gives the dict sent through ``send_msg``."""
+
+    status: Status
+    reason: Reason
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def retry_can_help(self) -> bool:
+        return self.status is Status.BUSY
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = dict(self.data)
+        wire.update(status=self.status.value, reason=self.reason.value, message=self.message)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: object) -> Reply:
+        """Read a reply dict; raise ValueError naming what is wrong with it."""
+        if not isinstance(wire, Mapping):
+            raise ValueError(f"reply: expected a dict, got {type(wire).__name__}")
+        try:
+            status = Status(wire.get("status"))
+        except ValueError:
+            raise ValueError(
+                f"reply.status: {wire.get('status')!r} is not a layout-protocol status"
+            ) from None
+        try:
+            reason = Reason(wire.get("reason"))
+        except ValueError:
+            raise ValueError(f"reply.reason: {wire.get('reason')!r} is not a known reason code") from None
+        message = wire.get("message")
+        if not isinstance(message, str):
+            raise ValueError("reply.message: missing or not a string")
+        data = {k: v for k, v in wire.items() if k not in ("status", "reason", "message")}
+        return cls(status, reason, message, data)
+
+    def __str__(self) -> str:
+        return f"{self.status.value}({self.reason.value}): {self.message}"
+
+
+def ok(reason: Reason, message: str, **data: Any) -> Reply:
+    return Reply(Status.OK, reason, message, data)
+
+
+def busy(reason: Reason, message: str, **data: Any) -> Reply:
+    return Reply(Status.BUSY, reason, message, data)
+
+
+def refused(reason: Reason, message: str, **data: Any) -> Reply:
+    return Reply(Status.REFUSED, reason, message, data)
+
+
+def layout_refused(reason: Reason, message: str, **data: Any) -> Reply:
+    return Reply(Status.LAYOUT_REFUSED, reason, message, data)

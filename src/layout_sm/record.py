@@ -1,0 +1,216 @@
+"""The expert-layout record: the full physical-to-logical map, its version and its digest.
+
+The map is sglang's ``ExpertLocationMetadata.physical_to_logical_map`` of one rank's view:
+``int[num_layers][num_physical]``, each value a logical expert id. It is stored as the
+bytes of its canonical encoding, so the record is immutable, compact (8 bytes a slot) and
+its digest is one SHA-256 over bytes already in hand.
+
+Only the digest decides equality of layouts; the version is for messages and ordering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+# Bumping the tag changes every digest: do it only with a new encoding.
+DIGEST_TAG = b"sglang-expert-layout/v1\x00"
+_HEADER = struct.Struct("<II")
+# Bounds that keep a hostile request from making the daemon allocate without limit;
+# DeepSeek-V3 is 61 x 288, the largest MoE layouts known are far below these.
+MAX_LAYERS = 4096
+MAX_PHYSICAL = 65536
+MAX_LOGICAL = 65536
+
+Rows = tuple[tuple[int, ...], ...]
+
+
+class LayoutError(ValueError):
+    """A map, row or record that cannot be a layout; the message names the field."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str) -> tuple[bytes, int, int]:
+    """Validate the shape and integer type of ``rows``; return (bytes, L, P)."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+        raise LayoutError(f"{what}: expected a list of rows, got {type(rows).__name__}")
+    num_layers = len(rows)
+    if num_layers == 0:
+        raise LayoutError(f"{what}: the map has no layers")
+    if num_layers > MAX_LAYERS:
+        raise LayoutError(f"{what}: {num_layers} layers exceeds the limit of {MAX_LAYERS}")
+    first = rows[0]
+    if isinstance(first, (str, bytes)) or not isinstance(first, Sequence):
+        raise LayoutError(f"{what}[0]: expected a row of ints, got {type(first).__name__}")
+    num_physical = len(first)
+    if num_physical == 0 or num_physical > MAX_PHYSICAL:
+        raise LayoutError(f"{what}[0]: row length {num_physical} is not in 1..{MAX_PHYSICAL}")
+    values = array("q")
+    for index, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise LayoutError(f"{what}[{index}]: expected a row of ints, got {type(row).__name__}")
+        if len(row) != num_physical:
+            raise LayoutError(
+                f"{what}[{index}]: row has {len(row)} slots, expected {num_physical} like row 0"
+            )
+        for slot, value in enumerate(row):
+            if not _is_int(value):
+                raise LayoutError(f"{what}[{index}][{slot}]: expected an int, got {type(value).__name__}")
+        try:
+            values.extend(row)
+        except OverflowError as exc:
+            raise LayoutError(f"{what}[{index}]: a value does not fit in int64") from exc
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes(), num_layers, num_physical
+
+
+def _encode(num_layers: int, num_physical: int, payload: bytes) -> bytes:
+    return DIGEST_TAG + _HEADER.pack(num_layers, num_physical) + payload
+
+
+def layout_digest(rows: Sequence[Sequence[int]]) -> str:
+    """SHA-256 (hex) of the canonical encoding of a map.
+
+    Encoding: ``b"sglang-expert-layout/v1\\0"``, uint32 LE ``L``, uint32 LE ``P``, then the
+    ``L * P`` values as int64 little-endian, row-major. Both daemon and engine call this
+    one function, so a digest match means the same map, value for value.
+    """
+    payload, num_layers, num_physical = _rows_to_int64_le(rows, "map")
+    return hashlib.sha256(_encode(num_layers, num_physical, payload)).hexdigest()
+
+
+@dataclass(frozen=True)
+class LayoutRecord:
+    """An immutable expert layout with its version and digest."""
+
+    num_layers: int
+    num_physical: int
+    num_logical: int
+    version: int
+    map_bytes: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not (_is_int(self.num_logical) and 1 <= self.num_logical <= MAX_LOGICAL):
+            raise LayoutError(f"num_logical: {self.num_logical!r} is not in 1..{MAX_LOGICAL}")
+        if not (_is_int(self.version) and self.version >= 0):
+            raise LayoutError(f"version: {self.version!r} is not a non-negative int")
+        if len(self.map_bytes) != 8 * self.num_layers * self.num_physical:
+            raise LayoutError("map_bytes: length does not match the shape")
+        flat = self._flat
+        if flat and (min(flat) < 0 or max(flat) >= self.num_logical):
+            bad = next(i for i, v in enumerate(flat) if not 0 <= v < self.num_logical)
+            layer, slot = divmod(bad, self.num_physical)
+            raise LayoutError(f"map[{layer}][{slot}]: expert {flat[bad]} is not in 0..{self.num_logical - 1}")
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, rows: Sequence[Sequence[int]], num_logical: int, version: int) -> LayoutRecord:
+        payload, num_layers, num_physical = _rows_to_int64_le(rows, "map")
+        return cls(num_layers, num_physical, num_logical, version, payload)
+
+    @classmethod
+    def initial(cls, rows: Sequence[Sequence[int]], num_logical: int) -> LayoutRecord:
+        """The record a daemon starts with: the initial layout at version 0."""
+        return cls.build(rows, num_logical, 0)
+
+    # -- reading ------------------------------------------------------------------------
+
+    @cached_property
+    def _flat(self) -> array:
+        values = array("q")
+        values.frombytes(self.map_bytes)
+        if sys.byteorder != "little":
+            values.byteswap()
+        return values
+
+    @cached_property
+    def rows(self) -> Rows:
+        flat, width = self._flat, self.num_physical
+        return tuple(tuple(flat[i * width : (i + 1) * width]) for i in range(self.num_layers))
+
+    def row(self, layer: int) -> tuple[int, ...]:
+        return self.rows[layer]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.num_layers, self.num_physical)
+
+    @cached_property
+    def digest(self) -> str:
+        return hashlib.sha256(_encode(self.num_layers, self.num_physical, self.map_bytes)).hexdigest()
+
+    # -- change -------------------------------------------------------------------------
+
+    def check_rows(self, layers: Sequence[int], rows: object) -> None:
+        """Raise LayoutError unless ``rows`` is ``[len(layers)][P]`` of experts in range."""
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+            raise LayoutError(f"rows: expected a list of {len(layers)} rows, got {type(rows).__name__}")
+        if len(rows) != len(layers):
+            raise LayoutError(f"rows: {len(rows)} rows for {len(layers)} layers")
+        for index, row in enumerate(rows):
+            if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+                raise LayoutError(f"rows[{index}]: expected a row of ints, got {type(row).__name__}")
+            if len(row) != self.num_physical:
+                raise LayoutError(
+                    f"rows[{index}]: {len(row)} slots, the layout has {self.num_physical} physical slots"
+                )
+            for slot, value in enumerate(row):
+                if not _is_int(value) or not 0 <= value < self.num_logical:
+                    raise LayoutError(
+                        f"rows[{index}][{slot}]: {value!r} is not an expert id in 0..{self.num_logical - 1}"
+                    )
+
+    def with_rows(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord:
+        """The record after a committed move: those layers replaced, version + 1."""
+        self.check_rows(layers, rows)
+        flat = array("q", self._flat)
+        width = self.num_physical
+        for layer, row in zip(layers, rows, strict=True):
+            if not 0 <= layer < self.num_layers:
+                raise LayoutError(f"layers: {layer} is not in 0..{self.num_layers - 1}")
+            flat[layer * width : (layer + 1) * width] = array("q", row)
+        if sys.byteorder != "little":
+            flat.byteswap()
+        return LayoutRecord(self.num_layers, width, self.num_logical, self.version + 1, flat.tobytes())
+
+    # -- wire ---------------------------------------------------------------------------
+
+    def to_wire(self, include_map: bool = True) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "version": self.version,
+            "digest": self.digest,
+            "num_logical": self.num_logical,
+            "shape": [self.num_layers, self.num_physical],
+        }
+        if include_map:
+            wire["map"] = [list(row) for row in self.rows]
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: object) -> LayoutRecord:
+        """Rebuild a record sent with ``to_wire(include_map=True)``; check its digest."""
+        if not isinstance(wire, Mapping):
+            raise LayoutError(f"record: expected a dict, got {type(wire).__name__}")
+        for name in ("version", "digest", "num_logical", "map"):
+            if name not in wire:
+                raise LayoutError(f"record.{name}: missing")
+        record = cls.build(wire["map"], wire["num_logical"], wire["version"])
+        if record.digest != wire["digest"]:
+            raise LayoutError("record.digest: does not match the map it came with")
+        return record
+
+
+def rows_of(values: Iterable[Iterable[int]]) -> Rows:
+    """A nested iterable (a list, or ``tensor.tolist()``) as immutable rows."""
+    return tuple(tuple(int(v) for v in row) for row in values)
