@@ -1,0 +1,496 @@
+"""The engine side of the protocol (DESIGN §5 and §6): pure decisions and phase machines.
+
+Every rank all-gathers what it saw, then calls the same pure function on the same list, so
+every rank reaches the same outcome without another round of messages: no rank can be left
+waiting in a collective that the others skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from statemachine import State, StateMachine
+
+from layout_sm.reasons import Reason, Reply, Status
+from layout_sm.record import LayoutError, LayoutRecord, layout_digest
+
+FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
+FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "unreadable", "timeout")
+_RESTART = "restart the weight cache daemons"
+
+
+# -- startup ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankFinding:
+    """What one rank learned from attaching to its own daemon (all-gathered as a dict)."""
+
+    rank: int
+    kind: FindingKind
+    record: LayoutRecord | None = None
+    detail: str = ""
+    pending: Mapping[str, Any] | None = None  # the other engine's move, for "pending"/"timeout"
+
+    @property
+    def version(self) -> int | None:
+        return None if self.record is None else self.record.version
+
+    @property
+    def digest(self) -> str | None:
+        return None if self.record is None else self.record.digest
+
+    @classmethod
+    def from_attach_reply(cls, rank: int, wire: object) -> RankFinding:
+        """Classify a daemon's answer to ``expert_layout_attach`` (or its absence)."""
+        if not isinstance(wire, Mapping):
+            return cls(rank, "unreadable", detail=f"no usable reply from the daemon ({type(wire).__name__})")
+        status = wire.get("status")
+        if status == "error" and "Unknown request type" in str(wire.get("message", "")):
+            return cls(rank, "no_record", detail="older daemon without the expert-layout requests")
+        try:
+            reply = Reply.from_wire(wire)
+        except ValueError as error:
+            return cls(rank, "unreadable", detail=f"unexpected reply: {error}")
+        if not reply.ok:
+            return cls(rank, "unreadable", detail=f"attach refused: {reply}")
+        if reply.data.get("dirty"):
+            dirty = reply.data["dirty"]
+            return cls(rank, "dirty", detail=_describe_move("went away while moving", dirty))
+        if reply.data.get("record") is None:
+            return cls(rank, "no_record", detail="daemon started without --enable-eplb keeps no record")
+        try:
+            record = LayoutRecord.from_wire(reply.data["record"])
+        except LayoutError as error:
+            return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
+        if reply.data.get("pending"):
+            pending = reply.data["pending"]
+            return cls(rank, "pending", record, _describe_move("is moving", pending), dict(pending))
+        return cls(rank, "record", record)
+
+    @classmethod
+    def from_query_reply(cls, rank: int, attach_finding: RankFinding, wire: object) -> RankFinding:
+        """Re-classify a waiting rank after polling ``expert_layout_query``.
+
+        The query carries no map; the map of the attach reply stays valid only if the digest is
+        unchanged, else the rank re-reads it (``needs_reattach``).
+        """
+        if not isinstance(wire, Mapping) or wire.get("status") != Status.OK.value:
+            return cls(rank, "unreadable", detail=f"query failed: {wire!r}")
+        if wire.get("dirty"):
+            return cls(rank, "dirty", detail=_describe_move("went away while moving", wire["dirty"]))
+        if wire.get("pending"):
+            return cls(
+                rank,
+                "pending",
+                attach_finding.record,
+                _describe_move("is moving", wire["pending"]),
+                dict(wire["pending"]),
+            )
+        record = attach_finding.record
+        if record is not None and wire.get("digest") == record.digest:
+            return cls(rank, "record", record)
+        return cls(rank, "unreadable", detail="the layout changed while waiting; attach again to read it")
+
+    def timed_out(self, waited_s: float) -> RankFinding:
+        """A rank whose wait for another engine's move ran past the timeout."""
+        return RankFinding(
+            self.rank,
+            "timeout",
+            self.record,
+            f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
+            self.pending,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "kind": self.kind,
+            "record": None if self.record is None else self.record.to_wire(include_map=True),
+            "detail": self.detail,
+            "pending": None if self.pending is None else dict(self.pending),
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> RankFinding:
+        record = None if wire["record"] is None else LayoutRecord.from_wire(wire["record"])
+        if wire["kind"] not in FINDING_KINDS:
+            raise ValueError(f"finding.kind: {wire['kind']!r} is not one of {FINDING_KINDS}")
+        return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]), wire.get("pending"))
+
+
+def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
+    return (
+        f"engine {move.get('engine_id')!r} {verb} layers {move.get('layers')} "
+        f"from version {move.get('base_version')}"
+    )
+
+
+def needs_wait(finding: RankFinding) -> bool:
+    """A rank waits (polling, up to the timeout) only while another engine's move is pending."""
+    return finding.kind == "pending"
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    """The engine's own view: the shape of its metadata and its initial layout."""
+
+    num_layers: int
+    num_physical: int
+    num_logical: int
+    initial_digest: str
+    routes_by_metadata: bool  # --enable-eplb or --init-expert-location
+
+
+StartupKind = Literal["adopt", "keep_own", "fail"]
+
+
+@dataclass(frozen=True)
+class StartupOutcome:
+    kind: StartupKind
+    reason: str
+    message: str
+    record: LayoutRecord | None = None  # the layout the engine routes with, when known
+    shared_rebalance: bool = False  # whether this engine may move shared experts later
+
+    @property
+    def failed(self) -> bool:
+        return self.kind == "fail"
+
+
+def _fail(reason: str, message: str) -> StartupOutcome:
+    return StartupOutcome("fail", reason, f"expert-layout startup check failed: {message}")
+
+
+def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
+    return [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == kind]
+
+
+def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
+    """DESIGN §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
+    for kind, reason, what in (
+        ("unreadable", "unreadable", "could not read its daemon's layout"),
+        ("timeout", "wait_timeout", "timed out waiting for another engine's move"),
+        ("pending", "wait_timeout", "still sees another engine's move pending"),
+        ("dirty", "dirty", "found its daemon dirty"),
+    ):
+        bad = _by_rank(findings, kind)
+        if bad:
+            details = "; ".join(f"rank {f.rank}: {f.detail}" for f in bad)
+            advice = f"; {_RESTART}" if kind == "dirty" else ""
+            return _fail(reason, f"{len(bad)} rank(s) {what} ({details}){advice}")
+    records = _by_rank(findings, "record")
+    without = _by_rank(findings, "no_record")
+    if not records:
+        return StartupOutcome(
+            "keep_own",
+            "no_record",
+            "no daemon keeps an expert-layout record; starting with the engine's "
+            "own initial layout; rebalancing of shared weights stays off",
+        )
+    if without:
+        moved = [f for f in records if f.version != 0 or f.digest != engine.initial_digest]
+        if moved:
+            ranks = [f.rank for f in moved]
+            return _fail(
+                "mixed_after_move",
+                f"ranks {[f.rank for f in without]} have daemons without a record but the daemons of ranks "
+                f"{ranks} hold a layout other than the engine's initial one (versions "
+                f"{[f.version for f in moved]}); the weights cannot be trusted; {_RESTART}",
+            )
+        return StartupOutcome(
+            "keep_own",
+            "mixed_initial",
+            f"ranks {[f.rank for f in without]} have daemons without a record and "
+            "the others are at the initial layout; starting with the engine's own initial layout; "
+            "rebalancing of shared weights stays off",
+        )
+    first = records[0].record
+    assert first is not None
+    disagree = [f for f in records if f.digest != first.digest]
+    if disagree:
+        listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
+        return _fail("disagree", f"the daemons hold different layouts ({listing}); {_RESTART}")
+    if first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical:
+        return _fail(
+            "shape_mismatch",
+            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
+            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
+            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
+        )
+    if first.digest == engine.initial_digest:
+        return StartupOutcome(
+            "keep_own",
+            "initial",
+            f"daemons at version {first.version} hold the engine's initial layout",
+            first,
+            shared_rebalance=True,
+        )
+    if not engine.routes_by_metadata:
+        return _fail(
+            "not_routing_by_metadata",
+            f"the daemons' experts were moved (version {first.version}) but this engine routes by the "
+            f"static layout; start it with --enable-eplb (or --init-expert-location)",
+        )
+    return StartupOutcome(
+        "adopt",
+        "adopt",
+        f"adopting the daemons' layout version {first.version}",
+        first,
+        shared_rebalance=True,
+    )
+
+
+# -- rebalance ----------------------------------------------------------------------------
+
+LoadSource = Literal["daemon", "disk"]
+
+
+@dataclass(frozen=True)
+class RebalanceMode:
+    enabled: bool  # whether EPLB may rebalance at all
+    shared: bool  # whether moves go through the daemons' chunk protocol
+    reason: str
+    message: str
+
+
+def rebalance_mode(
+    startup: StartupOutcome | None,
+    load_sources: Sequence[LoadSource],
+    *,
+    elastic_ep: bool = False,
+) -> RebalanceMode:
+    """DESIGN §6: rebalance as sglang does, through the daemons, or not at all (and why).
+
+    ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
+    """
+    if all(source == "disk" for source in load_sources):
+        return RebalanceMode(
+            True, False, "local", "weights from disk on every rank: rebalancing as sglang does"
+        )
+    if any(source == "disk" for source in load_sources):
+        return RebalanceMode(
+            False,
+            False,
+            "mixed_sources",
+            "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
+            "shared weights stays off",
+        )
+    if elastic_ep:
+        return RebalanceMode(
+            False, False, "elastic_ep", "elastic EP is on; rebalancing of shared weights stays off"
+        )
+    if startup is None:
+        return RebalanceMode(
+            False,
+            False,
+            "not_attached",
+            "the engine did not attach to its daemons; rebalancing of shared weights stays off",
+        )
+    if not startup.shared_rebalance:
+        return RebalanceMode(
+            False, False, startup.reason, f"rebalancing of shared weights stays off: {startup.message}"
+        )
+    return RebalanceMode(True, True, "shared", "rebalancing through the daemons' chunk protocol")
+
+
+ChunkKind = Literal["proceed", "pause", "disable"]
+
+
+@dataclass(frozen=True)
+class ChunkDecision:
+    kind: ChunkKind
+    abort_ranks: tuple[int, ...]
+    reason: str
+    message: str
+
+
+def _as_reply(reply: Reply | Mapping[str, Any] | None) -> Reply | None:
+    if reply is None or isinstance(reply, Reply):
+        return reply
+    try:
+        return Reply.from_wire(reply)
+    except ValueError:
+        return None
+
+
+def chunk_decision(begin_replies: Sequence[Reply | Mapping[str, Any] | None]) -> ChunkDecision:
+    """DESIGN §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
+
+    A rank with no readable reply counts as refused: its daemon's state is unknown.
+    """
+    replies = [_as_reply(r) for r in begin_replies]
+    ok_ranks = tuple(rank for rank, r in enumerate(replies) if r is not None and r.ok)
+    refused = [(rank, r) for rank, r in enumerate(replies) if r is None or r.status is Status.REFUSED]
+    if refused:
+        detail = "; ".join(f"rank {rank}: {r if r is not None else 'no reply'}" for rank, r in refused)
+        return ChunkDecision(
+            "disable",
+            ok_ranks,
+            "refused",
+            f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
+        )
+    busy = [(rank, r) for rank, r in enumerate(replies) if r is not None and r.status is Status.BUSY]
+    if busy:
+        detail = "; ".join(f"rank {rank}: {r.message}" for rank, r in busy)
+        return ChunkDecision(
+            "pause", ok_ranks, "busy", f"rebalance paused, the next interval retries ({detail})"
+        )
+    return ChunkDecision("proceed", (), "begun", "every daemon accepted the move")
+
+
+@dataclass(frozen=True)
+class CommitVerdict:
+    ok: bool
+    version: int | None
+    digest: str
+    reason: str
+    message: str
+
+
+def verify_commits(
+    commit_replies: Sequence[Reply | Mapping[str, Any] | None],
+    engine_rows: Sequence[Sequence[int]],
+    expected_version: int | None = None,
+) -> CommitVerdict:
+    """DESIGN §6 step 4: every daemon recorded the engine's whole map at one new version.
+
+    The engine computes its own digest of its own map: a daemon's word for it is never taken.
+    """
+    digest = layout_digest(engine_rows)
+    replies = [_as_reply(r) for r in commit_replies]
+    problems = []
+    for rank, reply in enumerate(replies):
+        if reply is None or not reply.ok:
+            problems.append(f"rank {rank}: commit not recorded ({reply if reply else 'no reply'})")
+        elif reply.data.get("digest") != digest:
+            problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
+    versions = {r.data.get("version") for r in replies if r is not None and r.ok}
+    if not problems and len(versions) != 1:
+        problems.append(f"daemons report different versions {sorted(versions, key=str)}")
+    if not problems and expected_version is not None and versions != {expected_version}:
+        problems.append(f"daemons report version {versions.pop()}, expected {expected_version}")
+    if problems:
+        return CommitVerdict(
+            False,
+            None,
+            digest,
+            "commit_unverified",
+            "expert move committed inconsistently: "
+            + "; ".join(problems)
+            + f". The engine keeps serving but rebalances no more; {_RESTART} before starting another "
+            "engine on them.",
+        )
+    version = versions.pop()
+    return CommitVerdict(True, version, digest, "committed", f"every daemon recorded version {version}")
+
+
+# -- phase machines -----------------------------------------------------------------------
+
+
+class StartupMachine(StateMachine):
+    """One rank's startup: attach, wait out another engine's move, then the shared decision."""
+
+    attaching = State(initial=True)
+    waiting = State()
+    agreeing = State()
+    adopted = State(final=True)
+    kept = State(final=True)
+    failed = State(final=True)
+
+    found = attaching.to(waiting, cond="must_wait") | attaching.to(agreeing)
+    polled = waiting.to(agreeing, cond="move_ended") | waiting.to.itself(internal=True)
+    timed_out = waiting.to(agreeing)
+    decided = agreeing.to(adopted, cond="adopts") | agreeing.to(kept, cond="keeps") | agreeing.to(failed)
+
+    def must_wait(self, finding: RankFinding) -> bool:
+        return needs_wait(finding)
+
+    def move_ended(self, finding: RankFinding) -> bool:
+        return not needs_wait(finding)
+
+    def adopts(self, outcome: StartupOutcome) -> bool:
+        return outcome.kind == "adopt"
+
+    def keeps(self, outcome: StartupOutcome) -> bool:
+        return outcome.kind == "keep_own"
+
+
+class RebalanceMachine(StateMachine):
+    """The engine's rebalancing phase; ``off`` is for good (DESIGN §6)."""
+
+    starting = State(initial=True)
+    local = State()  # weights from disk: sglang's own rebalance, no protocol
+    idle = State()  # shared weights, between chunks
+    beginning = State()
+    moving = State()
+    committing = State()
+    off = State(final=True)
+
+    start = starting.to(idle, cond="shared_mode") | starting.to(local, cond="local_mode") | starting.to(off)
+    chunk = idle.to(beginning)
+    begun = beginning.to(moving, cond="proceeds") | beginning.to(idle, cond="pauses") | beginning.to(off)
+    moved = moving.to(committing)
+    committed = committing.to(idle, cond="verified") | committing.to(off)
+    local_rebalance = local.to.itself(internal=True)
+    # The engine shuts down (or an operator turns EPLB off): no more rebalances.
+    shutdown = local.to(off) | idle.to(off)
+
+    def __init__(self) -> None:
+        self.off_reason: str | None = None
+        self.off_message: str | None = None
+        super().__init__()
+
+    def shared_mode(self, mode: RebalanceMode) -> bool:
+        return mode.enabled and mode.shared
+
+    def local_mode(self, mode: RebalanceMode) -> bool:
+        return mode.enabled and not mode.shared
+
+    def proceeds(self, decision: ChunkDecision) -> bool:
+        return decision.kind == "proceed"
+
+    def pauses(self, decision: ChunkDecision) -> bool:
+        return decision.kind == "pause"
+
+    def verified(self, verdict: CommitVerdict) -> bool:
+        return verdict.ok
+
+    def on_enter_off(
+        self,
+        mode: RebalanceMode | None = None,
+        decision: ChunkDecision | None = None,
+        verdict: CommitVerdict | None = None,
+        **_: Any,
+    ) -> None:
+        why = mode or decision or verdict
+        if why is not None:
+            self.off_reason, self.off_message = why.reason, why.message
+
+    @property
+    def phase(self) -> str:
+        return str(self.current_state_value)
+
+    @property
+    def may_rebalance(self) -> bool:
+        return self.phase in ("local", "idle")
+
+
+__all__ = [
+    "ChunkDecision",
+    "CommitVerdict",
+    "EngineLayout",
+    "RankFinding",
+    "Reason",
+    "RebalanceMachine",
+    "RebalanceMode",
+    "StartupMachine",
+    "StartupOutcome",
+    "chunk_decision",
+    "needs_wait",
+    "rebalance_mode",
+    "startup_decision",
+    "verify_commits",
+]
