@@ -32,6 +32,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests
 
 diagrams: $(STAMP)
+	@command -v dot >/dev/null || { echo "[diagrams] installing Graphviz (dot)"; \
+	  (apt-get update -qq && apt-get install -y -qq graphviz) >/dev/null || \
+	  { echo "Graphviz's dot is missing: install it (apt-get install graphviz) and rerun"; exit 2; }; }
 	$(PY) -m layout_sm.diagrams docs
 
 clean:

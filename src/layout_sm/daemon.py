@@ -377,7 +377,7 @@ class DaemonMachine(StateMachine):
     attach = _loops(no_record, clean, pending, dirty)
     query = _loops(no_record, clean, pending, dirty)
     fetch = _loops(no_record, clean, pending, dirty)
-    begin = clean.to(pending, cond="reply_ok") | _loops(no_record, clean, pending, dirty)
+    begin = clean.to(pending, cond="begin_accepted") | _loops(no_record, clean, pending, dirty)
     commit = pending.to(clean, cond="moved_ends") | _loops(no_record, clean, pending, dirty)
     abort = pending.to(clean, cond="moved_ends") | _loops(no_record, clean, pending, dirty)
     detach = pending.to(dirty, cond="mover_left") | _loops(no_record, clean, pending, dirty)
@@ -389,7 +389,7 @@ class DaemonMachine(StateMachine):
 
     # -- guards (named after the spec's conjuncts) --------------------------------------
 
-    def reply_ok(self, reply: Reply, **_: Any) -> bool:
+    def begin_accepted(self, reply: Reply, **_: Any) -> bool:
         return reply.ok
 
     def moved_ends(self, reply: Reply, **_: Any) -> bool:
