@@ -1,0 +1,455 @@
+"""TLC's outputs loaded into one behaviour format, and edge-covering suites derived from state graphs.
+
+A `Behaviour` is an initial state and a list of `Step`s; each step is an `Action` (the spec
+action's name and its parameter values) and the full state after it. States are `Record`s
+of the spec's variables, with values decoded by `layout_model.values`. Every TLC output
+loads into this one format:
+
+- `load_dot_graph` / `StateGraph`: the state-graph dump (`-dump dot,actionlabels`): node
+  labels are states as TLA+ text, edge labels are actions such as `Attach(e1)`, initial
+  states are the nodes drawn `style = filled`. `StateGraph.edge_cover()` derives behaviours
+  that cover every edge; `StateGraph.behaviour(path)` turns a path into a behaviour.
+- `load_json_trace`: the `-dumpTrace json` counterexample (`action` triples with `name`,
+  `context`, `parameters`).
+- `load_simulate_trace` / `load_tla_trace`: `-simulate num=..,file=..` trace modules (and
+  TLC's stdout error trace): `STATE_i == /\\ var = value ...` preceded by
+  `\\* <Action(args) line .. of module M>`.
+
+Suites are written and read as JSON by `write_suite` / `load_suite` (one file per model under
+`tests/model_based/traces/<Model>/`, see `SUITE_FORMAT`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layout_model.values import (
+    Record,
+    Value,
+    decode_json,
+    decode_state_text,
+    decode_text,
+    model_values_from_cfg,
+    render,
+)
+
+__all__ = [
+    "SUITE_FORMAT",
+    "Action",
+    "Behaviour",
+    "Edge",
+    "StateGraph",
+    "Step",
+    "TlcFormatError",
+    "file_sha256",
+    "load_dot_graph",
+    "load_dumptrace_tla",
+    "load_json_trace",
+    "load_simulate_trace",
+    "load_suite",
+    "load_tla_trace",
+    "parse_dot",
+    "write_suite",
+]
+
+SUITE_FORMAT = "layout-model-suite/v1"
+
+
+class TlcFormatError(ValueError):
+    """A TLC output file that does not have the expected shape (names the file and the place)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """A spec action and its parameter values: `Attach(e1)` is `Action("Attach", (ModelValue("e1"),))`."""
+
+    name: str
+    args: tuple[Value, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.name + ("(" + ", ".join(render(a) for a in self.args) + ")" if self.args else "")
+
+    @classmethod
+    def parse(cls, label: str) -> Action:
+        """Read an action label as TLC prints it: `Name` or `Name(v1, v2, ...)` with TLA+ values."""
+        m = re.fullmatch(r"\s*([A-Za-z_][\w!]*)\s*(?:\((.*)\))?\s*", label, flags=re.S)
+        if not m:
+            raise TlcFormatError(f"not an action label: {label!r}")
+        name, args = m.group(1), m.group(2)
+        if args is None or not args.strip():
+            return cls(name)
+        # the arguments are TLA+ values separated by commas: read them as one tuple
+        return cls(name, tuple(decode_text("<<" + args + ">>")))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    state: Record
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """An initial state and the steps taken from it (each step: action, full state after it)."""
+
+    init: Record
+    steps: tuple[Step, ...]
+    name: str = ""
+    source: str = ""
+
+    @property
+    def states(self) -> list[Record]:
+        return [self.init, *(s.state for s in self.steps)]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "init": _state_json(self.init),
+            "steps": [{"action": s.action.label, "state": _state_json(s.state)} for s in self.steps],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], source: str = "suite") -> Behaviour:
+        return cls(
+            init=_state_from_json(obj["init"]),
+            steps=tuple(Step(Action.parse(s["action"]), _state_from_json(s["state"])) for s in obj["steps"]),
+            name=obj.get("name", ""),
+            source=source,
+        )
+
+
+def _state_json(state: Record) -> dict[str, str]:
+    # states are kept as TLA+ text per variable: exact (no JSON type loss) and readable in a diff
+    return {k: render(v) for k, v in state.items()}
+
+
+def _state_from_json(obj: dict[str, str]) -> Record:
+    return Record((k, decode_text(v)) for k, v in obj.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# DOT state graphs (-dump dot,actionlabels)
+
+_STR = r'"((?:[^"\\]|\\.)*)"'
+_NODE = re.compile(r"^\s*(-?\d+)\s*\[label=" + _STR + r"(.*)\]\s*;?\s*$")
+_EDGE = re.compile(r"^\s*(-?\d+)\s*->\s*(-?\d+)\s*(?:\[(.*)\])?\s*;?\s*$")
+_LABEL = re.compile(r"label=" + _STR)
+_DOT_ESC = re.compile(r"\\(.)")
+
+
+def _dot_unescape(s: str) -> str:
+    return _DOT_ESC.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: int
+    action: Action
+    dst: int
+
+
+@dataclass
+class StateGraph:
+    """A state graph as TLC dumps it: node id -> state text, initial ids, labelled edges.
+
+    States are decoded lazily (`state(id)`): decoding costs ~2 ms a state, and a suite needs
+    only the states on its paths.
+    """
+
+    texts: dict[int, str]
+    initial: list[int]
+    edges: list[Edge]
+    _decoded: dict[int, Record] = field(default_factory=dict, repr=False)
+
+    def state(self, node: int) -> Record:
+        if node not in self._decoded:
+            self._decoded[node] = decode_state_text(self.texts[node])
+        return self._decoded[node]
+
+    def successors(self, node: int) -> list[Edge]:
+        return self._out().get(node, [])
+
+    def _out(self) -> dict[int, list[Edge]]:
+        if not hasattr(self, "_out_cache"):
+            out: dict[int, list[Edge]] = {}
+            for e in self._ordered_edges():
+                out.setdefault(e.src, []).append(e)
+            self._out_cache = out
+        return self._out_cache
+
+    def _key(self, node: int) -> str:
+        # node ids are TLC fingerprints (or the mirror's own ids): order by the state's text instead,
+        # so the same graph gives the same suite whoever dumped it and in whatever line order
+        return _norm(self.texts[node])
+
+    def _ordered_edges(self) -> list[Edge]:
+        return sorted(self.edges, key=lambda e: (self._key(e.src), e.action.label, self._key(e.dst)))
+
+    def depths(self) -> dict[int, int]:
+        """Breadth-first distance of each reachable node from the initial states."""
+        order = sorted(self.initial, key=self._key)
+        dist = {n: 0 for n in order}
+        queue = deque(order)
+        while queue:
+            n = queue.popleft()
+            for e in self.successors(n):
+                if e.dst not in dist:
+                    dist[e.dst] = dist[n] + 1
+                    queue.append(e.dst)
+        return dist
+
+    def edge_cover(self, max_steps: int = 40) -> list[list[Edge]]:
+        """Paths from initial states that together take every reachable edge, deterministically.
+
+        For the first untaken edge (by depth of its source, then text), the path is a shortest
+        path to its source, the edge, then untaken edges greedily while there are any (bounded by
+        `max_steps`, which is raised for an edge deeper than that).
+        """
+        order = sorted(self.initial, key=self._key)
+        parent: dict[int, Edge | None] = {n: None for n in order}
+        dist = {n: 0 for n in order}
+        queue = deque(order)
+        while queue:
+            n = queue.popleft()
+            for e in self.successors(n):
+                if e.dst not in parent:
+                    parent[e.dst] = e
+                    dist[e.dst] = dist[n] + 1
+                    queue.append(e.dst)
+        reachable = [e for e in self._ordered_edges() if e.src in dist]
+        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the text order within a depth
+        untaken = dict.fromkeys(reachable)
+        paths: list[list[Edge]] = []
+        for target in reachable:
+            if target not in untaken:
+                continue
+            path: list[Edge] = []
+            n = target.src
+            while parent[n] is not None:
+                e = parent[n]
+                assert e is not None
+                path.append(e)
+                n = e.src
+            path.reverse()
+            path.append(target)
+            cur = target.dst
+            while len(path) < max(max_steps, dist[target.src] + 1):
+                nxt = next((e for e in self.successors(cur) if e in untaken and e not in path), None)
+                if nxt is None:
+                    break
+                path.append(nxt)
+                cur = nxt.dst
+            for e in path:
+                untaken.pop(e, None)
+            paths.append(path)
+        return paths
+
+    def behaviour(self, path: Sequence[Edge], name: str = "") -> Behaviour:
+        if not path:
+            raise TlcFormatError("an empty path has no initial state")
+        steps = tuple(Step(e.action, self.state(e.dst)) for e in path)
+        return Behaviour(self.state(path[0].src), steps, name=name, source="dot")
+
+    def behaviours(self, max_steps: int = 40, prefix: str = "b") -> list[Behaviour]:
+        paths = self.edge_cover(max_steps)
+        width = len(str(len(paths)))
+        return [self.behaviour(p, f"{prefix}{i:0{width}d}") for i, p in enumerate(paths)]
+
+    def enabled_labels(self, node: int) -> frozenset[str]:
+        """The actions TLC lists as successors of a node (labels; a self-loop counts too)."""
+        return frozenset(e.action.label for e in self.successors(node))
+
+
+def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
+    """Read TLC's `-dump dot,actionlabels` output (with or without `colorize`)."""
+    texts: dict[int, str] = {}
+    initial: list[int] = []
+    edges: list[Edge] = []
+    labels: dict[str, Action] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if "->" in line and (m := _EDGE.match(line)):
+            attrs = m.group(3) or ""
+            lm = _LABEL.search(attrs)
+            if lm is None:
+                raise TlcFormatError(f"{source}:{lineno}: edge without an action label (use actionlabels)")
+            raw = _dot_unescape(lm.group(1))
+            if raw not in labels:
+                labels[raw] = Action.parse(raw)
+            edges.append(Edge(int(m.group(1)), labels[raw], int(m.group(2))))
+            continue
+        m = _NODE.match(line)
+        if m:
+            node = int(m.group(1))
+            texts.setdefault(node, _dot_unescape(m.group(2)))
+            # TLC fills the initial states; later mentions of a node carry no style
+            if re.search(r"style\s*=\s*\"?filled", m.group(3)) and node not in initial:
+                initial.append(node)
+    if not texts:
+        raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
+    missing = {e.src for e in edges} | {e.dst for e in edges}
+    missing -= set(texts)
+    if missing:
+        raise TlcFormatError(f"{source}: edges name states without a label: {sorted(missing)[:5]}")
+    if not initial:
+        targets = {e.dst for e in edges}
+        initial = [n for n in texts if n not in targets][:1]
+    return StateGraph(texts, initial, edges)
+
+
+def load_dot_graph(path: str | Path) -> StateGraph:
+    p = Path(path)
+    return parse_dot(p.read_text(), str(p))
+
+
+# ---------------------------------------------------------------------------------------------
+# -dumpTrace json
+
+
+def load_json_trace(
+    path: str | Path,
+    *,
+    model_values: Iterable[str] | None = None,
+    cfg: str | Path | None = None,
+    like: Record | Sequence[Record] | None = None,
+) -> Behaviour:
+    """Load a `-dumpTrace json` counterexample.
+
+    JSON erases types (see `layout_model.values`): give the model values (or the .cfg to read them
+    from) and, to restore sets, typed example states `like` (e.g. the states the mirror reaches, or
+    the same trace from TLC's stdout). Without examples, arrays decode as sequences.
+    """
+    p = Path(path)
+    obj = json.loads(p.read_text())
+    mvs = set(model_values or ())
+    if cfg is not None:
+        mvs |= model_values_from_cfg(Path(cfg).read_text())
+    try:
+        ce = obj["counterexample"]
+        triples = ce["action"]
+        states = ce["state"]
+    except (KeyError, TypeError) as exc:
+        raise TlcFormatError(f"{p}: not a TLC -dumpTrace json file (no counterexample.action/state)") from exc
+
+    examples = [like] if isinstance(like, Record) else list(like or [])
+
+    def dec(raw: dict[str, Any]) -> Record:
+        return decode_json(raw, model_values=mvs, like=examples)  # type: ignore[return-value]
+
+    init = dec(states[0][1])
+    steps: list[Step] = []
+    for i, triple in enumerate(triples):
+        _before, act, after = triple
+        params = act.get("parameters") or []
+        ctx = act.get("context") or {}
+        args = tuple(decode_json(ctx[name], model_values=mvs) for name in params if name in ctx)
+        state = dec(after[1])
+        if i == 0 and _before[0] != states[0][0]:
+            raise TlcFormatError(f"{p}: first action does not start in the first state")
+        steps.append(Step(Action(act["name"], args), state))
+    return Behaviour(init, tuple(steps), name=p.stem, source="json")
+
+
+# ---------------------------------------------------------------------------------------------
+# -simulate trace modules and TLC's printed error traces
+
+_SIM_STATE = re.compile(
+    r"(?:\\\*\s*<(?P<label>[^\n]*)>\s*\n)?\s*STATE_(?P<idx>\d+)\s*==\s*\n(?P<body>.*?)(?=\n\s*\n|\n\\\*|\n=+|\Z)",
+    re.S,
+)
+_OUT_STATE = re.compile(
+    r"^State (?P<idx>\d+): <(?P<label>[^\n]*)>\n(?P<body>.*?)(?=\n\s*\n|\nState \d+:|\Z)", re.S | re.M
+)
+_LOCATION = re.compile(r"\s+line \d+, col \d+ to line \d+, col \d+ of module \S+$")
+
+
+def _label_action(label: str) -> Action:
+    return Action.parse(_LOCATION.sub("", label))
+
+
+def _trace_from_states(found: list[tuple[int, str, str]], source: str, name: str) -> Behaviour:
+    if not found:
+        raise TlcFormatError(f"{name}: no states found")
+    found.sort(key=lambda t: t[0])
+    if [i for i, _, _ in found] != list(range(1, len(found) + 1)):
+        raise TlcFormatError(f"{name}: states are not numbered 1..n")
+    init = decode_state_text(found[0][2])
+    steps = tuple(Step(_label_action(label), decode_state_text(body)) for _, label, body in found[1:])
+    return Behaviour(init, steps, name=name, source=source)
+
+
+def load_simulate_trace(path: str | Path) -> Behaviour:
+    """Load a module written by `-simulate file=...` (or `-dumpTrace tla` style STATE_i definitions)."""
+    p = Path(path)
+    text = p.read_text()
+    found = [(int(m["idx"]), m["label"] or "", m["body"]) for m in _SIM_STATE.finditer(text)]
+    return _trace_from_states(found, "simulate", p.stem)
+
+
+def load_dumptrace_tla(path: str | Path) -> Behaviour:
+    """Load a `-dumpTrace tla` module (`CounterExample == [action |-> {...}, state |-> {...}]`)."""
+    p = Path(path)
+    text = p.read_text()
+    m = re.search(r"CounterExample\s*==\s*(.*?)\n=+\s*$", text, flags=re.S)
+    if not m:
+        raise TlcFormatError(f"{p}: no `CounterExample ==` definition")
+    ce = decode_text(m.group(1))
+    if not isinstance(ce, Record) or "action" not in ce or "state" not in ce:
+        raise TlcFormatError(f"{p}: CounterExample is not [action |-> ..., state |-> ...]")
+    states = sorted(ce["state"], key=lambda t: t[0])
+    triples = sorted(ce["action"], key=lambda t: t[0][0])
+    steps: list[Step] = []
+    for (_i, _before), act, (_j, after) in triples:
+        params = act.get("parameters", ())
+        ctx = act.get("context", Record())
+        steps.append(Step(Action(act["name"], tuple(ctx[n] for n in params if n in ctx)), after))
+    return Behaviour(states[0][1], tuple(steps), name=p.stem, source="dumptrace-tla")
+
+
+def load_tla_trace(text: str, name: str = "stdout") -> Behaviour:
+    """Load the error trace TLC prints on stdout (`State i: <Action(args) line ...>` blocks)."""
+    found = [(int(m["idx"]), m["label"], m["body"]) for m in _OUT_STATE.finditer(text)]
+    return _trace_from_states(found, "stdout", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites (JSON, committed under tests/model_based/traces/<Model>/)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_suite(path: str | Path, behaviours: Sequence[Behaviour], manifest: dict[str, Any]) -> None:
+    """Write a suite: `{"format", "manifest", "behaviours": [...]}` (manifest: hashes, counts, source)."""
+    doc = {
+        "format": SUITE_FORMAT,
+        "manifest": manifest,
+        "behaviours": [b.to_json() for b in behaviours],
+    }
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+
+
+def load_suite(path: str | Path) -> tuple[dict[str, Any], list[Behaviour]]:
+    p = Path(path)
+    doc = json.loads(p.read_text())
+    if doc.get("format") != SUITE_FORMAT:
+        raise TlcFormatError(f"{p}: format is {doc.get('format')!r}, expected {SUITE_FORMAT!r}")
+    return doc["manifest"], [Behaviour.from_json(b) for b in doc["behaviours"]]

@@ -1,0 +1,194 @@
+"""TLC's outputs (DOT dump, -dumpTrace json/tla, -simulate modules, stdout) load into one behaviour format.
+
+The fixtures are TLC's real output on a toy spec (copied from ../shared/tlc-samples).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from layout_model.tlc_formats import (
+    Action,
+    Behaviour,
+    StateGraph,
+    Step,
+    TlcFormatError,
+    load_dot_graph,
+    load_dumptrace_tla,
+    load_json_trace,
+    load_simulate_trace,
+    load_suite,
+    load_tla_trace,
+    parse_dot,
+    write_suite,
+)
+from layout_model.values import ModelValue, Record, decode_text, json_matches
+
+SAMPLES = Path(__file__).parent / "fixtures" / "tlc-samples"
+E1, E2 = ModelValue("e1"), ModelValue("e2")
+
+
+@pytest.fixture(scope="module")
+def graph() -> StateGraph:
+    return load_dot_graph(SAMPLES / "toy_full_graph.dot")
+
+
+@pytest.fixture(scope="module")
+def stdout_trace() -> Behaviour:
+    return load_tla_trace((SAMPLES / "toy_tlc_stdout.txt").read_text())
+
+
+def _counts(stdout: str) -> tuple[int, int]:
+    m = re.search(r"(\d+) states generated, (\d+) distinct states found", stdout)
+    assert m
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_dot_graph_matches_tlc_counts(graph: StateGraph) -> None:
+    generated, distinct = _counts((SAMPLES / "toy_full_stdout.txt").read_text())
+    assert len(graph.texts) == distinct == 26
+    # TLC counts the initial state as generated, and every other generated state is one edge
+    assert len(graph.edges) == generated - len(graph.initial) == 62
+    assert len(graph.initial) == 1
+    init = graph.state(graph.initial[0])
+    assert init == Record(
+        attached=frozenset(),
+        rec=decode_text("[version |-> 0, rows |-> <<0, 0>>, pending |-> NONE, dirty |-> FALSE]"),
+        log=(),
+    )
+    assert len(graph.depths()) == distinct
+    assert max(graph.depths().values()) == 6  # TLC: "depth of the complete state graph search is 7" (states)
+
+
+def test_dot_states_decode_and_are_distinct(graph: StateGraph) -> None:
+    states = [graph.state(n) for n in graph.texts]
+    assert len(set(states)) == len(states)
+    assert all(set(s) == {"attached", "rec", "log"} for s in states)
+
+
+def test_action_labels() -> None:
+    assert Action.parse("Attach(e1)") == Action("Attach", (E1,))
+    assert Action.parse("Begin(e1, {1, 2}, <<0>>)") == Action("Begin", (E1, frozenset({1, 2}), (0,)))
+    assert Action.parse("Tick") == Action("Tick")
+    assert Action.parse("Begin(e1, {1, 2})").label == "Begin(e1, {1, 2})"
+    with pytest.raises(TlcFormatError):
+        Action.parse("not a label!")
+
+
+def test_every_format_loads_into_the_same_behaviour(stdout_trace: Behaviour, graph: StateGraph) -> None:
+    # the same counterexample, written three ways by one TLC run
+    examples = [graph.state(n) for n in graph.texts]
+    from_json = load_json_trace(SAMPLES / "toy_counterexample.json", cfg=SAMPLES / "Toy.cfg", like=examples)
+    from_tla = load_dumptrace_tla(SAMPLES / "toy_counterexample.tla")
+    for b in (stdout_trace, from_json, from_tla):
+        assert isinstance(b, Behaviour)
+        assert all(
+            isinstance(s, Step) and isinstance(s.action, Action) and isinstance(s.state, Record)
+            for s in b.steps
+        )
+    assert [s.action.label for s in stdout_trace.steps] == ["Attach(e1)", "Begin(e1)", "Detach(e1)"]
+    assert from_json.states == stdout_trace.states == from_tla.states
+    assert from_json.steps == stdout_trace.steps == from_tla.steps
+    assert stdout_trace.steps[-1].state["rec"]["dirty"] is True
+
+
+def test_json_without_examples_still_matches_exactly_modulo_erasure(stdout_trace: Behaviour) -> None:
+    import json
+
+    raw = json.loads((SAMPLES / "toy_counterexample.json").read_text())["counterexample"]["state"]
+    for (_, obj), state in zip(raw, stdout_trace.states, strict=True):
+        assert json_matches(state, obj)
+    loose = load_json_trace(SAMPLES / "toy_counterexample.json", cfg=SAMPLES / "Toy.cfg")
+    assert loose.steps[0].state["attached"] == (E1,)  # an array read without a typed example
+    assert [s.action for s in loose.steps] == [s.action for s in stdout_trace.steps]
+
+
+def _is_path_in(graph: StateGraph, b: Behaviour) -> bool:
+    by_state = {graph.state(n): n for n in graph.texts}
+    node = by_state.get(b.init)
+    if node not in graph.initial:
+        return False
+    for step in b.steps:
+        nxt = [
+            e.dst
+            for e in graph.successors(node)
+            if e.action == step.action and graph.state(e.dst) == step.state
+        ]
+        if len(nxt) != 1:
+            return False
+        node = nxt[0]
+    return True
+
+
+def test_simulate_trace_is_a_path_of_the_dumped_graph(graph: StateGraph) -> None:
+    sim = load_simulate_trace(SAMPLES / "toy_simulate_trace_0_0.tla")
+    assert len(sim.steps) == 6
+    assert [s.action.label for s in sim.steps][:2] == ["Attach(e1)", "Attach(e2)"]
+    assert _is_path_in(graph, sim)
+    # and a changed step is not
+    bad = Behaviour(sim.init, (*sim.steps[:-1], Step(Action("Begin", (E1,)), sim.steps[-1].state)))
+    assert not _is_path_in(graph, bad)
+
+
+def test_edge_cover_takes_every_edge_once_at_least(graph: StateGraph) -> None:
+    paths = graph.edge_cover()
+    taken = {e for p in paths for e in p}
+    assert taken == set(graph.edges)
+    for p in paths:
+        assert p[0].src in graph.initial
+        assert all(a.dst == b.src for a, b in itertools.pairwise(p))
+    for b in graph.behaviours():
+        assert _is_path_in(graph, b)
+
+
+def _relabel(text: str, seed: int) -> str:
+    """The same graph with other node ids and another line order (as another dumper would write it)."""
+    rng = random.Random(seed)
+    ids = sorted(set(re.findall(r"^(-?\d+) ", text, flags=re.M)))
+    new = {old: str(rng.randrange(-(2**63), 2**63)) for old in ids}
+    lines = text.splitlines()
+    head, body, tail = lines[:5], [ln for ln in lines[5:] if re.match(r"^-?\d+ ", ln)], ["}", "}"]
+    out = [
+        re.sub(
+            r"^(-?\d+)( -> (-?\d+))?",
+            lambda m: new[m.group(1)] + (f" -> {new[m.group(3)]}" if m.group(2) else ""),
+            ln,
+        )
+        for ln in body
+    ]
+    # node definitions must keep their style: keep definitions before use is not required by DOT
+    rng.shuffle(out)
+    return "\n".join(head + out + tail)
+
+
+def test_edge_cover_is_deterministic_whatever_the_ids_and_line_order(graph: StateGraph) -> None:
+    text = (SAMPLES / "toy_full_graph.dot").read_text()
+    ref = [b.to_json() for b in graph.behaviours()]
+    for seed in (1, 2):
+        other = parse_dot(_relabel(text, seed))
+        assert [b.to_json() for b in other.behaviours()] == ref
+
+
+def test_suite_round_trip(tmp_path: Path, graph: StateGraph) -> None:
+    bs = graph.behaviours()
+    write_suite(tmp_path / "suite.json", bs, {"model": "Toy", "edges": len(graph.edges)})
+    manifest, back = load_suite(tmp_path / "suite.json")
+    assert manifest == {"model": "Toy", "edges": len(graph.edges)}
+    assert [(b.init, b.steps, b.name) for b in back] == [(b.init, b.steps, b.name) for b in bs]
+
+
+def test_malformed_inputs_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(TlcFormatError):
+        parse_dot("strict digraph DiskGraph {\n}\n")
+    with pytest.raises(TlcFormatError):
+        parse_dot('1 [label="/\\\\ x = 1",style = filled]\n1 -> 2 [label="A"];\n')
+    (tmp_path / "x.json").write_text('{"not": "a trace"}')
+    with pytest.raises(TlcFormatError):
+        load_json_trace(tmp_path / "x.json")
+    with pytest.raises(TlcFormatError):
+        load_tla_trace("nothing here")
