@@ -1,0 +1,87 @@
+"""Hooks that make sglang's weight cache daemons layout-aware, in this process and in the
+daemons it spawns.
+
+``install_daemon_hooks()`` registers two hooks with sglang's ``HookRegistry`` (sglang's
+``load_plugins()`` applies them; a caller outside the plugin framework calls
+``HookRegistry.apply_hooks()`` itself):
+
+- REPLACE ``sglang.srt.weight_cache.daemon.WeightCacheDaemon`` by ``LayoutAwareDaemon``:
+  every daemon built in this process (``run_weight_cache_daemon``) is layout-aware.
+- AROUND ``sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon`` (used by the engine
+  with ``--weight-cache-mode daemon`` and by the all-local-ranks launcher). The daemon
+  child is started with the ``spawn`` method: a fresh interpreter that unpickles its
+  target *by qualified name*. sglang's target, ``run_weight_cache_daemon``, would resolve
+  in the child to the unpatched function, so the class replacement above would not carry
+  over. While sglang's spawn function runs, the hook points its target name at
+  ``run_layout_aware_daemon``, a function of this package; the child imports this package,
+  installs the hooks there, and then runs sglang's own ``run_weight_cache_daemon``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+from sglang.srt.weight_cache import daemon as sglang_daemon
+
+from daemon_adapter.daemon import LayoutAwareDaemon
+
+logger = logging.getLogger(__name__)
+
+DAEMON_CLASS_TARGET = "sglang.srt.weight_cache.daemon.WeightCacheDaemon"
+SPAWN_TARGET = "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"
+
+_registered = False
+_register_lock = threading.Lock()
+# The spawn hook swaps a module global for the duration of one spawn call.
+_spawn_lock = threading.Lock()
+
+
+def install_daemon_hooks() -> None:
+    """Register the layout-aware daemon hooks (idempotent). Called by the project's sglang
+    plugin (``engine_adapter.plugin:register``), by ``python -m daemon_adapter`` and by every
+    daemon child this package spawns."""
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        HookRegistry.register(DAEMON_CLASS_TARGET, LayoutAwareDaemon, HookType.REPLACE)
+        HookRegistry.register(SPAWN_TARGET, _spawn_layout_aware_daemon, HookType.AROUND)
+        _registered = True
+
+
+def apply_daemon_hooks() -> None:
+    """``install_daemon_hooks()`` and apply them now (outside sglang's ``load_plugins``)."""
+    install_daemon_hooks()
+    HookRegistry.apply_hooks()
+
+
+def run_layout_aware_daemon(
+    server_args: Any, gpu_id: int, tp_rank: int, pp_rank: int, dist_init_method: str | None = None
+) -> None:
+    """The spawned daemon child's target: same arguments as sglang's ``run_weight_cache_daemon``."""
+    apply_daemon_hooks()
+    sglang_daemon.run_weight_cache_daemon(server_args, gpu_id, tp_rank, pp_rank, dist_init_method)
+
+
+@contextlib.contextmanager
+def _spawn_target_is_layout_aware() -> Iterator[None]:
+    sglang_run = sglang_daemon.run_weight_cache_daemon
+    sglang_daemon.run_weight_cache_daemon = run_layout_aware_daemon
+    try:
+        yield
+    finally:
+        sglang_daemon.run_weight_cache_daemon = sglang_run
+
+
+def _spawn_layout_aware_daemon(spawn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook of sglang's ``spawn_weight_cache_daemon``: its child runs
+    ``run_layout_aware_daemon`` (resolvable by name in a fresh interpreter)."""
+    with _spawn_lock, _spawn_target_is_layout_aware():
+        process = spawn(*args, **kwargs)  # sglang's spawn pickles the target in start()
+    logger.info("spawned layout-aware weight cache daemon pid=%s", getattr(process, "pid", None))
+    return process
