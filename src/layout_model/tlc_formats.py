@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layout_model import dot
 from layout_model.values import (
     Record,
     Value,
@@ -143,16 +144,6 @@ def _state_from_json(obj: dict[str, str]) -> Record:
 
 # ---------------------------------------------------------------------------------------------
 # DOT state graphs (-dump dot,actionlabels)
-
-_STR = r'"((?:[^"\\]|\\.)*)"'
-_NODE = re.compile(r"^\s*(-?\d+)\s*\[label=" + _STR + r"(.*)\]\s*;?\s*$")
-_EDGE = re.compile(r"^\s*(-?\d+)\s*->\s*(-?\d+)\s*(?:\[(.*)\])?\s*;?\s*$")
-_LABEL = re.compile(r"label=" + _STR)
-_DOT_ESC = re.compile(r"\\(.)")
-
-
-def _dot_unescape(s: str) -> str:
-    return _DOT_ESC.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
 
 
 def _norm(text: str) -> str:
@@ -279,39 +270,31 @@ class StateGraph:
 
 
 def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
-    """Read TLC's `-dump dot,actionlabels` output (with or without `colorize`)."""
-    texts: dict[int, str] = {}
-    initial: list[int] = []
-    edges: list[Edge] = []
-    labels: dict[str, Action] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if "->" in line and (m := _EDGE.match(line)):
-            attrs = m.group(3) or ""
-            lm = _LABEL.search(attrs)
-            if lm is None:
-                raise TlcFormatError(f"{source}:{lineno}: edge without an action label (use actionlabels)")
-            raw = _dot_unescape(lm.group(1))
-            if raw not in labels:
-                labels[raw] = Action.parse(raw)
-            edges.append(Edge(int(m.group(1)), labels[raw], int(m.group(2))))
-            continue
-        m = _NODE.match(line)
-        if m:
-            node = int(m.group(1))
-            texts.setdefault(node, _dot_unescape(m.group(2)))
-            # TLC fills the initial states; later mentions of a node carry no style
-            if re.search(r"style\s*=\s*\"?filled", m.group(3)) and node not in initial:
-                initial.append(node)
-    if not texts:
+    """Read TLC's `-dump dot,actionlabels` output (or the mirror's, same format).
+
+    The DOT text is read by the project's one DOT loader, `layout_model.dot.parse_dot`; this adds
+    the decoded actions, the checks, and the lazily decoded states.
+    """
+    raw = dot.parse_dot(text)
+    if not raw.states:
         raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
-    missing = {e.src for e in edges} | {e.dst for e in edges}
-    missing -= set(texts)
+    labels: dict[str, Action] = {}
+    edges: list[Edge] = []
+    for src, dst, label in raw.edges:
+        if not label:
+            raise TlcFormatError(
+                f"{source}: edge {src} -> {dst} has no action label (dump with actionlabels)"
+            )
+        if label not in labels:
+            labels[label] = Action.parse(label)
+        edges.append(Edge(src, labels[label], dst))
+    missing = ({e.src for e in edges} | {e.dst for e in edges}) - set(raw.states)
     if missing:
         raise TlcFormatError(f"{source}: edges name states without a label: {sorted(missing)[:5]}")
+    initial = sorted(raw.initial)
     if not initial:
-        targets = {e.dst for e in edges}
-        initial = [n for n in texts if n not in targets][:1]
-    return StateGraph(texts, initial, edges)
+        raise TlcFormatError(f"{source}: no initial state (TLC draws them `style = filled`)")
+    return StateGraph(dict(raw.states), initial, edges)
 
 
 def load_dot_graph(path: str | Path) -> StateGraph:

@@ -1,0 +1,388 @@
+"""Named mutants: each breaks one rule of the protocol, in `layout_sm` or in an adapter.
+
+A mutant is applied when its target module is imported (see `site/sitecustomize.py`), in every
+Python process that has `LAYOUT_MUTANT=<name>` in its environment: the test process and the
+daemon processes it spawns alike. Source files are never edited (others work in this tree).
+
+Each patch wraps or replaces one module attribute; the rest of the code calls it by its module
+global, so the break reaches every caller. `module.__layout_mutant__` records what was applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Any
+
+ENV = "LAYOUT_MUTANT"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    target: str  # the module patched when it is imported
+    rule: str  # the rule of DESIGN §4-§6 that it breaks
+    patch: Callable[[ModuleType], None]
+
+
+MUTANTS: dict[str, Mutant] = {}
+
+
+def mutant(name: str, target: str, rule: str) -> Callable[[Callable[[ModuleType], None]], Callable]:
+    def register(fn: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+        assert name not in MUTANTS, name
+        MUTANTS[name] = Mutant(name, target, rule, fn)
+        return fn
+
+    return register
+
+
+def _wrap(mod: ModuleType, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    setattr(mod, attr, make(getattr(mod, attr)))
+
+
+# -- the daemon's replies (layout_sm.daemon) ----------------------------------------------------
+
+D = "layout_sm.daemon"
+
+
+@mutant("no_dirty_on_mover_detach", D, "a mover that detaches mid-move leaves the daemon dirty")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def detach_effect(view: Any, engine_id: str, session: str) -> Any:
+            eff = orig(view, engine_id, session)
+            return mod.DetachEffect(eff.dropped, None, eff.message) if eff.dirty is not None else eff
+
+        return detach_effect
+
+    _wrap(mod, "detach_effect", make)
+
+
+@mutant("begin_ignores_other_attached", D, "begin is busy while another engine is attached")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            alone = {e: s for e, s in view.attachments.items() if e == req.engine_id}
+            return orig(replace(view, attachments=alone), req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("busy_before_permanent", D, "begin: permanent refusals come before transient busy")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            if view.holds(req.engine_id, req.session) and view.record is not None:
+                if view.pending is not None and view.pending.engine_id != req.engine_id:
+                    return mod.busy(mod.Reason.MOVE_PENDING, "mutant: busy first")
+                if any(e != req.engine_id for e in view.attachments):
+                    return mod.busy(mod.Reason.OTHER_ENGINE_ATTACHED, "mutant: busy first")
+            return orig(view, req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("stale_base_accepted", D, "begin is refused when base_version is not the current version")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            if view.record is not None:
+                req = replace(req, base_version=view.record.version)
+            return orig(view, req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("begin_when_dirty", D, "a dirty daemon refuses begin until restarted")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            return orig(replace(view, dirty=None), req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("begin_despite_non_following", D, "begin is refused once a non-following engine was served")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            return orig(replace(view, non_following_seen=False), req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("begin_without_attachment", D, "begin is honoured only for the session a live attachment holds")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def begin_reply(view: Any, req: Any) -> Any:
+            if not view.holds(req.engine_id, req.session):
+                view = replace(view, attachments={**view.attachments, req.engine_id: req.session})
+            return orig(view, req)
+
+        return begin_reply
+
+    _wrap(mod, "begin_reply", make)
+
+
+@mutant("abort_clears_other_session", D, "abort clears only this session's move")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def abort_reply(view: Any, req: Any) -> Any:
+            if view.holds(req.engine_id, req.session) and view.pending is not None:
+                return mod.ok(mod.Reason.ABORTED, "mutant: aborted whoever's move")
+            return orig(view, req)
+
+        return abort_reply
+
+    _wrap(mod, "abort_reply", make)
+
+
+@mutant("commit_any_layers", D, "commit needs the same layer list as the pending move")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def commit_reply(view: Any, req: Any) -> Any:
+            if view.pending is not None and view.pending.engine_id == req.engine_id:
+                view = replace(view, pending=replace(view.pending, layers=req.layers))
+            return orig(view, req)
+
+        return commit_reply
+
+    _wrap(mod, "commit_reply", make)
+
+
+@mutant("commit_other_session", D, "commit is honoured only for the mover's own live session")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def commit_reply(view: Any, req: Any) -> Any:
+            if view.pending is not None and view.holds(req.engine_id, req.session):
+                view = replace(
+                    view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session)
+                )
+            return orig(view, req)
+
+        return commit_reply
+
+    _wrap(mod, "commit_reply", make)
+
+
+@mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def fetch_reply(view: Any, claim: Any) -> Any:
+            if claim is not None and view.record is not None:
+                claim = replace(claim, digest=view.record.digest)
+            return orig(view, claim)
+
+        return fetch_reply
+
+    _wrap(mod, "fetch_reply", make)
+
+
+@mutant("fetch_while_pending", D, "fetch_state is refused while a move is pending")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def fetch_reply(view: Any, claim: Any) -> Any:
+            return orig(replace(view, pending=None), claim)
+
+        return fetch_reply
+
+    _wrap(mod, "fetch_reply", make)
+
+
+@mutant("fetch_when_dirty", D, "a dirty daemon refuses fetch_state until restarted")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def fetch_reply(view: Any, claim: Any) -> Any:
+            return orig(replace(view, dirty=None), claim)
+
+        return fetch_reply
+
+    _wrap(mod, "fetch_reply", make)
+
+
+@mutant("older_engine_served_after_move", D, "an engine without the field is served only at version 0")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def fetch_reply(view: Any, claim: Any) -> Any:
+            if claim is None and view.record is not None and view.record.version != 0:
+                record = mod.LayoutRecord.build(view.record.rows, view.record.num_logical, 0)
+                return orig(replace(view, record=record), claim)
+            return orig(view, claim)
+
+        return fetch_reply
+
+    _wrap(mod, "fetch_reply", make)
+
+
+@mutant("non_following_never_set", D, "serving without a live attachment sets the sticky flag")
+def _(mod: ModuleType) -> None:
+    def fetch_check(self: Any, claim: Any) -> Any:
+        reply = mod.fetch_reply(self._view, claim)
+        self.send("fetch", reply=reply)
+        return reply
+
+    mod.DaemonMachine.fetch_check = fetch_check
+
+
+@mutant("dirty_cleared_when_all_detach", D, "dirty is sticky: only a daemon restart clears it")
+def _(mod: ModuleType) -> None:
+    # the last detach from a dirty daemon clears the dirty mark (as if the daemon had recovered)
+    orig = mod.DaemonMachine.detach_engine
+
+    def detach_engine(self: Any, engine_id: str, session: str) -> Any:
+        effect = orig(self, engine_id, session)
+        if self._view.dirty is not None and not self._view.attachments and effect.dirty is None:
+            self._view = replace(self._view, dirty=None)
+            self.current_state_value = self._view.phase
+        return effect
+
+    mod.DaemonMachine.detach_engine = detach_engine
+
+
+@mutant("stale_detach_drops_attachment", D, "the EOF of a stale session does not drop a live attachment")
+def _(mod: ModuleType) -> None:
+    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def detach_effect(view: Any, engine_id: str, session: str) -> Any:
+            if engine_id in view.attachments:
+                session = view.attachments[engine_id]
+            return orig(view, engine_id, session)
+
+        return detach_effect
+
+    _wrap(mod, "detach_effect", make)
+
+
+# -- the record (layout_sm.record) --------------------------------------------------------------
+
+R = "layout_sm.record"
+
+
+@mutant("version_not_incremented", R, "a commit increments the version")
+def _(mod: ModuleType) -> None:
+    orig = mod.LayoutRecord.with_rows
+
+    def with_rows(self: Any, layers: Any, rows: Any) -> Any:
+        new = orig(self, layers, rows)
+        return dataclasses.replace(new, version=self.version)
+
+    mod.LayoutRecord.with_rows = with_rows
+
+
+@mutant("digest_ignores_values", R, "the digest covers every value of the map")
+def _(mod: ModuleType) -> None:
+    orig = mod.layout_digest
+
+    def layout_digest(rows: Any) -> str:
+        rows = [list(r) for r in rows]
+        return orig([[0] * len(r) for r in rows])  # shape only
+
+    mod.layout_digest = layout_digest
+    mod.LayoutRecord.digest = property(lambda self: layout_digest(self.rows))
+
+
+# -- the engine's decisions (layout_sm.engine) --------------------------------------------------
+
+E = "layout_sm.engine"
+
+
+@mutant("engine_trusts_daemon_digest", E, "the engine computes its own digest of its own map")
+def _(mod: ModuleType) -> None:
+    orig = mod.verify_commits
+
+    def verify_commits(commit_replies: Any, engine_rows: Any, expected_version: Any = None) -> Any:
+        replies = [mod._as_reply(r) for r in commit_replies]
+        theirs = next((r.data.get("digest") for r in replies if r is not None and r.ok), None)
+        verdict = orig(commit_replies, engine_rows, expected_version)
+        if theirs is not None and all(r is not None and r.ok for r in replies):
+            versions = {r.data.get("version") for r in replies if r is not None}
+            if len(versions) == 1:
+                return mod.CommitVerdict(True, versions.pop(), theirs, "committed", "mutant: trusted")
+        return verdict
+
+    mod.verify_commits = verify_commits
+
+
+@mutant("startup_adopts_on_disagreement", E, "startup fails when the daemons disagree")
+def _(mod: ModuleType) -> None:
+    orig = mod.startup_decision
+
+    def startup_decision(findings: Any, engine: Any) -> Any:
+        records = [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == "record"]
+        if len(records) == len(findings) and len({f.digest for f in records}) > 1:
+            findings = [replace(f, record=records[0].record) for f in findings]
+        return orig(findings, engine)
+
+    mod.startup_decision = startup_decision
+
+
+@mutant("startup_ignores_dirty", E, "startup fails when any daemon is dirty")
+def _(mod: ModuleType) -> None:
+    orig = mod.startup_decision
+
+    def startup_decision(findings: Any, engine: Any) -> Any:
+        return orig([f for f in findings if f.kind != "dirty"] or findings, engine)
+
+    mod.startup_decision = startup_decision
+
+
+@mutant("startup_keeps_own_after_move", E, "some daemons without a record: fail if a recording one moved")
+def _(mod: ModuleType) -> None:
+    orig = mod.startup_decision
+
+    def startup_decision(findings: Any, engine: Any) -> Any:
+        out = orig(findings, engine)
+        if out.kind == "fail" and out.reason == "mixed_after_move":
+            return mod.StartupOutcome("keep_own", "mixed_initial", "mutant: kept own")
+        return out
+
+    mod.startup_decision = startup_decision
+
+
+@mutant("no_abort_ok_ranks_on_busy", E, "on busy, the engine aborts the ranks whose begin was ok")
+def _(mod: ModuleType) -> None:
+    orig = mod.chunk_decision
+
+    def chunk_decision(begin_replies: Any) -> Any:
+        out = orig(begin_replies)
+        return replace(out, abort_ranks=()) if out.kind == "pause" else out
+
+    mod.chunk_decision = chunk_decision
+
+
+@mutant("busy_disables_for_good", E, "busy pauses the rebalance; only refused turns it off")
+def _(mod: ModuleType) -> None:
+    orig = mod.chunk_decision
+
+    def chunk_decision(begin_replies: Any) -> Any:
+        out = orig(begin_replies)
+        return replace(out, kind="disable") if out.kind == "pause" else out
+
+    mod.chunk_decision = chunk_decision
+
+
+def apply(mod: ModuleType, name: str) -> None:
+    m = MUTANTS[name]
+    m.patch(mod)
+    mod.__layout_mutant__ = name  # type: ignore[attr-defined]
+
+
+def active() -> Mutant | None:
+    name = os.environ.get(ENV, "")
+    if not name:
+        return None
+    if name not in MUTANTS:
+        raise SystemExit(f"{ENV}={name!r} is not a mutant; known: {', '.join(sorted(MUTANTS))}")
+    return MUTANTS[name]
