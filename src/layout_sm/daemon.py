@@ -100,9 +100,7 @@ class DaemonView:
         return self.attachments.get(engine_id) == session
 
     def __hash__(self) -> int:
-        return hash(
-            (self.record, tuple(self.attachments.items()), self.pending, self.dirty, self.non_following_seen)
-        )
+        return hash((self.record, tuple(self.attachments.items()), self.pending, self.dirty, self.non_following_seen))
 
     def state_wire(self, include_map: bool = False) -> dict[str, Any]:
         """The daemon's state as ``expert_layout_query`` reports it."""

@@ -71,28 +71,25 @@ class RankFinding:
         return cls(rank, "record", record)
 
     @classmethod
-    def from_query_reply(cls, rank: int, attach_finding: RankFinding, wire: object) -> RankFinding:
-        """Re-classify a waiting rank after polling ``expert_layout_query``.
+    def from_query_reply(cls, rank: int, wire: object) -> RankFinding:
+        """Re-classify a waiting rank from its poll, ``query_request(include_map=True)``.
 
-        The query carries no map; the map of the attach reply stays valid only if the digest is
-        unchanged, else the rank re-reads it (``needs_reattach``).
+        The map is read again: the move it waited for may have been committed meanwhile.
         """
         if not isinstance(wire, Mapping) or wire.get("status") != Status.OK.value:
             return cls(rank, "unreadable", detail=f"query failed: {wire!r}")
         if wire.get("dirty"):
             return cls(rank, "dirty", detail=_describe_move("went away while moving", wire["dirty"]))
+        if not wire.get("has_record"):
+            return cls(rank, "no_record", detail="daemon keeps no record")
+        try:
+            record = LayoutRecord.from_wire(wire)
+        except LayoutError as error:
+            return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
         if wire.get("pending"):
-            return cls(
-                rank,
-                "pending",
-                attach_finding.record,
-                _describe_move("is moving", wire["pending"]),
-                dict(wire["pending"]),
-            )
-        record = attach_finding.record
-        if record is not None and wire.get("digest") == record.digest:
-            return cls(rank, "record", record)
-        return cls(rank, "unreadable", detail="the layout changed while waiting; attach again to read it")
+            pending = wire["pending"]
+            return cls(rank, "pending", record, _describe_move("is moving", pending), dict(pending))
+        return cls(rank, "record", record)
 
     def timed_out(self, waited_s: float) -> RankFinding:
         """A rank whose wait for another engine's move ran past the timeout."""
@@ -123,8 +120,7 @@ class RankFinding:
 
 def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
     return (
-        f"engine {move.get('engine_id')!r} {verb} layers {move.get('layers')} "
-        f"from version {move.get('base_version')}"
+        f"engine {move.get('engine_id')!r} {verb} layers {move.get('layers')} from version {move.get('base_version')}"
     )
 
 
@@ -267,9 +263,7 @@ def rebalance_mode(
     ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
     """
     if all(source == "disk" for source in load_sources):
-        return RebalanceMode(
-            True, False, "local", "weights from disk on every rank: rebalancing as sglang does"
-        )
+        return RebalanceMode(True, False, "local", "weights from disk on every rank: rebalancing as sglang does")
     if any(source == "disk" for source in load_sources):
         return RebalanceMode(
             False,
@@ -279,9 +273,7 @@ def rebalance_mode(
             "shared weights stays off",
         )
     if elastic_ep:
-        return RebalanceMode(
-            False, False, "elastic_ep", "elastic EP is on; rebalancing of shared weights stays off"
-        )
+        return RebalanceMode(False, False, "elastic_ep", "elastic EP is on; rebalancing of shared weights stays off")
     if startup is None:
         return RebalanceMode(
             False,
@@ -335,9 +327,7 @@ def chunk_decision(begin_replies: Sequence[Reply | Mapping[str, Any] | None]) ->
     busy = [(rank, r) for rank, r in enumerate(replies) if r is not None and r.status is Status.BUSY]
     if busy:
         detail = "; ".join(f"rank {rank}: {r.message}" for rank, r in busy)
-        return ChunkDecision(
-            "pause", ok_ranks, "busy", f"rebalance paused, the next interval retries ({detail})"
-        )
+        return ChunkDecision("pause", ok_ranks, "busy", f"rebalance paused, the next interval retries ({detail})")
     return ChunkDecision("proceed", (), "begun", "every daemon accepted the move")
 
 

@@ -87,9 +87,7 @@ class Reply:
         try:
             status = Status(wire.get("status"))
         except ValueError:
-            raise ValueError(
-                f"reply.status: {wire.get('status')!r} is not a layout-protocol status"
-            ) from None
+            raise ValueError(f"reply.status: {wire.get('status')!r} is not a layout-protocol status") from None
         try:
             reason = Reason(wire.get("reason"))
         except ValueError:

@@ -59,9 +59,7 @@ def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str) -> tuple[bytes, 
         if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
             raise LayoutError(f"{what}[{index}]: expected a row of ints, got {type(row).__name__}")
         if len(row) != num_physical:
-            raise LayoutError(
-                f"{what}[{index}]: row has {len(row)} slots, expected {num_physical} like row 0"
-            )
+            raise LayoutError(f"{what}[{index}]: row has {len(row)} slots, expected {num_physical} like row 0")
         for slot, value in enumerate(row):
             if not _is_int(value):
                 raise LayoutError(f"{what}[{index}][{slot}]: expected an int, got {type(value).__name__}")
@@ -162,9 +160,7 @@ class LayoutRecord:
             if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
                 raise LayoutError(f"rows[{index}]: expected a row of ints, got {type(row).__name__}")
             if len(row) != self.num_physical:
-                raise LayoutError(
-                    f"rows[{index}]: {len(row)} slots, the layout has {self.num_physical} physical slots"
-                )
+                raise LayoutError(f"rows[{index}]: {len(row)} slots, the layout has {self.num_physical} physical slots")
             for slot, value in enumerate(row):
                 if not _is_int(value) or not 0 <= value < self.num_logical:
                     raise LayoutError(

@@ -1,0 +1,138 @@
+"""The wire schema: builders, validators, and a validator that never raises."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layout_sm import messages as m
+from layout_sm.reasons import Reason, Reply, Status
+
+SESSION = "0123abcd"
+DIGEST = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("wire", "typed"),
+    [
+        (m.attach_request("engine-A"), m.AttachRequest("engine-A")),
+        (m.query_request(include_map=True), m.QueryRequest(True)),
+        (m.begin_request("A", SESSION, 3, [1, 0]), m.BeginRequest("A", SESSION, 3, (1, 0))),
+        (m.commit_request("A", SESSION, [1], [[0, 1]]), m.CommitRequest("A", SESSION, (1,), ((0, 1),))),
+        (m.abort_request("A", SESSION), m.AbortRequest("A", SESSION)),
+    ],
+)
+def test_builders_round_trip_through_pickle_and_parse(wire: dict, typed: object) -> None:
+    # sglang's send_msg/recv_msg pickle plain dicts; the builders must produce only those.
+    assert m.is_layout_request(wire)
+    assert m.parse_request(pickle.loads(pickle.dumps(wire))) == typed
+
+
+def test_fetch_field_round_trip() -> None:
+    field = m.fetch_layout_field("A", SESSION, 2, DIGEST)
+    assert m.parse_fetch_field(field) == m.FetchLayoutField("A", SESSION, 2, DIGEST)
+    assert m.parse_fetch_field(None) is None
+
+
+@pytest.mark.parametrize(
+    ("msg", "field", "problem"),
+    [
+        ({"type": m.BEGIN, "engine_id": "A", "session": SESSION, "layers": [0]}, "base_version", "missing"),
+        (
+            {"type": m.BEGIN, "engine_id": "A", "session": SESSION, "base_version": "0", "layers": [0]},
+            "base_version",
+            "expected an int",
+        ),
+        (
+            {"type": m.BEGIN, "engine_id": "A", "session": SESSION, "base_version": -1, "layers": [0]},
+            "base_version",
+            "not in",
+        ),
+        (
+            {"type": m.BEGIN, "engine_id": "A", "session": SESSION, "base_version": 0, "layers": "0"},
+            "layers",
+            "expected a list",
+        ),
+        (
+            {"type": m.BEGIN, "engine_id": "A", "session": SESSION, "base_version": 0, "layers": [True]},
+            "layers[0]",
+            "expected an int",
+        ),
+        (
+            {"type": m.BEGIN, "engine_id": "A", "session": SESSION, "base_version": 0, "layers": [0] * 5000},
+            "layers",
+            "exceeds the limit",
+        ),
+        ({"type": m.ATTACH, "engine_id": 7}, "engine_id", "expected a string"),
+        ({"type": m.ATTACH, "engine_id": ""}, "engine_id", "printable"),
+        ({"type": m.ABORT, "engine_id": "A", "session": "no spaces"}, "session", "session token"),
+        (
+            {"type": m.COMMIT, "engine_id": "A", "session": SESSION, "layers": [0], "rows": [[0], "x"]},
+            "rows[1]",
+            "expected a list",
+        ),
+        ({"type": m.QUERY, "include_map": 1}, "include_map", "expected a bool"),
+    ],
+)
+def test_malformed_requests_are_refused_naming_the_field(msg: dict, field: str, problem: str) -> None:
+    reply = m.parse_request(msg)
+    assert isinstance(reply, Reply)
+    assert reply.status is Status.REFUSED and reply.reason is Reason.MALFORMED
+    assert reply.data["field"] == field
+    assert f"{field}: " in reply.message and problem in reply.message
+
+
+def test_malformed_fetch_field_is_a_layout_refusal() -> None:
+    reply = m.parse_fetch_field({"engine_id": "A", "session": SESSION, "version": 0, "digest": "xyz"})
+    assert isinstance(reply, Reply) and reply.status is Status.LAYOUT_REFUSED
+    assert reply.data["field"] == "expert_layout.digest"
+
+
+def test_non_dict_is_refused() -> None:
+    for msg in (None, [], "expert_layout_attach", 3, b"x"):
+        reply = m.parse_request(msg)
+        assert isinstance(reply, Reply) and reply.reason is Reason.MALFORMED
+
+
+_REQUEST_TYPES = (m.AttachRequest, m.QueryRequest, m.BeginRequest, m.CommitRequest, m.AbortRequest)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
+_values = st.recursive(
+    _scalars,
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.text(max_size=8), children, max_size=5)
+        | st.tuples(children, children)
+    ),
+    max_leaves=30,
+)
+_field_names = st.sampled_from(
+    ["type", "engine_id", "session", "base_version", "layers", "rows", "include_map", "version", "digest"]
+)
+_types = st.sampled_from([*sorted(m.LAYOUT_REQUEST_TYPES), "ping", "", "expert_layout_"]) | _scalars
+
+
+@settings(max_examples=1000)
+@given(st.dictionaries(_field_names, _values, max_size=7), _types)
+def test_any_dict_gives_a_request_or_a_refusal_never_an_exception(msg: dict, kind: object) -> None:
+    msg = {**msg, "type": kind}
+    result = m.parse_request(msg)
+    assert isinstance(result, (Reply, *_REQUEST_TYPES))
+    if isinstance(result, Reply):
+        assert result.status is Status.REFUSED and result.message
+    fetch = m.parse_fetch_field(msg.get("digest"))
+    assert fetch is None or isinstance(fetch, (Reply, m.FetchLayoutField))
+
+
+@given(_values)
+def test_any_value_gives_a_refusal_never_an_exception(value: object) -> None:
+    assert isinstance(m.parse_request(value), (Reply, *_REQUEST_TYPES))

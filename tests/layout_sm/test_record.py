@@ -1,0 +1,123 @@
+"""LayoutRecord and the canonical digest."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layout_sm.record import DIGEST_TAG, LayoutError, LayoutRecord, layout_digest
+
+
+@st.composite
+def maps(draw: st.DrawFn, max_layers: int = 6, max_physical: int = 8) -> tuple[list[list[int]], int]:
+    num_logical = draw(st.integers(1, 12))
+    num_layers = draw(st.integers(1, max_layers))
+    num_physical = draw(st.integers(1, max_physical))
+    rows = [
+        draw(st.lists(st.integers(0, num_logical - 1), min_size=num_physical, max_size=num_physical))
+        for _ in range(num_layers)
+    ]
+    return rows, num_logical
+
+
+def _reference_digest(rows: list[list[int]]) -> str:
+    """The documented encoding, written out independently of record.py."""
+    payload = DIGEST_TAG + struct.pack("<II", len(rows), len(rows[0]))
+    payload += b"".join(struct.pack("<q", v) for row in rows for v in row)
+    return hashlib.sha256(payload).hexdigest()
+
+
+def test_digest_is_the_documented_encoding() -> None:
+    rows = [[0, 1, 2, 3], [3, 2, 1, 0]]
+    assert layout_digest(rows) == _reference_digest(rows)
+    assert DIGEST_TAG == b"sglang-expert-layout/v1\x00"
+
+
+def test_digest_depends_on_shape_not_only_values() -> None:
+    # Same values, different shape: a 1x4 map is not a 2x2 map.
+    assert layout_digest([[0, 1, 1, 0]]) != layout_digest([[0, 1], [1, 0]])
+
+
+@given(maps())
+def test_digest_stable_and_matches_reference(case: tuple[list[list[int]], int]) -> None:
+    rows, num_logical = case
+    record = LayoutRecord.initial(rows, num_logical)
+    assert record.digest == layout_digest(rows) == layout_digest([list(r) for r in rows])
+    assert record.digest == _reference_digest(rows)
+    assert record.rows == tuple(tuple(r) for r in rows)
+
+
+@given(maps(), maps())
+def test_different_maps_have_different_digests(a: tuple, b: tuple) -> None:
+    rows_a, rows_b = a[0], b[0]
+    assert (layout_digest(rows_a) == layout_digest(rows_b)) == (rows_a == rows_b)
+
+
+@settings(max_examples=200)
+@given(maps())
+def test_record_round_trips_through_the_wire(case: tuple[list[list[int]], int]) -> None:
+    rows, num_logical = case
+    record = LayoutRecord.build(rows, num_logical, version=7)
+    again = LayoutRecord.from_wire(record.to_wire(include_map=True))
+    assert again == record and again.digest == record.digest and again.version == 7
+
+
+@pytest.mark.parametrize(
+    ("rows", "num_logical", "needle"),
+    [
+        ([], 4, "no layers"),
+        ([[]], 4, "row length"),
+        ([[0, 1], [0]], 4, "map[1]: row has 1 slots"),
+        ([[0, 4]], 4, "map[0][1]: expert 4"),
+        ([[0, -1]], 4, "map[0][1]: expert -1"),
+        ([[0, "1"]], 4, "map[0][1]: expected an int"),
+        ([[0, True]], 4, "map[0][1]: expected an int"),
+        ("01", 4, "expected a list of rows"),
+        ([[0, 1]], 0, "num_logical"),
+    ],
+)
+def test_construction_validates_shape_and_range(rows: object, num_logical: int, needle: str) -> None:
+    with pytest.raises(LayoutError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        LayoutRecord.initial(rows, num_logical)  # type: ignore[arg-type]
+
+
+def test_with_rows_replaces_layers_and_bumps_version() -> None:
+    record = LayoutRecord.initial([[0, 1, 2], [2, 1, 0], [1, 1, 1]], 3)
+    moved = record.with_rows([2, 0], [[0, 0, 0], [2, 2, 2]])
+    assert moved.version == 1
+    assert moved.rows == ((2, 2, 2), (2, 1, 0), (0, 0, 0))
+    assert record.version == 0 and record.rows[0] == (0, 1, 2), "records are immutable"
+    assert moved.digest == layout_digest(moved.rows)
+
+
+@pytest.mark.parametrize(
+    ("layers", "rows", "needle"),
+    [
+        ([0], [[0, 1]], "rows\\[0\\]: 2 slots"),
+        ([0], [[0, 1, 3]], "rows\\[0\\]\\[2\\]: 3 is not an expert id"),
+        ([0, 1], [[0, 1, 2]], "1 rows for 2 layers"),
+        ([0], "abc", "expected a list"),
+    ],
+)
+def test_with_rows_rejects_bad_rows(layers: list[int], rows: object, needle: str) -> None:
+    record = LayoutRecord.initial([[0, 1, 2], [2, 1, 0]], 3)
+    with pytest.raises(LayoutError, match=needle):
+        record.with_rows(layers, rows)  # type: ignore[arg-type]
+
+
+def test_from_wire_rejects_a_digest_that_does_not_match() -> None:
+    wire = LayoutRecord.initial([[0, 1]], 2).to_wire()
+    wire["map"] = [[1, 0]]
+    with pytest.raises(LayoutError, match="digest"):
+        LayoutRecord.from_wire(wire)
+
+
+def test_record_is_compact() -> None:
+    # DeepSeek-V3 scale: 61 layers x 288 physical slots, 8 bytes a slot.
+    rows = [[i % 256 for i in range(288)] for _ in range(61)]
+    record = LayoutRecord.initial(rows, 256)
+    assert len(record.map_bytes) == 61 * 288 * 8
