@@ -15,12 +15,14 @@ loads into this one format:
   TLC's stdout error trace): `STATE_i == /\\ var = value ...` preceded by
   `\\* <Action(args) line .. of module M>`.
 
-Suites are written and read as JSON by `write_suite` / `load_suite` (one file per model under
-`tests/model_based/traces/<Model>/`, see `SUITE_FORMAT`).
+Suites (`Suite`: edge-covering behaviours with TLC's text of the states they visit and the
+actions TLC lists out of each) are written and read as JSON, one per model under
+`tests/model_based/traces/<Model>/`.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -48,19 +50,18 @@ __all__ = [
     "Edge",
     "StateGraph",
     "Step",
+    "Suite",
     "TlcFormatError",
     "file_sha256",
     "load_dot_graph",
     "load_dumptrace_tla",
     "load_json_trace",
     "load_simulate_trace",
-    "load_suite",
     "load_tla_trace",
     "parse_dot",
-    "write_suite",
 ]
 
-SUITE_FORMAT = "layout-model-suite/v1"
+SUITE_FORMAT = "layout-model-suite/v2"
 
 
 class TlcFormatError(ValueError):
@@ -282,9 +283,7 @@ def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     edges: list[Edge] = []
     for src, dst, label in raw.edges:
         if not label:
-            raise TlcFormatError(
-                f"{source}: edge {src} -> {dst} has no action label (dump with actionlabels)"
-            )
+            raise TlcFormatError(f"{source}: edge {src} -> {dst} has no action label (dump with actionlabels)")
         if label not in labels:
             labels[label] = Action.parse(label)
         edges.append(Edge(src, labels[label], dst))
@@ -420,19 +419,98 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def write_suite(path: str | Path, behaviours: Sequence[Behaviour], manifest: dict[str, Any]) -> None:
-    """Write a suite: `{"format", "manifest", "behaviours": [...]}` (manifest: hashes, counts, source)."""
-    doc = {
-        "format": SUITE_FORMAT,
-        "manifest": manifest,
-        "behaviours": [b.to_json() for b in behaviours],
-    }
-    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+@dataclass
+class Suite:
+    """Behaviours that cover a state graph's edges, with TLC's text of every state they visit.
 
+    Stored as JSON (gzip when the name ends in `.gz`): a table of the visited states (the text
+    TLC printed, and the labels of every edge TLC lists out of it), and each behaviour as an
+    initial state index and `[action label, state index]` steps. States decode lazily (~2 ms
+    each), so a test can compare text first and decode only on a difference.
+    """
 
-def load_suite(path: str | Path) -> tuple[dict[str, Any], list[Behaviour]]:
-    p = Path(path)
-    doc = json.loads(p.read_text())
-    if doc.get("format") != SUITE_FORMAT:
-        raise TlcFormatError(f"{p}: format is {doc.get('format')!r}, expected {SUITE_FORMAT!r}")
-    return doc["manifest"], [Behaviour.from_json(b) for b in doc["behaviours"]]
+    manifest: dict[str, Any]
+    texts: list[str]
+    enabled: list[list[str]]
+    paths: list[tuple[str, int, list[tuple[str, int]]]]  # (name, init index, [(label, index)])
+    _decoded: dict[int, Record] = field(default_factory=dict, repr=False)
+    _actions: dict[str, Action] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_graph(cls, graph: StateGraph, manifest: dict[str, Any], max_steps: int = 40) -> Suite:
+        paths = graph.edge_cover(max_steps)
+        index: dict[int, int] = {}
+        texts: list[str] = []
+        enabled: list[list[str]] = []
+
+        def idx(node: int) -> int:
+            if node not in index:
+                index[node] = len(texts)
+                texts.append(graph.texts[node])
+                enabled.append(sorted({e.action.label for e in graph.successors(node)}))
+            return index[node]
+
+        width = len(str(len(paths)))
+        out = [
+            (f"b{i:0{width}d}", idx(p[0].src), [(e.action.label, idx(e.dst)) for e in p]) for i, p in enumerate(paths)
+        ]
+        reachable = graph.depths()
+        manifest = {
+            **manifest,
+            "graph_states": len(graph.texts),
+            "graph_edges": len(graph.edges),
+            "edges_covered": len({e for p in paths for e in p}),
+            "reachable_edges": sum(1 for e in graph.edges if e.src in reachable),
+            "behaviours": len(out),
+            "steps": sum(len(p) for p in paths),
+            "suite_states": len(texts),
+            "max_steps": max_steps,
+        }
+        return cls(manifest, texts, enabled, out)
+
+    def state(self, i: int) -> Record:
+        if i not in self._decoded:
+            self._decoded[i] = decode_state_text(self.texts[i])
+        return self._decoded[i]
+
+    def action(self, label: str) -> Action:
+        if label not in self._actions:
+            self._actions[label] = Action.parse(label)
+        return self._actions[label]
+
+    def behaviour(self, k: int) -> Behaviour:
+        name, init, steps = self.paths[k]
+        return Behaviour(
+            self.state(init), tuple(Step(self.action(a), self.state(i)) for a, i in steps), name=name, source="suite"
+        )
+
+    def behaviours(self) -> list[Behaviour]:
+        return [self.behaviour(k) for k in range(len(self.paths))]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SUITE_FORMAT,
+            "manifest": self.manifest,
+            "states": [{"state": t, "enabled": en} for t, en in zip(self.texts, self.enabled, strict=True)],
+            "behaviours": [{"name": n, "init": i, "steps": [list(s) for s in st]} for n, i, st in self.paths],
+        }
+
+    def write(self, path: str | Path) -> None:
+        p = Path(path)
+        data = (json.dumps(self.to_json(), indent=0, separators=(",", ":")) + "\n").encode()
+        # mtime=0: the same suite gives the same bytes (reviewable, reproducible)
+        p.write_bytes(gzip.compress(data, mtime=0) if p.name.endswith(".gz") else data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Suite:
+        p = Path(path)
+        raw = p.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if p.name.endswith(".gz") else raw)
+        if doc.get("format") != SUITE_FORMAT:
+            raise TlcFormatError(f"{p}: format is {doc.get('format')!r}, expected {SUITE_FORMAT!r}")
+        return cls(
+            doc["manifest"],
+            [s["state"] for s in doc["states"]],
+            [s["enabled"] for s in doc["states"]],
+            [(b["name"], b["init"], [(a, i) for a, i in b["steps"]]) for b in doc["behaviours"]],
+        )

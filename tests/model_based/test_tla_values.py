@@ -87,9 +87,7 @@ def test_decode_state_text() -> None:
         ]
     )
     st = decode_state_text(text)
-    assert st == Record(
-        attached=frozenset({E1}), rec=Record(version=0, rows=(0, 0), pending=NONE), log=("a",)
-    )
+    assert st == Record(attached=frozenset({E1}), rec=Record(version=0, rows=(0, 0), pending=NONE), log=("a",))
     assert decode_state_text("x = 1") == Record(x=1)
     with pytest.raises(ValueError_):
         decode_state_text("/\\ x = 1\n/\\ y")
@@ -132,9 +130,7 @@ def test_json_with_typed_examples_restores_sets_and_model_values() -> None:
 def test_json_functions_with_non_string_keys() -> None:
     assert decode_json({"1": "a", "2": "b"}) == ("a", "b")
     assert decode_json({"e1": 3}, model_values={"e1"}) == Fn({E1: 3})
-    assert decode_json({"e1": [1]}, like=Fn({E1: frozenset({2})}), model_values={"e1"}) == Fn(
-        {E1: frozenset({1})}
-    )
+    assert decode_json({"e1": [1]}, like=Fn({E1: frozenset({2})}), model_values={"e1"}) == Fn({E1: frozenset({1})})
 
 
 def test_json_matches_is_equality_modulo_json_erasure() -> None:
@@ -149,7 +145,5 @@ def test_json_matches_is_equality_modulo_json_erasure() -> None:
 
 
 def test_model_values_from_cfg() -> None:
-    cfg = (
-        "CONSTANTS Engines = {e1, e2}\n          NONE = NONE\n          N = 3\n \\* Other = {o}\nINIT Init\n"
-    )
+    cfg = "CONSTANTS Engines = {e1, e2}\n          NONE = NONE\n          N = 3\n \\* Other = {o}\nINIT Init\n"
     assert model_values_from_cfg(cfg) == {"e1", "e2", "NONE"}

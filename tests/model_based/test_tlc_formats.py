@@ -17,15 +17,14 @@ from layout_model.tlc_formats import (
     Behaviour,
     StateGraph,
     Step,
+    Suite,
     TlcFormatError,
     load_dot_graph,
     load_dumptrace_tla,
     load_json_trace,
     load_simulate_trace,
-    load_suite,
     load_tla_trace,
     parse_dot,
-    write_suite,
 )
 from layout_model.values import ModelValue, Record, decode_text, json_matches
 
@@ -88,8 +87,7 @@ def test_every_format_loads_into_the_same_behaviour(stdout_trace: Behaviour, gra
     for b in (stdout_trace, from_json, from_tla):
         assert isinstance(b, Behaviour)
         assert all(
-            isinstance(s, Step) and isinstance(s.action, Action) and isinstance(s.state, Record)
-            for s in b.steps
+            isinstance(s, Step) and isinstance(s.action, Action) and isinstance(s.state, Record) for s in b.steps
         )
     assert [s.action.label for s in stdout_trace.steps] == ["Attach(e1)", "Begin(e1)", "Detach(e1)"]
     assert from_json.states == stdout_trace.states == from_tla.states
@@ -114,11 +112,7 @@ def _is_path_in(graph: StateGraph, b: Behaviour) -> bool:
     if node not in graph.initial:
         return False
     for step in b.steps:
-        nxt = [
-            e.dst
-            for e in graph.successors(node)
-            if e.action == step.action and graph.state(e.dst) == step.state
-        ]
+        nxt = [e.dst for e in graph.successors(node) if e.action == step.action and graph.state(e.dst) == step.state]
         if len(nxt) != 1:
             return False
         node = nxt[0]
@@ -174,12 +168,24 @@ def test_edge_cover_is_deterministic_whatever_the_ids_and_line_order(graph: Stat
         assert [b.to_json() for b in other.behaviours()] == ref
 
 
-def test_suite_round_trip(tmp_path: Path, graph: StateGraph) -> None:
-    bs = graph.behaviours()
-    write_suite(tmp_path / "suite.json", bs, {"model": "Toy", "edges": len(graph.edges)})
-    manifest, back = load_suite(tmp_path / "suite.json")
-    assert manifest == {"model": "Toy", "edges": len(graph.edges)}
-    assert [(b.init, b.steps, b.name) for b in back] == [(b.init, b.steps, b.name) for b in bs]
+@pytest.mark.parametrize("name", ["suite.json", "suite.json.gz"])
+def test_suite_round_trip(tmp_path: Path, graph: StateGraph, name: str) -> None:
+    suite = Suite.from_graph(graph, {"model": "Toy"})
+    assert suite.manifest["edges_covered"] == suite.manifest["graph_edges"] == len(graph.edges)
+    assert suite.manifest["behaviours"] == len(graph.edge_cover())
+    suite.write(tmp_path / name)
+    back = Suite.load(tmp_path / name)
+    assert back.manifest == suite.manifest
+    assert [(b.init, b.steps, b.name) for b in back.behaviours()] == [
+        (b.init, b.steps, b.name) for b in graph.behaviours()
+    ]
+    # every visited state carries the actions TLC lists out of it
+    by_text = {t: n for n, t in graph.texts.items()}
+    for text, enabled in zip(back.texts, back.enabled, strict=True):
+        assert set(enabled) == graph.enabled_labels(by_text[text])
+    again = tmp_path / ("again-" + name)
+    back.write(again)
+    assert again.read_bytes() == (tmp_path / name).read_bytes()
 
 
 def test_malformed_inputs_are_refused(tmp_path: Path) -> None:

@@ -168,9 +168,7 @@ def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def commit_reply(view: Any, req: Any) -> Any:
             if view.pending is not None and view.holds(req.engine_id, req.session):
-                view = replace(
-                    view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session)
-                )
+                view = replace(view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session))
             return orig(view, req)
 
         return commit_reply

@@ -20,9 +20,7 @@ class _PatchAfterExec(importlib.abc.MetaPathFinder):
         self.target = target
         self.patch = patch
 
-    def find_spec(
-        self, fullname: str, path: Any, target: Any = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.target:
             return None
         for finder in sys.meta_path:

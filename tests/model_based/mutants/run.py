@@ -65,9 +65,7 @@ def run_one(mutant: str | None, tests: list[str], timeout: float) -> Result:
         ]  # fmt: skip
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(
-                cmd, cwd=ROOT, env=_env(mutant), capture_output=True, text=True, timeout=timeout
-            )
+            proc = subprocess.run(cmd, cwd=ROOT, env=_env(mutant), capture_output=True, text=True, timeout=timeout)
             tail = (proc.stdout + proc.stderr)[-2000:]
         except subprocess.TimeoutExpired:
             res.seconds = time.monotonic() - t0
@@ -116,9 +114,7 @@ def table(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
-    ap.add_argument(
-        "--tests", nargs="*", default=DEFAULT_TESTS, help="pytest paths (default: tests/model_based)"
-    )
+    ap.add_argument("--tests", nargs="*", default=DEFAULT_TESTS, help="pytest paths (default: tests/model_based)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant run")
     ap.add_argument("--doc", default="", help="write the table to this Markdown file")
     ap.add_argument("--skip-baseline", action="store_true")
@@ -131,13 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.monotonic()
     if not args.skip_baseline:
         base = run_one(None, args.tests, args.timeout)
-        print(
-            f"baseline (no mutant): {base.passed} passed, {len(base.failed)} failed in {base.seconds:.0f} s"
-        )
+        print(f"baseline (no mutant): {base.passed} passed, {len(base.failed)} failed in {base.seconds:.0f} s")
         if base.failed:
-            print(
-                "the unmutated suite fails; fix that first:\n  " + "\n  ".join(base.failed), file=sys.stderr
-            )
+            print("the unmutated suite fails; fix that first:\n  " + "\n  ".join(base.failed), file=sys.stderr)
             return 1
     results = []
     for name in names:

@@ -1,0 +1,342 @@
+"""Drive real daemon adapters through the spec's actions, and check them against the spec's states.
+
+One `RealSystem` per behaviour: one real `LayoutAwareDaemon` process per rank (sglang 0.5.23's
+serve loop on a real Unix socket, from `layout_testkit.daemon_proc`), and engines that speak
+the protocol with `layout_sm.messages` requests and decide with `layout_sm.engine`'s pure
+functions, exactly as every rank of an engine does.
+
+The binding of spec values to real ones (`spec/LayoutProtocol.tla`):
+
+- engine `e1` is engine id "e1"; rank r (1-based) talks to daemon r; layer l (1-based) is
+  wire layer l-1;
+- a map `dmap[r]` is one of two permutations per layer: 0 -> `PERMS[0]`, 1 -> `PERMS[1]`;
+- `Crash(e)` marks the engine dead (it sends nothing more); `Detach(r, e)` is the abrupt close of
+  its attach connection to daemon r (what the kernel does when the process dies), then the test
+  waits until daemon r reports that it noticed the EOF;
+- `Restart(r)` is a SIGKILL and a fresh daemon process on the same socket;
+- `MoveLayer` changes only `truth` (the weights in memory), which `expert_layout_query` does not
+  report: nothing is sent for it.
+
+After every step each daemon's `expert_layout_query` must equal the daemon part of the spec's
+state, and every reply must be the one the spec's action implies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layout_model.tlc_formats import Action
+from layout_model.values import ModelValue, Record
+from layout_sm import messages
+from layout_sm.engine import EngineLayout, RankFinding, chunk_decision, startup_decision, verify_commits
+from layout_sm.reasons import Reply
+from layout_sm.record import layout_digest
+from layout_testkit import daemon_proc
+
+PERMS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 3), (1, 0, 3, 2))
+NUM_LOGICAL = 4
+NOTICE_TIMEOUT_S = 10.0
+WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (DESIGN §5), reported in a timed-out finding
+
+# spec reply names (reb[e].replies) -> wire status
+_BEGIN_STATUS = {"ok": "ok", "busy": "busy", "refused": "refused"}
+
+
+class Mismatch(AssertionError):
+    """The real system and the spec's state disagree (names the step and what differs)."""
+
+
+def rows_of(dmap: tuple[int, ...]) -> list[list[int]]:
+    return [list(PERMS[p]) for p in dmap]
+
+
+def wire_layers(layers: frozenset[int]) -> list[int]:
+    return sorted(layer - 1 for layer in layers)
+
+
+def _name(v: Any) -> str:
+    return v.name if isinstance(v, ModelValue) else str(v)
+
+
+def _at(fn: Any, key: Any) -> Any:
+    """`f[k]` for a spec function: a tuple for domain 1..n (k is 1-based), else a mapping."""
+    if isinstance(fn, tuple):
+        return fn[key - 1]
+    return fn[key]
+
+
+@dataclass
+class EngineSide:
+    """What the processes of one engine (all its ranks) hold: connections, sessions, findings."""
+
+    name: str
+    conns: dict[int, socket.socket] = field(default_factory=dict)
+    sessions: dict[int, str] = field(default_factory=dict)
+    findings: dict[int, RankFinding] = field(default_factory=dict)
+    begin_replies: dict[int, Reply] = field(default_factory=dict)
+    commit_replies: dict[int, Reply] = field(default_factory=dict)
+    chunk: frozenset[int] = frozenset()
+    dead: bool = False
+
+
+class RealSystem:
+    """Real daemons (one process per rank) and protocol-speaking engines, driven step by step."""
+
+    def __init__(self, workdir: Path, init: Record, older: frozenset[str] = frozenset()) -> None:
+        self.workdir = workdir
+        self.ranks = len(init["dphase"])
+        self.num_layers = len(_at(init["dmap"], 1))
+        self.older = older
+        self.initial_rows = rows_of(tuple(0 for _ in range(self.num_layers)))
+        self.engine_layout = EngineLayout(
+            num_layers=self.num_layers,
+            num_physical=len(PERMS[0]),
+            num_logical=NUM_LOGICAL,
+            initial_digest=layout_digest(self.initial_rows),
+            routes_by_metadata=True,
+        )
+        self.engines: dict[str, EngineSide] = {}
+        self.daemons: dict[int, daemon_proc.DaemonProcess] = {}
+        self.log: list[str] = []
+        for r in range(1, self.ranks + 1):
+            has_record = _at(init["dphase"], r) != "no_record"
+            self.daemons[r] = daemon_proc.start_daemon(
+                str(workdir / f"d{r}.sock"),
+                physical_to_logical_map=self.initial_rows if has_record else None,
+                num_logical=NUM_LOGICAL if has_record else None,
+                log_path=str(workdir / f"d{r}.log"),
+            )
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        for eng in self.engines.values():
+            for conn in eng.conns.values():
+                with contextlib.suppress(OSError):
+                    conn.close()
+        for d in self.daemons.values():
+            with contextlib.suppress(Exception):
+                d.kill()
+
+    def engine(self, e: Any) -> EngineSide:
+        name = _name(e)
+        if name not in self.engines:
+            self.engines[name] = EngineSide(name)
+        return self.engines[name]
+
+    def request(self, r: int, msg: dict[str, Any]) -> dict[str, Any]:
+        reply = daemon_proc.request(self.daemons[r].socket_path, msg)
+        self.log.append(f"  d{r} <- {msg.get('type')}: {reply.get('status')}({reply.get('reason', '')})")
+        return reply
+
+    def query(self, r: int) -> dict[str, Any]:
+        return daemon_proc.request(self.daemons[r].socket_path, messages.query_request(include_map=True))
+
+    # -- one step ----------------------------------------------------------------------
+
+    def step(self, action: Action, before: Record, after: Record) -> None:
+        """Do `action` on the real system; raise Mismatch when a reply is not what the spec implies."""
+        self.log.append(action.label)
+        handler = getattr(self, f"do_{action.name}", None)
+        if handler is None:
+            raise Mismatch(f"no real counterpart for the spec action {action.name}")
+        handler(before, after, *action.args)
+
+    def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        conn, wire = daemon_proc.attach(self.daemons[r].socket_path, eng.name)
+        self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
+        if wire.get("status") == "ok":
+            eng.conns[r] = conn
+            eng.sessions[r] = wire["session"]
+        else:
+            conn.close()
+        finding = RankFinding.from_attach_reply(r - 1, wire)
+        eng.findings[r] = finding
+        self._expect_finding(finding, _at(after["efind"][e], r), f"Attach({eng.name}, {r})")
+
+    def do_Poll(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        wire = self.request(r, messages.query_request(include_map=True))
+        finding = RankFinding.from_query_reply(r - 1, eng.findings[r], wire)
+        eng.findings[r] = finding
+        self._expect_finding(finding, _at(after["efind"][e], r), f"Poll({eng.name}, {r})")
+
+    def do_Timeout(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        eng.findings[r] = eng.findings[r].timed_out(WAIT_TIMEOUT_S)
+        self._expect_finding(eng.findings[r], _at(after["efind"][e], r), f"Timeout({eng.name}, {r})")
+
+    def do_Agree(self, before: Record, after: Record, e: Any) -> None:
+        eng = self.engine(e)
+        findings = [eng.findings[r] for r in range(1, self.ranks + 1)]
+        outcome = startup_decision(findings, self.engine_layout)
+        want_phase = after["ephase"][e]
+        if outcome.failed != (want_phase == "failed"):
+            raise Mismatch(f"Agree({eng.name}): startup_decision gave {outcome.kind} ({outcome.message}); "
+                           f"the spec's engine goes to {want_phase!r}")  # fmt: skip
+        if outcome.failed:
+            return
+        route = rows_of(after["eroute"][e])
+        got_rows = [list(r) for r in outcome.record.rows] if outcome.record is not None else self.initial_rows
+        got_version = outcome.record.version if outcome.record is not None else 0
+        if got_rows != route or got_version != after["ever"][e]:
+            raise Mismatch(f"Agree({eng.name}): engine routes with version {got_version} map {got_rows}; "
+                           f"spec: version {after['ever'][e]} map {route}")  # fmt: skip
+        if outcome.shared_rebalance != after["eshare"][e]:
+            raise Mismatch(f"Agree({eng.name}): shared rebalance {outcome.shared_rebalance}, spec {after['eshare'][e]}")
+
+    def do_Fetch(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        msg: dict[str, Any] = {"type": "fetch_state", "config": daemon_proc.testkit_cache_config()}
+        if eng.name not in self.older:
+            route = rows_of(before["eroute"][e])
+            msg[messages.FETCH_FIELD] = messages.fetch_layout_field(
+                eng.name, eng.sessions[r], before["ever"][e], layout_digest(route)
+            )
+        wire = self.request(r, msg)
+        served = r in after["eserv"][e]
+        if (wire.get("status") == "ok") != served:
+            raise Mismatch(f"Fetch({eng.name}, {r}): daemon replied {wire.get('status')}({wire.get('reason')}): "
+                           f"{wire.get('message')}; the spec {'serves' if served else 'refuses'}")  # fmt: skip
+        if not served and wire.get("status") != "layout_refused":
+            raise Mismatch(f"Fetch({eng.name}, {r}): refusal is {wire.get('status')}, expected layout_refused")
+
+    def do_BeginChunk(self, before: Record, after: Record, e: Any, c: frozenset[int]) -> None:
+        eng = self.engine(e)
+        eng.chunk = c
+        eng.begin_replies.clear()
+        eng.commit_replies.clear()
+
+    def do_Begin(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        wire = self.request(
+            r, messages.begin_request(eng.name, eng.sessions[r], before["ever"][e], wire_layers(eng.chunk))
+        )
+        reply = Reply.from_wire(wire)
+        eng.begin_replies[r] = reply
+        want = _at(after["reb"][e]["replies"], r)
+        if reply.status.value != _BEGIN_STATUS[want]:
+            raise Mismatch(f"Begin({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
+
+    def do_Decide(self, before: Record, after: Record, e: Any) -> None:
+        eng = self.engine(e)
+        decision = chunk_decision([eng.begin_replies[r] for r in range(1, self.ranks + 1)])
+        step = after["reb"][e]["step"]
+        want = {"move": "proceed"}.get(step)
+        if (decision.kind == "proceed") != (want == "proceed"):
+            raise Mismatch(
+                f"Decide({eng.name}): chunk_decision {decision.kind} ({decision.message}); spec step {step!r}"
+            )
+        if decision.kind != "proceed":
+            oks = {r - 1 for r in range(1, self.ranks + 1) if _at(before["reb"][e]["replies"], r) == "ok"}
+            if set(decision.abort_ranks) != oks:
+                raise Mismatch(f"Decide({eng.name}): aborts ranks {list(decision.abort_ranks)}; the spec aborts "
+                               f"the ok ranks {sorted(oks)}")  # fmt: skip
+        if (decision.kind != "disable") != after["eshare"][e]:
+            raise Mismatch(f"Decide({eng.name}): {decision.kind} but the spec's eshare is {after['eshare'][e]}")
+
+    def do_Abort(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        reply = Reply.from_wire(self.request(r, messages.abort_request(eng.name, eng.sessions[r])))
+        if reply.reason.value != "aborted":
+            raise Mismatch(f"Abort({eng.name}, {r}): daemon replied {reply}; the spec aborts the move")
+
+    def do_MoveLayer(self, before: Record, after: Record, e: Any, r: int, layer: int) -> None:
+        pass  # truth only (see the module docstring)
+
+    def do_Commit(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        target = self._target(before, e)
+        layers = wire_layers(eng.chunk)
+        rows = [target[layer] for layer in layers]
+        reply = Reply.from_wire(self.request(r, messages.commit_request(eng.name, eng.sessions[r], layers, rows)))
+        eng.commit_replies[r] = reply
+        want = _at(after["reb"][e]["replies"], r)
+        if reply.ok != (want == "committed"):
+            raise Mismatch(f"Commit({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
+
+    def do_Verify(self, before: Record, after: Record, e: Any) -> None:
+        eng = self.engine(e)
+        target = self._target(before, e)
+        verdict = verify_commits(
+            [eng.commit_replies.get(r) for r in range(1, self.ranks + 1)], target, before["ever"][e] + 1
+        )
+        if verdict.ok != after["eshare"][e]:
+            raise Mismatch(f"Verify({eng.name}): verify_commits ok={verdict.ok} ({verdict.message}); "
+                           f"spec eshare {after['eshare'][e]}")  # fmt: skip
+
+    def do_Crash(self, before: Record, after: Record, e: Any) -> None:
+        self.engine(e).dead = True  # its connections close when each daemon is to notice (Detach)
+
+    def do_Detach(self, before: Record, after: Record, r: int, e: Any) -> None:
+        eng = self.engine(e)
+        conn = eng.conns.pop(r)
+        conn.close()  # abrupt: no goodbye message, as when the process is killed
+        deadline = time.monotonic() + NOTICE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if eng.name not in self.query(r).get("attached", []):
+                return
+            time.sleep(0.002)
+        raise Mismatch(f"Detach({r}, {eng.name}): daemon {r} did not notice the EOF within {NOTICE_TIMEOUT_S} s")
+
+    def do_Restart(self, before: Record, after: Record, r: int) -> None:
+        self.daemons[r].restart()
+
+    def _target(self, state: Record, e: Any) -> list[list[int]]:
+        chunk = state["reb"][e]["chunk"]
+        route = state["eroute"][e]
+        return rows_of(tuple(1 - p if (i + 1) in chunk else p for i, p in enumerate(route)))
+
+    def _expect_finding(self, finding: RankFinding, want: Record, where: str) -> None:
+        kind = {"wait": "pending"}.get(want["found"], want["found"])
+        if finding.kind != kind:
+            raise Mismatch(
+                f"{where}: the rank found {finding.kind!r} ({finding.detail}); the spec finds {want['found']!r}"
+            )
+        if kind == "record":
+            assert finding.record is not None
+            if finding.record.version != want["fver"] or [list(x) for x in finding.record.rows] != rows_of(
+                want["fmap"]
+            ):
+                raise Mismatch(f"{where}: record version {finding.record.version}, spec {want['fver']} "
+                               f"(maps {finding.record.rows} vs {rows_of(want['fmap'])})")  # fmt: skip
+
+    # -- the daemons' observable state -------------------------------------------------
+
+    def check_daemons(self, state: Record, where: str) -> None:
+        for r in range(1, self.ranks + 1):
+            got = self.query(r)
+            want = expected_query(state, r)
+            seen = {k: got.get(k) for k in want}
+            if seen != want:
+                diff = {k: (seen[k], want[k]) for k in want if seen[k] != want[k]}
+                raise Mismatch(f"after {where}: daemon {r} reports {diff} as (daemon, spec)")
+
+
+def expected_query(state: Record, r: int) -> dict[str, Any]:
+    """The fields of `expert_layout_query` that the daemon part of a spec state determines."""
+    phase = _at(state["dphase"], r)
+    pend = _at(state["dpend"], r)
+    move = (
+        None
+        if not isinstance(pend, Record)
+        else {"engine_id": _name(pend["mover"]), "layers": wire_layers(pend["layers"]), "base_version": pend["base"]}
+    )
+    has_record = phase != "no_record"
+    rows = rows_of(_at(state["dmap"], r))
+    return {
+        "phase": phase,
+        "version": _at(state["dver"], r) if has_record else None,
+        "digest": layout_digest(rows) if has_record else None,
+        "map": rows if has_record else None,
+        "pending": move if phase == "pending" else None,
+        "dirty": move if phase == "dirty" else None,
+        "attached": sorted(_name(x) for x in _at(state["datt"], r)),
+        "non_following_seen": _at(state["dnf"], r),
+    }
