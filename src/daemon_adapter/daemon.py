@@ -137,8 +137,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
         else:
             logger.info(
-                "[LayoutAwareDaemon gpu=%s] expert-layout record: shape %s, %d logical experts, "
-                "version 0, digest %s",
+                "[LayoutAwareDaemon gpu=%s] expert-layout record: shape %s, %d logical experts, version 0, digest %s",
                 self.gpu_id,
                 list(record.shape),
                 record.num_logical,
@@ -155,9 +154,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         if metadata is None:
             self.set_initial_layout(None)
         else:
-            self.set_initial_layout(
-                metadata.physical_to_logical_map_cpu.tolist(), metadata.num_logical_experts
-            )
+            self.set_initial_layout(metadata.physical_to_logical_map_cpu.tolist(), metadata.num_logical_experts)
 
     def layout_view(self) -> DaemonView:
         """A snapshot of the layout state (for tests and logs)."""

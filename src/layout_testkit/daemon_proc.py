@@ -10,7 +10,7 @@ Unix socket.
 API (this module imports neither sglang nor torch; only the daemon process does)::
 
     daemon = start_daemon(socket_path, physical_to_logical_map=rows, num_logical=8,
-                          tensors={"w": torch.ones(4)}, config=testkit_cache_config())
+                          tensors={"w": torch.ones(4)}, config=default_cache_config())
     daemon.wait_ready()          # start_daemon(wait=True) already did; True when serving
     request(daemon.socket_path, {"type": "ping"})   # one request, one reply (plain dicts)
     conn, reply = attach(daemon.socket_path, "engine-A")  # stays open: close = detach
@@ -48,7 +48,7 @@ from typing import Any
 _FRAME_HEADER = struct.Struct("!I")
 
 
-def testkit_cache_config(**overrides: Any) -> dict[str, Any]:
+def default_cache_config(**overrides: Any) -> dict[str, Any]:
     """A complete sglang ``CacheConfig`` as a dict (the fingerprint the daemon serves)."""
     config: dict[str, Any] = {
         "model_path": "layout-testkit/toy-moe",
@@ -76,7 +76,7 @@ def testkit_cache_config(**overrides: Any) -> dict[str, Any]:
     }
     unknown = set(overrides) - set(config)
     if unknown:
-        raise ValueError(f"testkit_cache_config: unknown CacheConfig fields {sorted(unknown)}")
+        raise ValueError(f"default_cache_config: unknown CacheConfig fields {sorted(unknown)}")
     config.update(overrides)
     return config
 
@@ -109,9 +109,7 @@ def _run_daemon(spec: DaemonSpec) -> None:
 
     from daemon_adapter.daemon import LayoutAwareDaemon
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     # sglang's torch_ipc transport shares CPU tensors between unrelated processes only with
     # the file_system strategy (DESIGN §9); clients must set it too.
     torch.multiprocessing.set_sharing_strategy("file_system")
@@ -320,7 +318,7 @@ def start_daemon(
 
     ``tensors``: named CPU tensors the daemon serves as its state entries (parameters,
     except the names in ``buffer_names``). ``config``: the ``CacheConfig`` dict it serves
-    (``testkit_cache_config()`` by default); an engine whose config differs gets sglang's
+    (``default_cache_config()`` by default); an engine whose config differs gets sglang's
     ``mismatch`` reply.
     """
     tensors_path = None
@@ -337,7 +335,7 @@ def start_daemon(
         if physical_to_logical_map is None
         else [[int(v) for v in row] for row in physical_to_logical_map],
         num_logical=num_logical,
-        config=dict(config) if config is not None else testkit_cache_config(),
+        config=dict(config) if config is not None else default_cache_config(),
         tensors_path=tensors_path,
         buffer_names=tuple(buffer_names),
         plain_sglang=plain_sglang,

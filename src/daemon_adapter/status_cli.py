@@ -1,0 +1,185 @@
+"""``expert-layout status``: the expert-layout state of weight cache daemons.
+
+Queries one socket (``--socket PATH``, repeatable) or every daemon socket that sglang's
+``SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE`` matches (``{device_uuid}`` as a wildcard), with
+``expert_layout_query``, and prints version, digest, pending move, dirty state with its
+reason, attached engines and the non-following flag: a table, or JSON with ``--json``.
+
+Exit codes: 0 every daemon answered; 3 no daemon found; 4 a daemon was found but did not
+answer (4 wins over 5); 5 a daemon answered as an older daemon without the layout requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import socket
+import stat
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+EXIT_OK = 0
+EXIT_NO_DAEMON = 3
+EXIT_NOT_ANSWERING = 4
+EXIT_OLDER_DAEMON = 5
+
+ANSWERED = "answered"
+NOT_ANSWERING = "not_answering"
+OLDER_DAEMON = "older_daemon"
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    socket_path: str
+    outcome: str  # ANSWERED, NOT_ANSWERING or OLDER_DAEMON
+    state: dict[str, Any] | None = None  # the query reply, when answered
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"socket": self.socket_path, "outcome": self.outcome, "state": self.state, "detail": self.detail}
+
+
+def socket_template() -> str:
+    """sglang's socket template (its env var, or sglang's default)."""
+    from sglang.srt.environ import envs
+
+    return envs.SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE.get()
+
+
+def discover_sockets(template: str) -> list[str]:
+    """Every existing socket file the template matches, ``{device_uuid}`` being any name."""
+    pattern = "*".join(glob.escape(part) for part in template.split("{device_uuid}"))
+    found = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
+def query_daemon(socket_path: str, timeout: float, include_map: bool = False) -> DaemonStatus:
+    from sglang.srt.weight_cache.protocol import recv_msg, send_msg
+
+    from layout_sm.messages import query_request
+    from layout_sm.reasons import Reply
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(socket_path)
+            send_msg(sock, query_request(include_map=include_map))
+            wire = recv_msg(sock)
+    except (OSError, ConnectionError, ValueError) as error:
+        return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"{type(error).__name__}: {error}")
+    try:
+        reply = Reply.from_wire(wire)
+    except ValueError:
+        if isinstance(wire, dict) and wire.get("status") == "error":
+            # sglang's daemon answers an unknown request type with an error.
+            return DaemonStatus(
+                socket_path,
+                OLDER_DAEMON,
+                detail=f"daemon does not know the layout requests: {wire.get('message')}",
+            )
+        return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"unexpected reply: {wire!r:.200}")
+    if not reply.ok:
+        return DaemonStatus(socket_path, NOT_ANSWERING, detail=str(reply))
+    return DaemonStatus(socket_path, ANSWERED, state=reply.to_wire())
+
+
+def exit_code(statuses: Sequence[DaemonStatus]) -> int:
+    if not statuses:
+        return EXIT_NO_DAEMON
+    outcomes = {s.outcome for s in statuses}
+    if NOT_ANSWERING in outcomes:
+        return EXIT_NOT_ANSWERING
+    if OLDER_DAEMON in outcomes:
+        return EXIT_OLDER_DAEMON
+    return EXIT_OK
+
+
+def _describe_move(move: dict[str, Any] | None) -> str:
+    if not move:
+        return "-"
+    return f"{move.get('engine_id')} layers {move.get('layers')} from v{move.get('base_version')}"
+
+
+def _row(status: DaemonStatus) -> list[str]:
+    state = status.state
+    if state is None:
+        return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", status.detail]
+    digest = state.get("digest")
+    dirty = state.get("dirty")
+    return [
+        status.socket_path,
+        str(state.get("phase")),
+        "-" if state.get("version") is None else str(state.get("version")),
+        "-" if digest is None else str(digest)[:16],
+        _describe_move(state.get("pending")),
+        "-" if not dirty else f"yes: {_describe_move(dirty)} left mid-move",
+        ",".join(state.get("attached") or []) or "-",
+        "yes" if state.get("non_following_seen") else "no",
+        "",
+    ]
+
+
+def render_table(statuses: Sequence[DaemonStatus]) -> str:
+    header = ["SOCKET", "STATE", "VERSION", "DIGEST", "PENDING", "DIRTY", "ATTACHED", "NON-FOLLOWING", "DETAIL"]
+    rows = [header, *(_row(s) for s in statuses)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="expert-layout", description="Expert-layout tools for sglang's weight cache.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    status = commands.add_parser(
+        "status",
+        help="show the expert-layout state of weight cache daemons",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument(
+        "--socket",
+        action="append",
+        metavar="PATH",
+        help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--include-map", action="store_true", help="with --json: include the full map")
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon (default 5)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.socket:
+        # A named path that is not there is "not found", like a template that matches nothing.
+        sockets = [path for path in args.socket if os.path.exists(path)]
+        where = ", ".join(args.socket)
+    else:
+        template = socket_template()
+        sockets = discover_sockets(template)
+        where = f"SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE={template}"
+    statuses = [query_daemon(path, args.timeout, include_map=args.include_map) for path in sockets]
+    code = exit_code(statuses)
+    if args.json:
+        print(json.dumps({"exit_code": code, "daemons": [s.to_json() for s in statuses]}, indent=2))
+    elif not statuses:
+        print(f"no weight cache daemon found ({where})", file=sys.stderr)
+    else:
+        print(render_table(statuses))
+        for status in statuses:
+            if status.outcome != ANSWERED:
+                print(f"{status.socket_path}: {status.outcome}: {status.detail}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
