@@ -1,1 +1,19 @@
+"""The engine side of the expert-layout protocol (DESIGN §5, §6), as an sglang plugin.
 
+Installing the distribution registers ``engine_adapter.plugin:register`` in sglang's
+``sglang.srt.plugins`` entry-point group; sglang's ``load_plugins()`` runs it in every engine
+process. The hooks only translate (sockets, tensors, collectives); every decision is
+``layout_sm``'s.
+
+Modules:
+
+- ``plugin``: ``register()``, the entry point; the hook targets.
+- ``startup``: attach, wait, all-gather, ``startup_decision``, adopt (``ExpertLayoutStartupError``;
+  ``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, ``SGLANG_EXPERT_LAYOUT_POLL_INTERVAL``).
+- ``loader``: the ``expert_layout`` field of ``fetch_state``; ``LayoutRefusedError``.
+- ``rebalance``: the chunk protocol around sglang's EPLB.
+- ``daemon_link``: sockets to one daemon; the attachment, closed in forked children.
+- ``state``: what one rank process knows (``state.get()``, ``state.reset()``).
+
+Nothing is imported here: importing sglang costs seconds.
+"""

@@ -38,6 +38,7 @@ answer within ``timeout`` is ``kind="hung"`` and the pool is killed (the next ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -304,6 +305,43 @@ class EngineRank:
         torch.multiprocessing.set_sharing_strategy("file_system")
         return loader._fetch_from_cache(self._model_config, DeviceConfig("cpu", self.rank))
 
+    def cache_config(self) -> dict[str, Any]:
+        """The CacheConfig dict the real loader sends for the current engine (to start matching daemons).
+
+        sglang's own ``_fetch_from_cache`` builds it; a one-shot listener records the request and
+        answers sglang's ``mismatch``, which the loader raises as usual.
+        """
+        import threading
+
+        from sglang.srt.weight_cache import protocol
+
+        assert self.spec is not None, "start() first"
+        path = os.path.join(self.workdir, f"probe-{self.rank}-{os.getpid()}.sock")
+        if os.path.exists(path):
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(1)
+        seen: dict[str, Any] = {}
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                seen.update(protocol.recv_msg(conn))
+                protocol.send_msg(conn, {"status": "mismatch", "daemon_config": {}})
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        try:
+            self._fetch(path)
+        except RuntimeError:
+            pass  # the mismatch answered above
+        finally:
+            thread.join(timeout=10)
+            listener.close()
+            os.unlink(path)
+        return dict(seen["config"])
+
     def rebalance(self, logical_count: Any) -> int:
         """Run one real EPLBManager.rebalance() to its end; returns how many chunks it yielded."""
         from sglang.srt.eplb.eplb_manager import EPLBManager
@@ -446,9 +484,9 @@ class EngineRanks:
             conn.send((script, args))
         return self._collect(timeout)
 
-    def run_each(self, scripts: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], timeout: float = 60.0) -> list[
-        RankResult
-    ]:
+    def run_each(
+        self, scripts: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], timeout: float = 60.0
+    ) -> list[RankResult]:
         """Like ``run`` but rank r runs ``scripts[r]`` (a script and its args)."""
         if not self._procs:
             self._start()
@@ -475,10 +513,8 @@ class EngineRanks:
 
     def close(self) -> None:
         for conn in self._conns:
-            try:
+            with contextlib.suppress(Exception):
                 conn.send(None)
-            except Exception:
-                pass
         for proc in self._procs:
             proc.join(timeout=5)
             if proc.is_alive():

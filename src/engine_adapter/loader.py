@@ -1,0 +1,87 @@
+"""The loader's side: ``fetch_state`` carries the engine's layout, and a refusal stops the engine.
+
+sglang's ``IpcModelLoader._fetch_from_cache`` builds and sends the request itself, so the field is
+added by hooks on sglang's ``send_msg``/``recv_msg`` that act only inside that call (a context
+variable marks it; everywhere else, the daemon included, they pass through):
+
+- the ``fetch_state`` request gets ``expert_layout: {engine_id, session, version, digest}`` when
+  this rank is attached;
+- a ``layout_refused`` reply raises ``LayoutRefusedError`` with the daemon's reason. It is a
+  ``RuntimeError``, which the loader re-raises as it is: no fallback to disk;
+- whether the weights came from the daemon or from disk is recorded for the rebalance mode.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import Any
+
+from engine_adapter import state
+from layout_sm.messages import FETCH_FIELD
+from layout_sm.reasons import Reply, Status
+
+FETCH_STATE = "fetch_state"  # sglang's request type
+
+
+class LayoutRefusedError(RuntimeError):
+    """The daemon refused to serve weights for this engine's expert layout."""
+
+
+@dataclass
+class _FetchScope:
+    field: dict[str, Any] | None
+    awaiting_reply: bool = False
+    peer: str = ""
+
+
+_SCOPE: contextvars.ContextVar[_FetchScope | None] = contextvars.ContextVar("expert_layout_fetch", default=None)
+
+
+def around_fetch_from_cache(original: Any, loader: Any, *args: Any, **kwargs: Any) -> Any:
+    st = state.get()
+    if not st.enabled:
+        return original(loader, *args, **kwargs)
+    token = _SCOPE.set(_FetchScope(field=st.fetch_field()))
+    try:
+        result = original(loader, *args, **kwargs)
+    finally:
+        _SCOPE.reset(token)
+    # None is sglang's "no daemon socket": the loader then loads from disk.
+    st.weights_source = "daemon" if result is not None else "disk"
+    return result
+
+
+def around_send_msg(original: Any, sock: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+    scope = _SCOPE.get()
+    if scope is not None and isinstance(obj, dict) and obj.get("type") == FETCH_STATE:
+        if scope.field is not None:
+            obj = {**obj, FETCH_FIELD: dict(scope.field)}
+        scope.awaiting_reply = True
+        try:
+            scope.peer = str(sock.getpeername())
+        except OSError:
+            scope.peer = "?"
+    return original(sock, obj, *args, **kwargs)
+
+
+def around_recv_msg(original: Any, sock: Any, *args: Any, **kwargs: Any) -> Any:
+    reply = original(sock, *args, **kwargs)
+    scope = _SCOPE.get()
+    if scope is not None and scope.awaiting_reply:
+        scope.awaiting_reply = False
+        if isinstance(reply, dict) and reply.get("status") == Status.LAYOUT_REFUSED.value:
+            raise LayoutRefusedError(_refusal_text(reply, scope.peer))
+    return reply
+
+
+def _refusal_text(reply: dict[str, Any], peer: str) -> str:
+    try:
+        parsed = Reply.from_wire(reply)
+        why = f"({parsed.reason.value}) {parsed.message}"
+    except ValueError:
+        why = repr(reply)
+    return (
+        f"[expert-layout] the weight cache daemon at {peer} refused fetch_state {why} "
+        f"(not loading from disk instead: the daemon holds this GPU's weights)"
+    )

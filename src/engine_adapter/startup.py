@@ -1,0 +1,173 @@
+"""Engine startup (DESIGN §5): attach, wait out another engine's move, agree over all ranks, adopt.
+
+Runs AROUND sglang's ``ModelRunner.maybe_init_expert_location_metadata``, after it, before the
+model loads. sglang has then built the engine's own initial metadata (``--init-expert-location``
+or trivial); this hook only acts when there is such metadata (dense models are untouched) and the
+weight cache is on. Every rank:
+
+1. attaches to its own daemon (the socket path sglang's ``IpcModelLoader`` uses);
+2. while ``layout_sm.engine.needs_wait`` says so, polls ``expert_layout_query`` up to the timeout
+   (``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, 300 s by default);
+3. all-gathers its ``RankFinding`` over the world CPU group (whatever went wrong locally is a
+   finding, never an exception before the collective: no rank is left waiting in it);
+4. applies ``startup_decision``: adopt (sglang's ``ExpertLocationMetadata.init_by_mapping``, copied
+   into the live metadata with sglang's own ``update``), keep, or fail on every rank alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_expert_location_metadata
+from sglang.srt.runtime_context import get_exec, get_model, get_parallel
+
+from engine_adapter import daemon_link, state
+from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome, needs_wait, startup_decision
+from layout_sm.messages import attach_request, query_request
+from layout_sm.record import layout_digest
+
+logger = logging.getLogger("engine_adapter")
+
+WAIT_TIMEOUT_ENV = "SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT"
+POLL_INTERVAL_ENV = "SGLANG_EXPERT_LAYOUT_POLL_INTERVAL"
+DEFAULT_WAIT_TIMEOUT_S = 300.0
+DEFAULT_POLL_INTERVAL_S = 0.5
+
+
+class ExpertLayoutStartupError(RuntimeError):
+    """The engine must not start: the daemons' expert layout cannot be trusted or adopted."""
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def daemon_socket_path(gpu_id: int) -> str:
+    """The path sglang's IpcModelLoader connects to (``--weight-cache-socket`` or the template)."""
+    configured = get_model().weight_cache_socket
+    if configured:
+        return configured
+    from sglang.srt.platforms import current_platform
+    from sglang.srt.weight_cache.protocol import get_socket_path
+
+    return get_socket_path(current_platform.get_device_uuid(int(gpu_id)))
+
+
+def world_cpu_group() -> Any:
+    return get_parallel().world_group.cpu_group
+
+
+def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
+    result = original(runner, *args, **kwargs)
+    st = state.get()
+    if not st.enabled or runner.is_draft_worker or get_model().weight_cache_mode == "off":
+        return result
+    metadata = get_global_expert_location_metadata()
+    if metadata is None:  # a dense model: no experts to place
+        return result
+    agree(runner.model_config, runner.gpu_id, metadata)
+    return result
+
+
+def _engine_layout(metadata: ExpertLocationMetadata) -> EngineLayout:
+    moe = get_exec().moe
+    return EngineLayout(
+        num_layers=metadata.num_layers,
+        num_physical=metadata.num_physical_experts,
+        num_logical=metadata.num_logical_experts,
+        initial_digest=layout_digest(metadata.physical_to_logical_map_cpu.tolist()),
+        routes_by_metadata=bool(moe.enable_eplb) or moe.init_expert_location != "trivial",
+    )
+
+
+def _engine_id(group: Any) -> str:
+    # One id for the whole engine, chosen by rank 0, so every daemon names the same engine.
+    ids = [f"engine-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:12]}"]
+    dist.broadcast_object_list(ids, src=dist.get_global_rank(group, 0), group=group)
+    return str(ids[0])
+
+
+def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) -> tuple[RankFinding, Any]:
+    """Attach and wait; returns this rank's finding and its attachment (None if none)."""
+    try:
+        attachment = daemon_link.Attachment(path, attach_request(engine_id))
+    except daemon_link.DaemonAbsent as error:
+        # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
+        return RankFinding(rank, "no_record", detail=str(error)), None
+    except Exception as error:
+        return RankFinding(rank, "unreadable", detail=f"cannot talk to the daemon at {path}: {error!r}"), None
+    finding = RankFinding.from_attach_reply(rank, attachment.reply)
+    started = time.monotonic()
+    while needs_wait(finding):
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            finding = finding.timed_out(waited)
+            break
+        logger.info("[expert-layout] rank %d waits: %s", rank, finding.detail)
+        time.sleep(min(poll_s, max(0.0, timeout_s - waited)))
+        try:
+            reply = daemon_link.request(path, query_request(include_map=True))
+        except Exception as error:
+            reply = {"status": "unreachable", "error": repr(error)}
+        finding = RankFinding.from_query_reply(rank, reply)
+    return finding, attachment
+
+
+def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> StartupOutcome:
+    """Steps 1-4 above; raises ExpertLayoutStartupError on every rank when the decision is fail."""
+    t0 = time.perf_counter()
+    st = state.get()
+    group = world_cpu_group()
+    rank = dist.get_rank(group)
+    engine_id = _engine_id(group)
+    path = daemon_socket_path(gpu_id)
+    attachment = None
+    try:
+        timeout_s = _env_seconds(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)
+        poll_s = _env_seconds(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S)
+        finding, attachment = find(rank, path, engine_id, timeout_s, poll_s)
+    except Exception as error:  # a bug here must still reach the all-gather
+        finding = RankFinding(rank, "unreadable", detail=f"engine-side error: {error!r}")
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, finding.to_wire(), group=group)
+    findings = [RankFinding.from_wire(w) for w in gathered]
+    outcome = startup_decision(findings, _engine_layout(metadata))
+    st.engine_id, st.rank, st.socket_path, st.startup = engine_id, rank, path, outcome
+    if outcome.failed:
+        if attachment is not None:
+            attachment.close()
+        logger.error("[expert-layout] %s", outcome.message)
+        raise ExpertLayoutStartupError(outcome.message)
+    if outcome.kind == "adopt":
+        assert outcome.record is not None
+        adopted = ExpertLocationMetadata.init_by_mapping(
+            model_config,
+            torch.tensor(outcome.record.rows, dtype=torch.int64),
+            moe_ep_rank=get_parallel().moe_ep_rank,
+        )
+        # In place, as EPLB's updater does: the recorder and dispatch hold this very object.
+        metadata.update(adopted, update_layer_ids=list(range(metadata.num_layers)))
+    st.attachment = attachment
+    if attachment is not None and isinstance(attachment.reply, dict):
+        st.session = attachment.reply.get("session")
+    st.shared_rebalance = outcome.shared_rebalance
+    st.digest = layout_digest(metadata.physical_to_logical_map_cpu.tolist())
+    st.version = outcome.record.version if outcome.record is not None else finding.version
+    st.record_time("startup_s", time.perf_counter() - t0)
+    logger.info("[expert-layout] rank %d startup: %s (%s)", rank, outcome.kind, outcome.message)
+    return outcome
