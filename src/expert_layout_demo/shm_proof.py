@@ -51,9 +51,7 @@ def _serve_once(listener: socket.socket, entries: dict[str, Any], tensor: Any) -
     conn, _ = listener.accept()
     with conn:
         recv_msg(conn)
-        TorchIpcTransportBackend().send_fetch_state_response(
-            conn, config={}, entries=entries, pid=os.getpid()
-        )
+        TorchIpcTransportBackend().send_fetch_state_response(conn, config={}, entries=entries, pid=os.getpid())
         first = recv_msg(conn)
         if not first["imported"]:
             return {"imported": False, "error": first["error"]}

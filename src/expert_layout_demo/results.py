@@ -1,0 +1,127 @@
+"""The demo's results table: rows, the printed table, and the Markdown and JSON files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Row:
+    """One case: what DESIGN expects, what was observed, the numbers, and whether they agree."""
+
+    case: str  # "0", "1", "2", "3a", "3b", "M1"...
+    title: str
+    expected: str
+    observed: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    passed: bool = False
+
+
+@dataclass
+class Results:
+    rows: list[Row] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        return row
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": [asdict(r) for r in self.rows],
+            "all_passed": self.all_passed,
+            "seconds": round(time.monotonic() - self.started, 1),
+            "machine": machine(),
+            **self.meta,
+        }
+
+
+def machine() -> dict[str, Any]:
+    """The machine's description, for the results files."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        from importlib.metadata import version
+
+        info["sglang"] = version("sglang")
+    except Exception:
+        pass
+    return info
+
+
+def _numbers(numbers: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in numbers.items())
+
+
+def markdown(results: Results) -> str:
+    lines = [
+        "# Expert-layout demo: results",
+        "",
+        "Real daemon processes (one per rank) and 2-rank engine processes over gloo, sglang 0.5.23's",
+        "EPLBManager and ExpertLocationUpdater, weights shared zero-copy through sglang's torch_ipc",
+        "transport on CPU. A slot is *wrong* when its memory holds another logical expert than the",
+        "engine's map says; outputs are the toy MoE's greedy tokens for fixed prompts.",
+        "",
+        "| case | scenario | expected (DESIGN) | observed | numbers | ok |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results.rows:
+        cells = [r.case, r.title, r.expected, r.observed, _numbers(r.numbers), "yes" if r.passed else "**NO**"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    data = results.to_json()
+    lines += ["", f"All as designed: {'yes' if results.all_passed else 'NO'}; run time {data['seconds']} s."]
+    lines += ["", "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def text_table(results: Results, width: int = 60) -> str:
+    """The table printed at the end of the run (a terminal's width)."""
+
+    def cut(s: str, n: int) -> str:
+        return s if len(s) <= n else s[: n - 1] + "…"
+
+    header = f"{'case':<4} {'ok':<3} {'scenario':<34} {'observed':<{width}} numbers"
+    out = [header, "-" * len(header)]
+    for r in results.rows:
+        ok = "yes" if r.passed else "NO"
+        out.append(
+            f"{r.case:<4} {ok:<3} {cut(r.title, 34):<34} {cut(r.observed, width):<{width}} {_numbers(r.numbers)}"
+        )
+    return "\n".join(out)
+
+
+def write(results: Results, outdir: str) -> list[str]:
+    os.makedirs(outdir, exist_ok=True)
+    md = os.path.join(outdir, "results.md")
+    js = os.path.join(outdir, "results.json")
+    with open(md, "w") as f:
+        f.write(markdown(results))
+    with open(js, "w") as f:
+        json.dump(results.to_json(), f, indent=2)
+        f.write("\n")
+    return [md, js]
