@@ -1,0 +1,466 @@
+-------------------------- MODULE LayoutProtocol --------------------------
+(***************************************************************************)
+(* The expert-layout protocol of the SGLang weight cache (DESIGN.md §3-§7). *)
+(*                                                                         *)
+(* One daemon per rank keeps the layout record of the weights it serves:   *)
+(* no record, clean (map + version), pending (a move in flight) or dirty   *)
+(* (the mover went away mid-move).  Engines span every rank: they attach,  *)
+(* agree at startup on the layout to route with, fetch the weights, and    *)
+(* may rebalance experts chunk by chunk (begin, move layer by layer,       *)
+(* commit or abort).  Any engine may crash at any point; a daemon notices  *)
+(* the EOF of the attach connection later, as a separate step.             *)
+(*                                                                         *)
+(* The map is abstracted: each layer's row is one of two permutations,     *)
+(* written 0 (the initial one) and 1.  A rebalance flips the rows of the   *)
+(* layers of its chunk.  `truth` is the real content of each daemon's      *)
+(* memory, which a move changes one layer at a time.                       *)
+(*                                                                         *)
+(* Sessions: an engine id attaches at most once per daemon (a restarted    *)
+(* engine picks a new id, so it is another element of Engines); the        *)
+(* session token is therefore abstracted as the engine id itself, and a    *)
+(* stale session cannot arise in this model (see README.md).               *)
+(*                                                                         *)
+(* The ranks of one engine take each per-rank step (attach, fetch, begin,   *)
+(* abort, commit) in rank order, and a move rewrites a chunk's layers in    *)
+(* increasing order: the ranks are symmetric, and other engines, crashes    *)
+(* and EOFs still interleave between any two steps (see README.md).        *)
+(*                                                                         *)
+(* Every action here has a Python event of the same name in                *)
+(* src/layout_model/system.py, whose decisions come from src/layout_sm/.   *)
+(***************************************************************************)
+EXTENDS Naturals, FiniteSets, Sequences, TLC
+
+CONSTANTS
+    NumRanks,        \* ranks per engine = daemons (daemon r serves rank r)
+    NumLayers,       \* MoE layers
+    Engines,         \* engine ids (model values)
+    Older,           \* engines without the layout plugin: fetch without attaching
+    MayLackRecord,   \* daemons that, in some runs, start without a record
+    Chunks,          \* the layer sets a rebalance moves in one chunk
+    MaxMoves,        \* bound on the chunks begun in a behaviour
+    DaemonRestarts,  \* whether an operator may restart a dirty daemon
+    NONE             \* model value: no pending move
+
+ASSUME /\ NumRanks \in Nat \ {0}
+       /\ NumLayers \in Nat \ {0}
+       /\ Older \subseteq Engines
+       /\ MayLackRecord \subseteq 1..NumRanks
+       /\ Chunks \subseteq (SUBSET (1..NumLayers)) \ {{}}
+       /\ MaxMoves \in Nat
+       /\ DaemonRestarts \in BOOLEAN
+
+Ranks == 1..NumRanks
+Layers == 1..NumLayers
+Newer == Engines \ Older
+
+(* The record fields, in the order TLC prints them.                        *)
+PendingMoves == [mover : Engines, layers : SUBSET Layers, base : Nat]
+Findings == [found : {"nothing", "wait", "timeout", "record", "no_record", "dirty"},
+             fver : Nat, fmap : [Layers -> {0, 1}]]
+Rebalances == [step : {"idle", "begin", "abort", "move", "commit"},
+               chunk : SUBSET Layers,
+               replies : [Ranks -> {"none", "ok", "busy", "refused", "aborted",
+                                    "committed", "commit_refused"}]]
+
+VARIABLES
+    dphase,   \* daemon record phase: "no_record", "clean", "pending", "dirty"
+    dver,     \* daemon record version
+    dmap,     \* daemon record map (per layer: which permutation)
+    dpend,    \* the pending move, kept as the dirty information once dirty; or NONE
+    datt,     \* engines holding a live attachment (the session is the engine id)
+    dnf,      \* sticky flag: an engine fetched without a live attachment
+    truth,    \* the real layout of each daemon's weights
+    ephase,   \* engine phase: "start", "load", "run", "failed", "dead"
+    efind,    \* what each rank found on its daemon at startup
+    eroute,   \* the layout the engine routes with (its metadata)
+    ever,     \* the record version the engine adopted (0 for its own initial layout)
+    eserv,    \* ranks whose daemon weights the engine maps (fetched, not dead)
+    eshare,   \* shared-weight rebalancing is on for this engine
+    reb,      \* the engine's rebalance in progress
+    moves     \* chunks begun so far (bounded by MaxMoves)
+
+vars == <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
+          eserv, eshare, reb, moves>>
+
+daemonVars == <<dphase, dver, dmap, dpend, datt, dnf, truth>>
+engineVars == <<ephase, efind, eroute, ever, eserv, eshare, reb>>
+
+InitialMap == [l \in Layers |-> 0]
+NoFinding == [found |-> "nothing", fver |-> 0, fmap |-> InitialMap]
+IdleReb == [step |-> "idle", chunk |-> {}, replies |-> [r \in Ranks |-> "none"]]
+
+(* The layout an engine moves to with its current chunk: flip those rows.  *)
+Target(e) == [l \in Layers |-> IF l \in reb[e].chunk THEN 1 - eroute[e][l] ELSE eroute[e][l]]
+
+(* The finding of an attach reply or of a poll: the daemon's state as seen  *)
+(* (the version and map only where the reply carries a record).             *)
+Snapshot(r) ==
+    CASE dphase[r] = "no_record" -> [found |-> "no_record", fver |-> 0, fmap |-> InitialMap]
+      [] dphase[r] = "dirty"     -> [found |-> "dirty", fver |-> 0, fmap |-> InitialMap]
+      [] OTHER                   -> [found |-> "record", fver |-> dver[r], fmap |-> dmap[r]]
+
+ForeignPending(e, r) == dphase[r] = "pending" /\ dpend[r].mover # e
+
+-----------------------------------------------------------------------------
+(* Startup (DESIGN §5).                                                     *)
+
+Init ==
+    /\ \E S \in SUBSET MayLackRecord :
+          dphase = [r \in Ranks |-> IF r \in S THEN "no_record" ELSE "clean"]
+    /\ dver = [r \in Ranks |-> 0]
+    /\ dmap = [r \in Ranks |-> InitialMap]
+    /\ dpend = [r \in Ranks |-> NONE]
+    /\ datt = [r \in Ranks |-> {}]
+    /\ dnf = [r \in Ranks |-> FALSE]
+    /\ truth = [r \in Ranks |-> InitialMap]
+    /\ ephase = [e \in Engines |-> IF e \in Older THEN "load" ELSE "start"]
+    /\ efind = [e \in Engines |-> [r \in Ranks |-> NoFinding]]
+    /\ eroute = [e \in Engines |-> InitialMap]
+    /\ ever = [e \in Engines |-> 0]
+    /\ eserv = [e \in Engines |-> {}]
+    /\ eshare = [e \in Engines |-> FALSE]
+    /\ reb = [e \in Engines |-> IdleReb]
+    /\ moves = 0
+
+(* Rank r of engine e attaches to daemon r; the reply is the finding.       *)
+(* Another engine's pending move makes the rank wait (it polls), keeping    *)
+(* the record the attach reply carried.                                     *)
+Attach(e, r) ==
+    /\ e \in Newer
+    /\ ephase[e] = "start"
+    /\ efind[e][r].found = "nothing"
+    /\ \A q \in 1..(r - 1) : efind[e][q].found # "nothing"
+    /\ datt' = [datt EXCEPT ![r] = @ \cup {e}]
+    /\ efind' = [efind EXCEPT ![e][r] = IF ForeignPending(e, r)
+                                         THEN [Snapshot(r) EXCEPT !.found = "wait"]
+                                         ELSE Snapshot(r)]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves>>
+
+(* A waiting rank polls its daemon (a query with the map) and sees the     *)
+(* move ended: aborted, committed (a new record) or dirty.                  *)
+Poll(e, r) ==
+    /\ ephase[e] = "start"
+    /\ efind[e][r].found = "wait"
+    /\ ~ForeignPending(e, r)
+    /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves>>
+
+(* The wait timed out (300 s by default): the rank fails its startup.       *)
+Timeout(e, r) ==
+    /\ ephase[e] = "start"
+    /\ efind[e][r].found = "wait"
+    /\ efind' = [efind EXCEPT ![e][r].found = "timeout"]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves>>
+
+(* The ranks all-gather their findings; one decision, the same on all.      *)
+Found(e) == {efind[e][r] : r \in Ranks}
+Recorded(e) == {f \in Found(e) : f.found = "record"}
+Moved(f) == f.fver # 0 \/ f.fmap # InitialMap
+StartupFails(e) ==
+    \/ \E f \in Found(e) : f.found \in {"dirty", "timeout"}
+    \/ (Recorded(e) # Found(e) /\ \E f \in Recorded(e) : Moved(f))
+    \/ \E f, g \in Recorded(e) : f.fver # g.fver \/ f.fmap # g.fmap
+(* Every daemon keeps a record, all the same: route with it (the engine's   *)
+(* own layout when that record is the initial one) and rebalance through    *)
+(* the daemons.  Otherwise (some daemons keep no record) keep the engine's  *)
+(* own initial layout and do not rebalance shared weights.                  *)
+Adopts(e) == Recorded(e) = Found(e)
+
+Agree(e) ==
+    /\ ephase[e] = "start"
+    /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait"}
+    /\ IF StartupFails(e)
+         THEN /\ ephase' = [ephase EXCEPT ![e] = "failed"]
+              /\ UNCHANGED <<eroute, ever, eshare>>
+         ELSE LET f == efind[e][1] IN
+              /\ ephase' = [ephase EXCEPT ![e] = "load"]
+              /\ eroute' = [eroute EXCEPT ![e] = IF Adopts(e) THEN f.fmap ELSE InitialMap]
+              /\ ever' = [ever EXCEPT ![e] = IF Adopts(e) THEN f.fver ELSE 0]
+              /\ eshare' = [eshare EXCEPT ![e] = Adopts(e)]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, efind, eserv, reb, moves>>
+
+(* fetch_state on daemon r, with the engine's claim (version, digest);      *)
+(* older engines send no claim.  The check of DESIGN §4.                    *)
+FetchServes(e, r) ==
+    \/ dphase[r] = "no_record"
+    \/ /\ dphase[r] = "clean"
+       /\ IF e \in Older THEN dver[r] = 0 ELSE eroute[e] = dmap[r]
+FetchNonFollowing(e, r) ==
+    dphase[r] = "clean" /\ (e \in Older \/ e \notin datt[r])
+
+Fetch(e, r) ==
+    /\ ephase[e] = "load"
+    /\ r \notin eserv[e]
+    /\ 1..(r - 1) \subseteq eserv[e]
+    /\ IF FetchServes(e, r)
+         THEN /\ eserv' = [eserv EXCEPT ![e] = @ \cup {r}]
+              /\ ephase' = [ephase EXCEPT ![e] = IF eserv'[e] = Ranks THEN "run" ELSE "load"]
+              /\ dnf' = [dnf EXCEPT ![r] = @ \/ FetchNonFollowing(e, r)]
+         ELSE /\ eserv' = [eserv EXCEPT ![e] = {}]
+              /\ ephase' = [ephase EXCEPT ![e] = "failed"]
+              /\ UNCHANGED dnf
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, efind, eroute, ever, eshare, reb, moves>>
+
+-----------------------------------------------------------------------------
+(* Rebalance, one chunk at a time (DESIGN §6).                              *)
+
+BeginChunk(e, c) ==
+    /\ ephase[e] = "run"
+    /\ eshare[e]
+    /\ reb[e].step = "idle"
+    /\ moves < MaxMoves
+    /\ c \in Chunks
+    /\ reb' = [reb EXCEPT ![e] = [IdleReb EXCEPT !.step = "begin", !.chunk = c]]
+    /\ moves' = moves + 1
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare>>
+
+(* begin on daemon r: the precedence of DESIGN §4.                          *)
+BeginReply(e, r) ==
+    CASE e \notin datt[r]                                   -> "refused"
+      [] dphase[r] = "pending" /\ dpend[r].mover = e        -> "refused"
+      [] dphase[r] \in {"no_record", "dirty"}               -> "refused"
+      [] dnf[r]                                             -> "refused"
+      [] ever[e] # dver[r]                                  -> "refused"
+      [] dphase[r] = "pending"                              -> "busy"
+      [] datt[r] \ {e} # {}                                 -> "busy"
+      [] OTHER                                              -> "ok"
+
+Begin(e, r) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "begin"
+    /\ reb[e].replies[r] = "none"
+    /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "none"
+    /\ reb' = [reb EXCEPT ![e].replies[r] = BeginReply(e, r)]
+    /\ IF BeginReply(e, r) = "ok"
+         THEN /\ dphase' = [dphase EXCEPT ![r] = "pending"]
+              /\ dpend' = [dpend EXCEPT ![r] = [mover |-> e, layers |-> reb[e].chunk,
+                                                base |-> dver[r]]]
+         ELSE UNCHANGED <<dphase, dpend>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   moves>>
+
+(* All replies gathered: proceed, or abort the ok ranks (pause on busy,     *)
+(* rebalancing off for good on a refusal).                                  *)
+Decide(e) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "begin"
+    /\ \A r \in Ranks : reb[e].replies[r] # "none"
+    /\ LET replies == {reb[e].replies[r] : r \in Ranks}
+           anyOk == "ok" \in replies
+       IN /\ reb' = [reb EXCEPT ![e] =
+                       IF replies = {"ok"} THEN [@ EXCEPT !.step = "move"]
+                       ELSE IF anyOk THEN [@ EXCEPT !.step = "abort"]
+                       ELSE IdleReb]
+          /\ eshare' = [eshare EXCEPT ![e] = "refused" \notin replies]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves>>
+
+Abort(e, r) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "abort"
+    /\ reb[e].replies[r] = "ok"
+    /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "ok"
+    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ reb' = [reb EXCEPT ![e] =
+                 IF \A q \in Ranks \ {r} : reb[e].replies[q] # "ok"
+                   THEN IdleReb
+                   ELSE [@ EXCEPT !.replies[r] = "aborted"]]
+    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   moves>>
+
+(* sglang's update_expert_location rewrites one layer of one rank's         *)
+(* weights in the daemon's memory, the chunk's layers in increasing order.  *)
+MoveLayer(e, r, l) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "move"
+    /\ l \in reb[e].chunk
+    /\ truth[r][l] # Target(e)[l]
+    /\ \A k \in reb[e].chunk : k < l => truth[r][k] = Target(e)[k]
+    /\ truth' = [truth EXCEPT ![r][l] = Target(e)[l]]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, engineVars, moves>>
+
+MovedEverywhere(e) == \A r \in Ranks : \A l \in reb[e].chunk : truth[r][l] = Target(e)[l]
+
+(* After the device synchronize, each rank commits its new rows.            *)
+CommitOk(e, r) ==
+    /\ e \in datt[r]
+    /\ dphase[r] = "pending"
+    /\ dpend[r].mover = e
+    /\ dpend[r].layers = reb[e].chunk
+
+Commit(e, r) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step \in {"move", "commit"}
+    /\ MovedEverywhere(e)
+    /\ reb[e].replies[r] = "ok"
+    /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "ok"
+    /\ IF CommitOk(e, r)
+         THEN /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+              /\ dver' = [dver EXCEPT ![r] = @ + 1]
+              /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
+              /\ dpend' = [dpend EXCEPT ![r] = NONE]
+              /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
+         ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
+              /\ UNCHANGED <<dphase, dver, dmap, dpend>>
+    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves>>
+
+(* Every rank committed: check that all daemons recorded the same new       *)
+(* version with the digest of the engine's whole map.  The engine routes    *)
+(* with the moved layout either way; a failed check stops rebalancing.      *)
+Verify(e) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "commit"
+    /\ \A r \in Ranks : reb[e].replies[r] \in {"committed", "commit_refused"}
+    /\ LET good == /\ \A r \in Ranks : reb[e].replies[r] = "committed"
+                   /\ \A r \in Ranks : dver[r] = ever[e] + 1 /\ dmap[r] = Target(e)
+       IN /\ eroute' = [eroute EXCEPT ![e] = Target(e)]
+          /\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]
+          /\ eshare' = [eshare EXCEPT ![e] = good]
+    /\ reb' = [reb EXCEPT ![e] = IdleReb]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves>>
+
+-----------------------------------------------------------------------------
+(* Failures and the daemons' side.                                          *)
+
+(* The engine process dies at any point (SIGKILL included).  A failed      *)
+(* startup ends the process too ("failed" is as final as "dead").  Its      *)
+(* attachments live on until each daemon notices the EOF (Detach).         *)
+Gone(e) == ephase[e] \in {"failed", "dead"}
+
+Crash(e) ==
+    /\ ~Gone(e)
+    /\ ephase' = [ephase EXCEPT ![e] = "dead"]
+    /\ eserv' = [eserv EXCEPT ![e] = {}]
+    /\ UNCHANGED <<daemonVars, efind, eroute, ever, eshare, reb, moves>>
+
+(* Daemon r notices the EOF of engine e's attach connection.  A move of     *)
+(* that engine still pending makes the daemon dirty.                        *)
+Detach(r, e) ==
+    /\ e \in datt[r]
+    /\ Gone(e)
+    /\ datt' = [datt EXCEPT ![r] = @ \ {e}]
+    /\ IF dphase[r] = "pending" /\ dpend[r].mover = e
+         THEN dphase' = [dphase EXCEPT ![r] = "dirty"]
+         ELSE UNCHANGED dphase
+    /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, engineVars, moves>>
+
+(* The operator restarts a dirty daemon once nothing uses it: the weights   *)
+(* reload from disk at the initial layout, version 0.                       *)
+Restart(r) ==
+    /\ DaemonRestarts
+    /\ dphase[r] = "dirty"
+    /\ datt[r] = {}
+    /\ \A e \in Engines : r \notin eserv[e]
+    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+    /\ dver' = [dver EXCEPT ![r] = 0]
+    /\ dmap' = [dmap EXCEPT ![r] = InitialMap]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ dnf' = [dnf EXCEPT ![r] = FALSE]
+    /\ truth' = [truth EXCEPT ![r] = InitialMap]
+    /\ UNCHANGED <<datt, engineVars, moves>>
+
+Next ==
+    \/ \E e \in Engines, r \in Ranks : Attach(e, r)
+    \/ \E e \in Engines, r \in Ranks : Poll(e, r)
+    \/ \E e \in Engines, r \in Ranks : Timeout(e, r)
+    \/ \E e \in Engines : Agree(e)
+    \/ \E e \in Engines, r \in Ranks : Fetch(e, r)
+    \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
+    \/ \E e \in Engines, r \in Ranks : Begin(e, r)
+    \/ \E e \in Engines : Decide(e)
+    \/ \E e \in Engines, r \in Ranks : Abort(e, r)
+    \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
+    \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines : Verify(e)
+    \/ \E e \in Engines : Crash(e)
+    \/ \E r \in Ranks, e \in Engines : Detach(r, e)
+    \/ \E r \in Ranks : Restart(r)
+
+Spec == Init /\ [][Next]_vars
+
+(* The daemon noticing EOF, and a waiting rank's poll/timeout and the       *)
+(* agreement, eventually happen.                                            *)
+Fairness ==
+    /\ \A r \in Ranks, e \in Engines : WF_vars(Detach(r, e))
+    /\ \A e \in Engines, r \in Ranks : WF_vars(Attach(e, r)) /\ WF_vars(Timeout(e, r))
+    /\ \A e \in Engines : WF_vars(Agree(e))
+
+FairSpec == Spec /\ Fairness
+
+-----------------------------------------------------------------------------
+(* Properties (DESIGN §7).                                                  *)
+
+Moving(e) == reb[e].step \in {"move", "commit"}
+
+TypeOK ==
+    /\ dphase \in [Ranks -> {"no_record", "clean", "pending", "dirty"}]
+    /\ dver \in [Ranks -> 0..MaxMoves]
+    /\ dmap \in [Ranks -> [Layers -> {0, 1}]]
+    /\ dpend \in [Ranks -> PendingMoves \cup {NONE}]
+    /\ datt \in [Ranks -> SUBSET Newer]
+    /\ dnf \in [Ranks -> BOOLEAN]
+    /\ truth \in [Ranks -> [Layers -> {0, 1}]]
+    /\ ephase \in [Engines -> {"start", "load", "run", "failed", "dead"}]
+    /\ efind \in [Engines -> [Ranks -> Findings]]
+    /\ eroute \in [Engines -> [Layers -> {0, 1}]]
+    /\ ever \in [Engines -> 0..MaxMoves]
+    /\ eserv \in [Engines -> SUBSET Ranks]
+    /\ eshare \in [Engines -> BOOLEAN]
+    /\ reb \in [Engines -> Rebalances]
+    /\ moves \in 0..MaxMoves
+
+(* Every engine that serves from a daemon's weights, and is not itself      *)
+(* mid-move, routes with exactly that daemon's real layout.                 *)
+SafeRouting ==
+    \A e \in Engines, r \in Ranks :
+        (r \in eserv[e] /\ ~Moving(e)) => eroute[e] = truth[r]
+
+(* A clean record equals the real layout.                                   *)
+CleanRecordIsTruth ==
+    \A r \in Ranks : dphase[r] = "clean" => dmap[r] = truth[r]
+
+(* At most one move pending per daemon (one dpend), and its engine was      *)
+(* alone: nobody else maps the weights, and every other attached engine     *)
+(* attached after the begin (it waits).                                     *)
+OneMover ==
+    \A r \in Ranks : dphase[r] = "pending" =>
+        /\ dpend[r] # NONE
+        /\ \A e \in Engines \ {dpend[r].mover} :
+              /\ r \notin eserv[e]
+              /\ e \in datt[r] => efind[e][r].found \in {"wait", "timeout"}
+
+(* An engine serving from several daemons adopted the same version (and     *)
+(* map) from all of them.                                                   *)
+AgreedVersions ==
+    \A e \in Newer : eserv[e] # {} =>
+        \A r, q \in Ranks :
+            (efind[e][r].found = "record" /\ efind[e][q].found = "record") =>
+                /\ efind[e][r].fver = efind[e][q].fver
+                /\ efind[e][r].fmap = efind[e][q].fmap
+
+Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
+
+(* Dirty is sticky until the daemon restarts.                               *)
+DirtySticky ==
+    [][\A r \in Ranks : dphase[r] = "dirty" => (dphase'[r] = "dirty" \/ Restart(r))]_vars
+
+(* Versions never decrease, except by a restart.                            *)
+VersionMonotonic ==
+    [][/\ \A r \in Ranks : dver'[r] >= dver[r] \/ Restart(r)
+       /\ \A e \in Engines : ever'[e] >= ever[e]]_vars
+
+(* Liveness: a move whose engine died ends with the daemon dirty.           *)
+DeadMoverEndsDirty ==
+    \A r \in Ranks :
+        (dphase[r] = "pending" /\ Gone(dpend[r].mover)) ~> (dphase[r] = "dirty")
+
+(* Liveness: a waiting engine ends started or failed.                       *)
+WaitEnds ==
+    \A e \in Engines :
+        (ephase[e] = "start" /\ \E r \in Ranks : efind[e][r].found = "wait")
+            ~> (ephase[e] # "start")
+
+=============================================================================

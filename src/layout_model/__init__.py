@@ -1,0 +1,8 @@
+"""The mirror of spec/LayoutProtocol.tla and the tooling around TLC's outputs.
+
+- ``system``: ``layout_sm``'s machines composed into the spec's system (one event per action);
+- ``explore``: breadth-first explorer with the spec's invariants, writing TLC's DOT format;
+- ``render``: TLA+ values and states printed exactly as TLC prints them;
+- ``dot``: the loader of TLC DOT dumps; ``compare``: graph equality, state and edge;
+- ``check_spec``: runs TLC on every model when a tla2tools.jar is available.
+"""

@@ -1,0 +1,120 @@
+"""Compare two state graphs in TLC's DOT dump format, state for state and edge for edge.
+
+Why: the mirror's graph must be TLC's graph. Node ids differ (TLC's are fingerprints), so
+states are matched by their canonical rendering: the ``/\\ var = value`` lines sorted by
+variable, with the pretty printer's layout whitespace removed (``render.canonical``). Edges
+are matched as (canonical source state, action label without spaces, canonical target state).
+
+    python -m layout_model.compare A.dot B.dot [--max N]
+
+Prints every difference (states only in A or B, edges only in A or B, initial states that
+differ) and exits 0 iff the graphs are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from layout_model.dot import StateGraph, load_dot, state_vars
+from layout_model.render import canonical
+
+__all__ = ["Diff", "canonical_state", "compare_graphs", "main"]
+
+
+def canonical_state(text: str) -> str:
+    """One state's text in canonical form (variables sorted, no layout whitespace)."""
+    return "\n".join(f"{k}={canonical(v)}" for k, v in sorted(state_vars(text).items()))
+
+
+@dataclass
+class Diff:
+    only_a_states: list[str] = field(default_factory=list)
+    only_b_states: list[str] = field(default_factory=list)
+    only_a_initial: list[str] = field(default_factory=list)
+    only_b_initial: list[str] = field(default_factory=list)
+    only_a_edges: list[tuple[str, str, str]] = field(default_factory=list)
+    only_b_edges: list[tuple[str, str, str]] = field(default_factory=list)
+    counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # states A, edges A, states B, edges B
+
+    @property
+    def equal(self) -> bool:
+        return not (
+            self.only_a_states or self.only_b_states or self.only_a_initial or self.only_b_initial
+            or self.only_a_edges or self.only_b_edges
+        )
+
+    def report(self, name_a: str = "A", name_b: str = "B", limit: int | None = None) -> str:
+        lines = [
+            f"{name_a}: {self.counts[0]} states, {self.counts[1]} edges; "
+            f"{name_b}: {self.counts[2]} states, {self.counts[3]} edges"
+        ]
+
+        def section(title: str, items: list, fmt: callable) -> None:  # type: ignore[valid-type]
+            if not items:
+                return
+            lines.append(f"{title}: {len(items)}")
+            for item in items[:limit] if limit else items:
+                lines.append(fmt(item))
+            if limit and len(items) > limit:
+                lines.append(f"  ... {len(items) - limit} more")
+
+        def st(s: str) -> str:
+            return "  state:\n    " + s.replace("\n", "\n    ")
+
+        def ed(e: tuple[str, str, str]) -> str:
+            return f"  edge {e[1]}:\n    from " + e[0].replace("\n", "\n         ") + "\n    to   " + e[
+                2
+            ].replace("\n", "\n         ")
+
+        section(f"initial states only in {name_a}", self.only_a_initial, st)
+        section(f"initial states only in {name_b}", self.only_b_initial, st)
+        section(f"states only in {name_a}", self.only_a_states, st)
+        section(f"states only in {name_b}", self.only_b_states, st)
+        section(f"edges only in {name_a}", self.only_a_edges, ed)
+        section(f"edges only in {name_b}", self.only_b_edges, ed)
+        lines.append("EQUAL" if self.equal else "DIFFERENT")
+        return "\n".join(lines)
+
+
+def _canon(g: StateGraph) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
+    canon = {sid: canonical_state(text) for sid, text in g.states.items()}
+    initial = {canon[sid] for sid in g.initial if sid in canon}
+    edges = set()
+    for a, b, label in g.edges:
+        edges.add((canon.get(a, f"<unknown node {a}>"), "".join(label.split()), canon.get(b, f"<unknown node {b}>")))
+    return canon, initial, edges
+
+
+def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:
+    """Every state and edge of ``a`` missing from ``b`` and the reverse."""
+    ca, ia, ea = _canon(a)
+    cb, ib, eb = _canon(b)
+    sa, sb = set(ca.values()), set(cb.values())
+    return Diff(
+        only_a_states=sorted(sa - sb),
+        only_b_states=sorted(sb - sa),
+        only_a_initial=sorted(ia - ib),
+        only_b_initial=sorted(ib - ia),
+        only_a_edges=sorted(ea - eb),
+        only_b_edges=sorted(eb - ea),
+        counts=(len(sa), len(ea), len(sb), len(eb)),
+    )
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", type=Path)
+    ap.add_argument("b", type=Path)
+    ap.add_argument("--max", type=int, default=None, help="list at most N items per section")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    diff = compare_graphs(load_dot(args.a), load_dot(args.b))
+    print(diff.report(str(args.a), str(args.b), args.max))
+    return 0 if diff.equal else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

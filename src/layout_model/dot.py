@@ -1,0 +1,131 @@
+"""The one loader of TLC's state-graph dumps (``-dump dot,actionlabels``).
+
+Used by ``layout_model.compare`` and by the trace replay of ``tests/model_based`` (issue 6),
+so that both read TLC's graphs (and the mirror's, written in the same format) the same way.
+
+API::
+
+    g = load_dot(path)            # or parse_dot(text)
+    g.states:  dict[int, str]     # node id (a TLC fingerprint) -> the state as TLA+ text:
+                                  #   "/\\ var = value" lines joined by "\\n", exactly as printed
+    g.initial: set[int]           # ids of the initial states (drawn ``style = filled``)
+    g.edges:   list[tuple[int, int, str]]   # (from id, to id, action label such as
+                                            #  "Attach(e1, 1)"), in file order
+    g.successors(id) -> list[tuple[str, int]]
+    split_label("Attach(e1, 1)") -> ("Attach", ["e1", "1"])
+    state_vars(text) -> dict[str, str]   # variable -> its value text (pretty layout kept)
+
+Format facts (from ../shared/tlc-samples/toy_full_graph.dot and TLC's DotStateWriter):
+a node line is ``ID [label="...",style = filled]`` for an initial state and
+``ID [label="...",tooltip="..."];`` for the others (written when first reached); an edge is
+``A -> B [label="Name(args)",color="black",fontcolor="black"];``. In labels ``\\\\`` is a
+backslash, ``\\"`` a quote and ``\\n`` a line break.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["StateGraph", "load_dot", "parse_dot", "split_label", "state_vars", "unescape"]
+
+_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(.*)$')
+_EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]|\\.)*)"[^\]]*\])?;?\s*$')
+
+
+def unescape(s: str) -> str:
+    """Decode a DOT label as TLC escapes it."""
+    out = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            out.append("\n" if nxt == "n" else nxt)
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def escape(s: str) -> str:
+    """Encode a label as TLC's DotStateWriter does."""
+    return s.replace("\\", "\\\\").replace('"', '\\"').strip().replace("\n", "\\n")
+
+
+@dataclass
+class StateGraph:
+    """States by id, initial ids, and labelled edges of one dumped graph."""
+
+    states: dict[int, str] = field(default_factory=dict)
+    initial: set[int] = field(default_factory=set)
+    edges: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def successors(self, sid: int) -> list[tuple[str, int]]:
+        return [(label, b) for a, b, label in self.edges if a == sid]
+
+
+def parse_dot(text: str) -> StateGraph:
+    """Parse the text of a TLC DOT dump."""
+    g = StateGraph()
+    for line in text.splitlines():
+        m = _EDGE.match(line)
+        if m:
+            label = unescape(m.group(3)) if m.group(3) is not None else ""
+            g.edges.append((int(m.group(1)), int(m.group(2)), label.split("\n")[0]))
+            continue
+        m = _NODE.match(line)
+        if m:
+            sid = int(m.group(1))
+            g.states[sid] = unescape(m.group(2))
+            if m.group(3).startswith(",style = filled]"):
+                g.initial.add(sid)
+    return g
+
+
+def load_dot(path: str | Path) -> StateGraph:
+    """Load a DOT dump written by TLC or by ``layout_model.explore``."""
+    return parse_dot(Path(path).read_text())
+
+
+_LABEL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_!]*)\s*(?:\((.*)\))?\s*$", re.S)
+
+
+def split_label(label: str) -> tuple[str, list[str]]:
+    """``"Attach(e1, 1)"`` -> ``("Attach", ["e1", "1"])``; arguments split at top-level commas."""
+    m = _LABEL.match(label)
+    if not m:
+        return label.strip(), []
+    name, inner = m.group(1), m.group(2)
+    if inner is None or not inner.strip():
+        return name, []
+    args, depth, cur, in_str = [], 0, [], False
+    for c in inner:
+        if c == '"':
+            in_str = not in_str
+        elif not in_str and c in "{[(<":
+            depth += 1
+        elif not in_str and c in "}])>":
+            depth -= 1
+        if c == "," and depth == 0 and not in_str:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    args.append("".join(cur).strip())
+    return name, args
+
+
+def state_vars(text: str) -> dict[str, str]:
+    """Split a printed state into ``{variable: value text}``."""
+    if not text.startswith("/\\ "):
+        name, _, value = text.partition(" = ")
+        return {name.strip(): value}
+    out: dict[str, str] = {}
+    for chunk in text.split("\n/\\ "):
+        chunk = chunk[3:] if chunk.startswith("/\\ ") else chunk
+        name, _, value = chunk.partition(" = ")
+        out[name.strip()] = value
+    return out

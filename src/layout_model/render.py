@@ -1,0 +1,355 @@
+"""Render Python values and states as TLA+ text, exactly as TLC prints them in its dumps.
+
+Why: the mirror's state graph must be comparable with TLC's own ``-dump dot,actionlabels``
+graph, and a reviewer must be able to read both the same way.
+
+Values (a small vocabulary, enough for the spec's variables):
+
+| Python                           | TLA+ as TLC prints it                       |
+| -------------------------------- | ------------------------------------------- |
+| ``bool``                         | ``TRUE`` / ``FALSE``                        |
+| ``int``                          | ``3``                                       |
+| ``str``                          | ``"text"``                                  |
+| ``MV("e1")``                     | model value ``e1``                          |
+| ``frozenset``                    | ``{a, b}`` in TLC's order (see ``tlc_key``) |
+| ``tuple``                        | sequence ``<<a, b>>`` (a function on 1..n)  |
+| ``Rec((("f", v), ...))``         | record ``[f |-> v, ...]``                   |
+| ``Fn(((k, v), ...))``            | function ``(k :> v @@ ...)``                |
+
+TLC's printing rules followed here:
+
+- ``Value.toString`` gives the one-line text: ``", "`` between elements, `` |-> `` in records,
+  `` :> `` and `` @@ `` in functions, ``<<>>`` for the empty sequence, ``<< >>`` for an empty
+  function (avoided by the spec).
+- Sets and function domains are normalised (sorted): integers numerically, model values and
+  strings by their ``UniqueString`` intern token, i.e. the order in which TLC first met the
+  name (the model values in the .cfg file come first). ``tlc_key`` receives that order.
+- Record fields are sorted by intern token as well: the order in which the field names first
+  occur in the parsed modules. The spec declares every record type once, near its top, so the
+  order is the declaration order; ``Rec`` keeps the order it is built with.
+- Each variable's text goes through TLC's pretty printer (``tlc2.pprint``, width 80): a value
+  longer than the available width is broken over lines, ``[ f |-> v,\\n  g |-> w ]``,
+  ``{ a,\\n  b }``, ``<< a,\\n   b >>``, ``( k :> v @@\\n  l :> w )``. If TLC's little parser of
+  printed values fails (for example on an identifier with ``_``), TLC prints the one-line text;
+  ``pretty`` does the same.
+- A state is ``/\\ var = value`` lines, one per variable, in the order TLC keeps the variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MV", "Fn", "Rec", "pretty", "render_state", "tla", "tlc_key"]
+
+WIDTH = 80
+
+
+@dataclass(frozen=True, order=True)
+class MV:
+    """A TLC model value (``e1``, ``NONE``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A TLA+ record; ``items`` are (field, value) pairs in TLC's print order."""
+
+    items: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self.items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+
+@dataclass(frozen=True)
+class Fn:
+    """A TLA+ function with a domain that is not 1..n; ``items`` are (arg, value) pairs."""
+
+    items: tuple[tuple[Any, Any], ...]
+
+
+# Intern order of model values and strings: set by the model (cfg order first).
+_ORDER: dict[str, int] = {}
+
+
+def tlc_key(order: Iterable[str]) -> None:
+    """Tell the renderer the intern order of model values and strings (first met, first)."""
+    _ORDER.clear()
+    for i, name in enumerate(order):
+        _ORDER.setdefault(name, i)
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    if isinstance(v, bool):
+        return (0, int(v))
+    if isinstance(v, int):
+        return (1, v)
+    if isinstance(v, MV):
+        return (2, _ORDER.get(v.name, len(_ORDER)), v.name)
+    if isinstance(v, str):
+        return (3, _ORDER.get(v, len(_ORDER)), v)
+    if isinstance(v, tuple):
+        # TLC compares tuples by length first, then element by element.
+        return (4, len(v), tuple(_sort_key(x) for x in v))
+    if isinstance(v, frozenset):
+        return (5, len(v), tuple(sorted(_sort_key(x) for x in v)))
+    raise TypeError(f"no TLC order for {v!r} in a set")
+
+
+def tla(v: Any) -> str:
+    """The one-line text TLC's ``toString`` gives for ``v``."""
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, MV):
+        return v.name
+    if isinstance(v, frozenset):
+        return "{" + ", ".join(tla(x) for x in sorted(v, key=_sort_key)) + "}"
+    if isinstance(v, tuple):
+        return "<<" + ", ".join(tla(x) for x in v) + ">>"
+    if isinstance(v, Rec):
+        return "[" + ", ".join(f"{k} |-> {tla(x)}" for k, x in v.items) + "]"
+    if isinstance(v, Fn):
+        if not v.items:
+            return "<< >>"
+        items = sorted(v.items, key=lambda kv: _sort_key(kv[0]))
+        return "(" + " @@ ".join(f"{tla(k)} :> {tla(x)}" for k, x in items) + ")"
+    raise TypeError(f"cannot render {type(v).__name__} {v!r} as TLA+")
+
+
+# -- TLC's pretty printer (tlc2.pprint), re-implemented -----------------------------------
+
+_CONST, _SET, _SEQ, _REC, _PAIR, _FUN, _FPAIR = range(7)
+
+
+class _ParseFail(Exception):
+    pass
+
+
+class _Node:
+    __slots__ = ("kind", "first", "last", "kids")
+
+    def __init__(self, kind: int, first: int, last: int = 0) -> None:
+        self.kind = kind
+        self.first = first
+        self.last = last
+        self.kids: list[_Node] = []
+
+    def length(self) -> int:
+        return self.last - self.first + 1
+
+
+class _Parser:
+    """Reads TLC's one-line value text back into a tree of positions, as TLC's own does."""
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+
+    def ch(self, i: int) -> str:
+        if i >= len(self.s):
+            raise _ParseFail("ran off the end")
+        return self.s[i]
+
+    def ws(self, i: int) -> int:
+        while self.ch(i).isspace():
+            i += 1
+        return i
+
+    def parse(self, i: int) -> _Node:
+        i = self.ws(i)
+        c = self.ch(i)
+        if c == "{":
+            return self._list(i, _SET, 1, "}", 0)
+        if c == "<":
+            return self._list(i, _SEQ, 2, ">", 1)
+        if c == "[":
+            return self._pairs(i, _REC, "|->", ",", "]")
+        if c == "(":
+            return self._pairs(i, _FUN, ":>", "@@", ")")
+        if self.s.startswith("SUBSET", i):
+            raise _ParseFail("SUBSET values are not used by the spec")
+        return self._const(i)
+
+    def _list(self, i: int, kind: int, skip: int, close: str, extra: int) -> _Node:
+        node = _Node(kind, i)
+        j = self.ws(i + skip)
+        while self.ch(j) != close:
+            elt = self.parse(j)
+            node.kids.append(elt)
+            j = self.ws(elt.last + 1)
+            if self.ch(j) == ",":
+                j += 1
+            j = self.ws(j)
+        node.last = j + extra
+        return node
+
+    def _pairs(self, i: int, kind: int, div: str, sep: str, close: str) -> _Node:
+        node = _Node(kind, i)
+        j = self.ws(i + 1)
+        while self.ch(j) != close:
+            pair = _Node(_PAIR if kind == _REC else _FPAIR, j)
+            key = self.parse(j)
+            k = self.ws(key.last + 1)
+            if not self.s.startswith(div, k):
+                raise _ParseFail(f"no {div}")
+            val = self.parse(self.ws(k + len(div)))
+            pair.kids = [key, val]
+            pair.last = val.last
+            node.kids.append(pair)
+            j = self.ws(pair.last + 1)
+            if self.s.startswith(sep, j):
+                j += len(sep)
+            j = self.ws(j)
+        node.last = j
+        return node
+
+    def _const(self, i: int) -> _Node:
+        s = self.s
+        first = self.ws(i)
+        last = first
+        c = self.ch(first)
+        if c == '"':
+            last += 1
+            while self.ch(last) != '"':
+                last += 1
+            return _Node(_CONST, first, last)
+        if c.isdigit():
+            j = first
+            while j < len(s) and s[j].isdigit():
+                j += 1
+            if s.startswith("..", j) and j + 2 < len(s) and s[j + 2].isdigit():
+                j += 2
+                while j < len(s) and s[j].isdigit():
+                    j += 1
+                return _Node(_CONST, first, j - 1)
+        if c == "-":
+            last += 1
+            while last < len(s) and s[last].isdigit():
+                last += 1
+            return _Node(_CONST, first, last - 1)
+        if c.isalnum():
+            while last < len(s) and s[last].isalnum():
+                last += 1
+            return _Node(_CONST, first, last - 1)
+        raise _ParseFail(f"illegal character {c!r}")
+
+
+_SIMPLE = {_SET: ("{ ", " }", "  ", ","), _SEQ: ("<< ", " >>", "   ", ",")}
+_PAIRED = {_FUN: ("( ", " )", "  ", " @@", " :>", "    "), _REC: ("[ ", " ]", "  ", ",", " |->", "    ")}
+
+
+def _fmt(s: str, node: _Node, width: int, trailer: int, pad: str) -> str:
+    text = s[node.first : node.last + 1]
+    if node.length() <= width - trailer or node.kind == _CONST:
+        return text
+    if node.kind in _SIMPLE:
+        open_, close, npad, sep = _SIMPLE[node.kind]
+        inner_w = width - max(len(open_), len(npad))
+        inner_pad = pad + npad
+        parts = []
+        kids = node.kids
+        for idx, kid in enumerate(kids):
+            if idx < len(kids) - 1:
+                parts.append(_fmt(s, kid, inner_w, len(sep), inner_pad) + sep + "\n" + inner_pad)
+            else:
+                parts.append(_fmt(s, kid, inner_w, trailer + len(close), inner_pad))
+        return open_ + "".join(parts) + close
+    open_, close, npad, sep, div, divpad = _PAIRED[node.kind]
+    w = width - max(len(open_), len(npad))
+    tr = trailer + len(close)
+    lp = pad + npad
+    out = []
+    kids = node.kids
+    for idx, pair in enumerate(kids):
+        arg, val = pair.kids
+        a = s[arg.first : arg.last + 1]
+        v = s[val.first : val.last + 1]
+        if idx < len(kids) - 1:
+            if arg.length() + len(div) + 1 + val.length() + len(sep) <= w:
+                out.append(a + div + " " + v + sep + "\n" + lp)
+            elif arg.length() + len(div) <= w:
+                out.append(a + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
+                           + sep + "\n" + lp)
+            else:
+                out.append(_fmt(s, arg, w, tr + len(div), lp) + div + "\n" + lp + divpad
+                           + _fmt(s, val, w - len(divpad), len(sep), lp + divpad) + sep + "\n" + lp)
+        else:
+            if arg.length() + len(div) + 1 + val.length() <= w - tr:
+                out.append(a + div + " " + v)
+            elif arg.length() + len(div) <= w:
+                out.append(a + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), tr, lp + divpad))
+            else:
+                out.append(_fmt(s, arg, w, tr + len(div), lp) + div + "\n" + lp + divpad
+                           + _fmt(s, val, w - len(divpad), tr, lp + divpad))
+    return open_ + "".join(out) + close
+
+
+def pretty(text: str, width: int = WIDTH) -> str:
+    """TLC's ``Values.ppr``: the one-line ``text`` broken over lines to fit ``width``."""
+    if len(text) <= width:
+        return text
+    try:
+        tree = _Parser(text).parse(0)
+        if tree.last < len(text) - 1:
+            return text
+        return _fmt(text, tree, width, 0, "")
+    except (_ParseFail, IndexError):
+        return text
+
+
+def render_state(
+    values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str] = tla
+) -> str:
+    """A state as TLC prints it: ``/\\ var = value`` lines (no trailing newline)."""
+    if len(values) == 1:
+        name, v = values[0]
+        return f"{name} = {pretty(text_of(v))}"
+    return "\n".join(f"/\\ {name} = {pretty(text_of(v))}" for name, v in values)
+
+
+def one_line(text: str) -> str:
+    """Undo TLC's pretty printing: the one-line ``toString`` text of a printed value."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        if c == "\n":
+            # a break is always preceded by "," / " @@" / " |->" / " :>" and followed by padding
+            while i < n and text[i] in " \n":
+                i += 1
+            out.append(" ")
+            continue
+        out.append(c)
+        i += 1
+    s = "".join(out)
+    for a, b in (("{ ", "{"), (" }", "}"), ("<< >>", "\0"), ("<< ", "<<"), (" >>", ">>"), ("( ", "("),
+                 (" )", ")"), ("[ ", "["), (" ]", "]"), ("\0", "<< >>")):
+        s = _replace_outside_strings(s, a, b)
+    return s
+
+
+def _replace_outside_strings(s: str, old: str, new: str) -> str:
+    parts = s.split('"')
+    # even indexes are outside string literals (the spec's strings hold no escaped quotes)
+    return '"'.join(p.replace(old, new) if i % 2 == 0 else p for i, p in enumerate(parts))
+
+
+def canonical(text: str) -> str:
+    """A printed value or state with all layout whitespace removed: equal iff TLC-equal text."""
+    parts = text.split('"')
+    return '"'.join("".join(p.split()) if i % 2 == 0 else p for i, p in enumerate(parts))
