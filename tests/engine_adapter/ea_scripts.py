@@ -56,3 +56,57 @@ def start_load(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
 
 def stop(rank: EngineRank) -> None:
     rank.stop()
+
+
+METADATA_FIELDS = (
+    "physical_to_logical_map",
+    "physical_to_logical_map_cpu",
+    "logical_to_all_physical_map",
+    "logical_to_all_physical_map_cpu",
+    "logical_to_all_physical_map_num_valid",
+    "logical_to_rank_dispatch_physical_map",
+)
+
+
+def _tensors(meta: Any) -> dict[str, Any]:
+    return {f: getattr(meta, f).clone() for f in METADATA_FIELDS if getattr(meta, f) is not None}
+
+
+def compare_metadata(
+    rank: EngineRank, sockets: tuple[str, ...], cfg: Any, init_json: str, cases: list[tuple[str, str]]
+) -> dict[Any, Any]:
+    """For each (dispatch, a2a backend): engine A adopts the daemons' map, engine B is started with
+    --init-expert-location set to it (no daemons); every metadata tensor must be equal."""
+    import torch
+
+    out: dict[Any, Any] = {}
+    for dispatch, backend in cases:
+        adopted = rank.start(EngineSpec(sockets=sockets, cfg=cfg, dispatch=dispatch, a2a_backend=backend))
+        kind = _adapter_state().startup.kind
+        a = _tensors(rank.metadata())
+        rank.stop()
+        rank.start(
+            EngineSpec(
+                sockets=(None,) * len(sockets),
+                cfg=cfg,
+                dispatch=dispatch,
+                a2a_backend=backend,
+                init_expert_location=init_json,
+                plugin=False,
+            )
+        )
+        b = _tensors(rank.metadata())
+        rank.stop()
+        differ = [
+            f
+            for f in METADATA_FIELDS
+            if (f in a) != (f in b) or (f in a and (a[f].dtype != b[f].dtype or not torch.equal(a[f], b[f])))
+        ]
+        out[(dispatch, backend)] = {
+            "adopted_kind": kind,
+            "map": adopted,
+            "differ": differ,
+            "compared": [f for f in METADATA_FIELDS if f in a],
+            "fingerprint": [a[f].tolist() for f in sorted(a)],
+        }
+    return out

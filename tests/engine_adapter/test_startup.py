@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import ea_scripts
 from ea_helpers import OtherEngine, rotated_map
+
 from layout_sm.record import layout_digest
 from layout_testkit import toy_moe
+
+FAST_POLL = (("SGLANG_EXPERT_LAYOUT_POLL_INTERVAL", "0.1"),)
 
 
 def _all_fail(results, *needles: str) -> str:
@@ -69,3 +75,55 @@ def test_one_daemon_dirty(ranks, daemons):
     other.detach()  # gone mid-move: the daemon cannot know its layout any more
     res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
     _all_fail(res, "dirty", "engine-crashed", "rank 1", "restart the weight cache daemons")
+
+
+def test_pending_move_clears_during_the_wait(ranks, daemons):
+    d = daemons()
+    moved = rotated_map(d.cfg, shift=3)
+    other = OtherEngine(d.paths)
+    assert all(r["status"] == "ok" for r in other.begin([1]))
+
+    def finish() -> None:
+        other.commit([1], [moved[1]])
+        other.detach()
+
+    timer = threading.Timer(1.5, finish)
+    timer.start()
+    t0 = time.monotonic()
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets, wait_timeout=30, env=FAST_POLL), timeout=60)
+    waited = time.monotonic() - t0
+    timer.join()
+    assert all(r.ok for r in res), [r.trace for r in res]
+    expect = toy_moe.trivial_map(d.cfg)
+    expect[1] = moved[1]
+    assert [r.value["kind"] for r in res] == ["adopt", "adopt"]
+    assert all(r.value["map"] == expect and r.value["version"] == 1 for r in res)
+    assert waited >= 1.5
+    ranks.run(ea_scripts.stop)
+
+
+def test_pending_move_stuck_until_the_timeout(ranks, daemons):
+    d = daemons()
+    other = OtherEngine(d.paths, engine_id="engine-stuck")
+    assert all(r["status"] == "ok" for r in other.begin([0, 3]))
+    t0 = time.monotonic()
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets, wait_timeout=1.0, env=FAST_POLL), timeout=60)
+    assert time.monotonic() - t0 < 30
+    _all_fail(res, "timed out", "engine-stuck", "[0, 3]", "rank 0", "rank 1")
+    other.detach()
+
+
+def test_record_and_no_record_mixed(ranks, daemons):
+    d = daemons(maps=("trivial", None))  # rank 1's daemon runs without --enable-eplb
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
+    assert all(r.ok for r in res), [r.trace for r in res]
+    assert [r.value["kind"] for r in res] == ["keep_own", "keep_own"]
+    assert not any(r.value["shared"] for r in res)
+    assert res[0].value["map"] == toy_moe.trivial_map(d.cfg)
+    ranks.run(ea_scripts.stop)
+
+    other = OtherEngine(d.paths[:1])
+    other.move([2], [rotated_map(d.cfg)[2]])
+    other.detach()
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
+    _all_fail(res, "without a record", "ranks [1]", "ranks [0]", "versions [1]")
