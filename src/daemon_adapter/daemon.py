@@ -117,8 +117,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     _layout_lock: threading.Lock | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Logged first, so that a spawned daemon says what it is even if loading then fails.
+        logger.info("[LayoutAwareDaemon] building an expert-layout aware weight cache daemon")
         super().__init__(*args, **kwargs)
-        logger.info("[LayoutAwareDaemon gpu=%s] expert-layout aware weight cache daemon", self.gpu_id)
 
     # -- the record ---------------------------------------------------------------------
 

@@ -7,16 +7,23 @@ reason, attached engines and the non-following flag: a table, or JSON with ``--j
 
 Exit codes: 0 every daemon answered; 3 no daemon found; 4 a daemon was found but did not
 answer (4 wins over 5); 5 a daemon answered as an older daemon without the layout requests.
+
+The command speaks sglang's framing (a 4-byte big-endian length, then a pickle) itself and
+imports no sglang module: importing sglang takes 5-15 s, too long for a status command.
+Replies are unpickled without any class (they are plain dicts).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import io
 import json
 import os
+import pickle
 import socket
 import stat
+import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +33,13 @@ EXIT_OK = 0
 EXIT_NO_DAEMON = 3
 EXIT_NOT_ANSWERING = 4
 EXIT_OLDER_DAEMON = 5
+
+# sglang 0.5.23's default for SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE (sglang/srt/environ.py);
+# a test checks that it still is.
+SGLANG_DEFAULT_SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
+SOCKET_TEMPLATE_ENV = "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"
+_FRAME_HEADER = struct.Struct("!I")
+MAX_REPLY_BYTES = 256 * 1024 * 1024  # sglang's MAX_MSG_SIZE
 
 ANSWERED = "answered"
 NOT_ANSWERING = "not_answering"
@@ -44,10 +58,32 @@ class DaemonStatus:
 
 
 def socket_template() -> str:
-    """sglang's socket template (its env var, or sglang's default)."""
-    from sglang.srt.environ import envs
+    """sglang's socket template: its environment variable, or sglang's default."""
+    return os.environ.get(SOCKET_TEMPLATE_ENV) or SGLANG_DEFAULT_SOCKET_TEMPLATE
 
-    return envs.SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE.get()
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"reply contains {module}.{name}; a daemon reply is plain data")
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = sock.recv(size - len(buf))
+        if not chunk:
+            raise ConnectionError(f"daemon closed the connection after {len(buf)} of {size} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def _exchange(sock: socket.socket, message: dict[str, Any]) -> Any:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_FRAME_HEADER.pack(len(data)) + data)
+    (length,) = _FRAME_HEADER.unpack(_recv_exact(sock, _FRAME_HEADER.size))
+    if length > MAX_REPLY_BYTES:
+        raise ValueError(f"reply of {length} bytes exceeds {MAX_REPLY_BYTES}")
+    return _PlainUnpickler(io.BytesIO(_recv_exact(sock, length))).load()
 
 
 def discover_sockets(template: str) -> list[str]:
@@ -64,8 +100,6 @@ def discover_sockets(template: str) -> list[str]:
 
 
 def query_daemon(socket_path: str, timeout: float, include_map: bool = False) -> DaemonStatus:
-    from sglang.srt.weight_cache.protocol import recv_msg, send_msg
-
     from layout_sm.messages import query_request
     from layout_sm.reasons import Reply
 
@@ -73,9 +107,8 @@ def query_daemon(socket_path: str, timeout: float, include_map: bool = False) ->
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(socket_path)
-            send_msg(sock, query_request(include_map=include_map))
-            wire = recv_msg(sock)
-    except (OSError, ConnectionError, ValueError) as error:
+            wire = _exchange(sock, query_request(include_map=include_map))
+    except (OSError, ConnectionError, ValueError, pickle.UnpicklingError, EOFError) as error:
         return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"{type(error).__name__}: {error}")
     try:
         reply = Reply.from_wire(wire)
