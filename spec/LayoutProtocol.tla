@@ -173,14 +173,14 @@ Agree(e) ==
     /\ ephase[e] = "start"
     /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait"}
     /\ IF StartupFails(e)
-         THEN /\ ephase' = [ephase EXCEPT ![e] = "failed"]
-              /\ UNCHANGED <<eroute, ever, eshare>>
+         THEN Forget(e, "failed")
          ELSE LET f == efind[e][1] IN
               /\ ephase' = [ephase EXCEPT ![e] = "load"]
               /\ eroute' = [eroute EXCEPT ![e] = IF Adopts(e) THEN f.fmap ELSE InitialMap]
               /\ ever' = [ever EXCEPT ![e] = IF Adopts(e) THEN f.fver ELSE 0]
               /\ eshare' = [eshare EXCEPT ![e] = Adopts(e)]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, efind, eserv, reb, moves>>
+              /\ UNCHANGED <<efind, eserv, reb>>
+    /\ UNCHANGED <<daemonVars, moves>>
 
 (* fetch_state on daemon r, with the engine's claim (version, digest);      *)
 (* older engines send no claim.  The check of DESIGN §4.                    *)
@@ -199,10 +199,10 @@ Fetch(e, r) ==
          THEN /\ eserv' = [eserv EXCEPT ![e] = @ \cup {r}]
               /\ ephase' = [ephase EXCEPT ![e] = IF eserv'[e] = Ranks THEN "run" ELSE "load"]
               /\ dnf' = [dnf EXCEPT ![r] = @ \/ FetchNonFollowing(e, r)]
-         ELSE /\ eserv' = [eserv EXCEPT ![e] = {}]
-              /\ ephase' = [ephase EXCEPT ![e] = "failed"]
+              /\ UNCHANGED <<efind, eroute, ever, eshare, reb>>
+         ELSE /\ Forget(e, "failed")
               /\ UNCHANGED dnf
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, efind, eroute, ever, eshare, reb, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves>>
 
 -----------------------------------------------------------------------------
 (* Rebalance, one chunk at a time (DESIGN §6).                              *)
@@ -327,14 +327,24 @@ Verify(e) ==
 
 (* The engine process dies at any point (SIGKILL included).  A failed      *)
 (* startup ends the process too ("failed" is as final as "dead").  Its      *)
+(* memory is gone (its local variables return to their initial values, so  *)
+(* that states differing only in a dead engine's memory are one state); its *)
 (* attachments live on until each daemon notices the EOF (Detach).         *)
 Gone(e) == ephase[e] \in {"failed", "dead"}
 
+Forget(e, phase) ==
+    /\ ephase' = [ephase EXCEPT ![e] = phase]
+    /\ efind' = [efind EXCEPT ![e] = [r \in Ranks |-> NoFinding]]
+    /\ eroute' = [eroute EXCEPT ![e] = InitialMap]
+    /\ ever' = [ever EXCEPT ![e] = 0]
+    /\ eserv' = [eserv EXCEPT ![e] = {}]
+    /\ eshare' = [eshare EXCEPT ![e] = FALSE]
+    /\ reb' = [reb EXCEPT ![e] = IdleReb]
+
 Crash(e) ==
     /\ ~Gone(e)
-    /\ ephase' = [ephase EXCEPT ![e] = "dead"]
-    /\ eserv' = [eserv EXCEPT ![e] = {}]
-    /\ UNCHANGED <<daemonVars, efind, eroute, ever, eshare, reb, moves>>
+    /\ Forget(e, "dead")
+    /\ UNCHANGED <<daemonVars, moves>>
 
 (* Daemon r notices the EOF of engine e's attach connection.  A move of     *)
 (* that engine still pending makes the daemon dirty.                        *)
@@ -422,15 +432,13 @@ SafeRouting ==
 CleanRecordIsTruth ==
     \A r \in Ranks : dphase[r] = "clean" => dmap[r] = truth[r]
 
-(* At most one move pending per daemon (one dpend), and its engine was      *)
-(* alone: nobody else maps the weights, and every other attached engine     *)
-(* attached after the begin (it waits).                                     *)
+(* At most one move pending per daemon (one dpend), and nobody else maps    *)
+(* those weights while it is pending.  That its engine was alone when it    *)
+(* began is the action property BeginsAlone below.                          *)
 OneMover ==
     \A r \in Ranks : dphase[r] = "pending" =>
         /\ dpend[r] # NONE
-        /\ \A e \in Engines \ {dpend[r].mover} :
-              /\ r \notin eserv[e]
-              /\ e \in datt[r] => efind[e][r].found \in {"wait", "timeout"}
+        /\ \A e \in Engines \ {dpend[r].mover} : r \notin eserv[e]
 
 (* An engine serving from several daemons adopted the same version (and     *)
 (* map) from all of them.                                                   *)
@@ -447,10 +455,19 @@ Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedV
 DirtySticky ==
     [][\A r \in Ranks : dphase[r] = "dirty" => (dphase'[r] = "dirty" \/ Restart(r))]_vars
 
-(* Versions never decrease, except by a restart.                            *)
+(* Versions never decrease, except by a restart (and a gone engine's        *)
+(* memory, which is lost).                                                  *)
 VersionMonotonic ==
     [][/\ \A r \in Ranks : dver'[r] >= dver[r] \/ Restart(r)
-       /\ \A e \in Engines : ever'[e] >= ever[e]]_vars
+       /\ \A e \in Engines : ephase'[e] \notin {"failed", "dead"} => ever'[e] >= ever[e]]_vars
+
+(* A move begins only while its engine is alone on the daemon: no other     *)
+(* engine attached, none serving from it (DESIGN §4, begin rule 3).         *)
+BeginsAlone ==
+    [][\A r \in Ranks :
+         (dphase[r] # "pending" /\ dphase'[r] = "pending") =>
+             /\ datt[r] = {dpend'[r].mover}
+             /\ \A e \in Engines : r \in eserv[e] => e = dpend'[r].mover]_vars
 
 (* Liveness: a move whose engine died ends with the daemon dirty.           *)
 DeadMoverEndsDirty ==

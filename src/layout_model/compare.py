@@ -43,8 +43,12 @@ class Diff:
     @property
     def equal(self) -> bool:
         return not (
-            self.only_a_states or self.only_b_states or self.only_a_initial or self.only_b_initial
-            or self.only_a_edges or self.only_b_edges
+            self.only_a_states
+            or self.only_b_states
+            or self.only_a_initial
+            or self.only_b_initial
+            or self.only_a_edges
+            or self.only_b_edges
         )
 
     def report(self, name_a: str = "A", name_b: str = "B", limit: int | None = None) -> str:
@@ -66,9 +70,12 @@ class Diff:
             return "  state:\n    " + s.replace("\n", "\n    ")
 
         def ed(e: tuple[str, str, str]) -> str:
-            return f"  edge {e[1]}:\n    from " + e[0].replace("\n", "\n         ") + "\n    to   " + e[
-                2
-            ].replace("\n", "\n         ")
+            return (
+                f"  edge {e[1]}:\n    from "
+                + e[0].replace("\n", "\n         ")
+                + "\n    to   "
+                + e[2].replace("\n", "\n         ")
+            )
 
         section(f"initial states only in {name_a}", self.only_a_initial, st)
         section(f"initial states only in {name_b}", self.only_b_initial, st)

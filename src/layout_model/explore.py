@@ -4,7 +4,7 @@ Why: ``make check-model`` proves, without TLC, that the ``layout_sm`` machines c
 spec composes them keep the spec's invariants on the same bounded model; and its DOT dump can
 be compared state for state and edge for edge with TLC's (``python -m layout_model.compare``).
 
-    python -m layout_model.explore MCSmall [--spec-dir spec] [--dot out.dot] [--quiet]
+    python -m layout_model.explore MCSmall [MCFull] [--spec-dir spec] [--dot-dir DIR | --dump F.dot] [--quiet]
 
 It prints a progress line every few seconds, then the distinct states, edges, depth and time,
 and exits non-zero on an invariant or action-property violation (printing the behaviour that
@@ -170,8 +170,7 @@ def explore(
                     for name, prop in properties:
                         if not prop(model, here, there, action):
                             res.violations.append(
-                                f"Action property {name} is violated by {action}.\n"
-                                f"{_trace(parents, texts, nid)}"
+                                f"Action property {name} is violated by {action}.\n{_trace(parents, texts, nid)}"
                             )
                 if dot is not None:
                     dot.edge(sid, nid, action, texts[nid] if new else None, level_of[sid] + 1)
@@ -202,11 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", help="model names, e.g. MCSmall MCFull")
     ap.add_argument("--spec-dir", default="spec")
     ap.add_argument("--dot-dir", default=None, help="write <dir>/<Model>.dot in TLC's dump format")
+    ap.add_argument("--dump", default=None, help="write the graph of the (single) model to this file")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
+    if args.dump and len(args.models) != 1:
+        ap.error("--dump takes one model")
     failed = False
     for name in args.models:
-        dot = None
+        dot = Path(args.dump) if args.dump else None
         if args.dot_dir:
             Path(args.dot_dir).mkdir(parents=True, exist_ok=True)
             dot = Path(args.dot_dir) / f"{name}.dot"

@@ -27,7 +27,7 @@ class Vars:
             setattr(self, name, v)
 
 
-def TypeOK(m: Model, s: Vars) -> bool:  # noqa: N802 (the spec's name)
+def TypeOK(m: Model, s: Vars) -> bool:
     bits = {0, 1}
     ranks = range(m.num_ranks)
     ok = all(s.dphase[r] in ("no_record", "clean", "pending", "dirty") for r in ranks)
@@ -47,38 +47,29 @@ def _moving(s: Vars, e: str) -> bool:
     return s.reb[e]["step"] in ("move", "commit")
 
 
-def SafeRouting(m: Model, s: Vars) -> bool:  # noqa: N802
+def SafeRouting(m: Model, s: Vars) -> bool:
     return all(
-        s.eroute[e] == s.truth[r - 1]
-        for e in m.engines
-        for r in m.ranks
-        if r in s.eserv[e] and not _moving(s, e)
+        s.eroute[e] == s.truth[r - 1] for e in m.engines for r in m.ranks if r in s.eserv[e] and not _moving(s, e)
     )
 
 
-def CleanRecordIsTruth(m: Model, s: Vars) -> bool:  # noqa: N802
+def CleanRecordIsTruth(m: Model, s: Vars) -> bool:
     return all(s.dmap[r] == s.truth[r] for r in range(m.num_ranks) if s.dphase[r] == "clean")
 
 
-def OneMover(m: Model, s: Vars) -> bool:  # noqa: N802
+def OneMover(m: Model, s: Vars) -> bool:
     for r in m.ranks:
         if s.dphase[r - 1] != "pending":
             continue
         pend = s.dpend[r - 1]
         if pend == NONE:
             return False
-        mover = pend["mover"].name
-        for e in m.engines:
-            if e == mover:
-                continue
-            if r in s.eserv[e]:
-                return False
-            if MV(e) in s.datt[r - 1] and s.efind[e][r - 1]["found"] not in ("wait", "timeout"):
-                return False
+        if any(r in s.eserv[e] for e in m.engines if e != pend["mover"].name):
+            return False
     return True
 
 
-def AgreedVersions(m: Model, s: Vars) -> bool:  # noqa: N802
+def AgreedVersions(m: Model, s: Vars) -> bool:
     for e in m.newer:
         if not s.eserv[e]:
             continue
@@ -97,23 +88,34 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
 }
 
 
-StepView = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]  # (dphase, dver, ever)
+# What the action properties read of a state: (dphase, dver, ever, gone engines, datt, eserv, movers)
+StepView = tuple[Any, ...]
 
 
-def DirtySticky(m: Model, s: StepView, t: StepView, action: str) -> bool:  # noqa: N802
-    return all(
-        t[0][r - 1] == "dirty" or action == f"Restart({r})" for r in m.ranks if s[0][r - 1] == "dirty"
-    )
+def DirtySticky(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return all(t[0][r - 1] == "dirty" or action == f"Restart({r})" for r in m.ranks if s[0][r - 1] == "dirty")
 
 
-def VersionMonotonic(m: Model, s: StepView, t: StepView, action: str) -> bool:  # noqa: N802
+def VersionMonotonic(m: Model, s: StepView, t: StepView, action: str) -> bool:
     daemons = all(t[1][r - 1] >= s[1][r - 1] or action == f"Restart({r})" for r in m.ranks)
-    return daemons and all(b >= a for a, b in zip(s[2], t[2], strict=True))
+    return daemons and all(gone or b >= a for a, b, gone in zip(s[2], t[2], t[3], strict=True))
+
+
+def BeginsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    for r in m.ranks:
+        if s[0][r - 1] != "pending" and t[0][r - 1] == "pending":
+            mover = t[6][r - 1]
+            if s[4][r - 1] != frozenset({mover}):
+                return False
+            if any(r in serv and e != mover for e, serv in zip(m.engines, s[5], strict=True)):
+                return False
+    return True
 
 
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
     "DirtySticky": DirtySticky,
     "VersionMonotonic": VersionMonotonic,
+    "BeginsAlone": BeginsAlone,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.

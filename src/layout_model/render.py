@@ -135,7 +135,7 @@ class _ParseFail(Exception):
 
 
 class _Node:
-    __slots__ = ("kind", "first", "last", "kids")
+    __slots__ = ("first", "kids", "kind", "last")
 
     def __init__(self, kind: int, first: int, last: int = 0) -> None:
         self.kind = kind
@@ -276,19 +276,43 @@ def _fmt(s: str, node: _Node, width: int, trailer: int, pad: str) -> str:
             if arg.length() + len(div) + 1 + val.length() + len(sep) <= w:
                 out.append(a + div + " " + v + sep + "\n" + lp)
             elif arg.length() + len(div) <= w:
-                out.append(a + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
-                           + sep + "\n" + lp)
+                out.append(
+                    a
+                    + div
+                    + "\n"
+                    + lp
+                    + divpad
+                    + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
+                    + sep
+                    + "\n"
+                    + lp
+                )
             else:
-                out.append(_fmt(s, arg, w, tr + len(div), lp) + div + "\n" + lp + divpad
-                           + _fmt(s, val, w - len(divpad), len(sep), lp + divpad) + sep + "\n" + lp)
+                out.append(
+                    _fmt(s, arg, w, tr + len(div), lp)
+                    + div
+                    + "\n"
+                    + lp
+                    + divpad
+                    + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
+                    + sep
+                    + "\n"
+                    + lp
+                )
         else:
             if arg.length() + len(div) + 1 + val.length() <= w - tr:
                 out.append(a + div + " " + v)
             elif arg.length() + len(div) <= w:
                 out.append(a + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), tr, lp + divpad))
             else:
-                out.append(_fmt(s, arg, w, tr + len(div), lp) + div + "\n" + lp + divpad
-                           + _fmt(s, val, w - len(divpad), tr, lp + divpad))
+                out.append(
+                    _fmt(s, arg, w, tr + len(div), lp)
+                    + div
+                    + "\n"
+                    + lp
+                    + divpad
+                    + _fmt(s, val, w - len(divpad), tr, lp + divpad)
+                )
     return open_ + "".join(out) + close
 
 
@@ -305,9 +329,7 @@ def pretty(text: str, width: int = WIDTH) -> str:
         return text
 
 
-def render_state(
-    values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str] = tla
-) -> str:
+def render_state(values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str] = tla) -> str:
     """A state as TLC prints it: ``/\\ var = value`` lines (no trailing newline)."""
     if len(values) == 1:
         name, v = values[0]
@@ -337,8 +359,18 @@ def one_line(text: str) -> str:
         out.append(c)
         i += 1
     s = "".join(out)
-    for a, b in (("{ ", "{"), (" }", "}"), ("<< >>", "\0"), ("<< ", "<<"), (" >>", ">>"), ("( ", "("),
-                 (" )", ")"), ("[ ", "["), (" ]", "]"), ("\0", "<< >>")):
+    for a, b in (
+        ("{ ", "{"),
+        (" }", "}"),
+        ("<< >>", "\0"),
+        ("<< ", "<<"),
+        (" >>", ">>"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+        ("\0", "<< >>"),
+    ):
         s = _replace_outside_strings(s, a, b)
     return s
 

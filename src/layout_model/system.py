@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from layout_model.render import MV, Fn, Rec, pretty, tla
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.engine import (
     EngineLayout,
@@ -37,11 +38,9 @@ from layout_sm.engine import (
     startup_decision,
     verify_commits,
 )
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, QueryRequest
+from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
 from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord, layout_digest
-
-from layout_model.render import MV, Fn, Rec, pretty, tla
 
 ROWS = ((0, 1), (1, 0))  # the two permutations a layer's row can be
 NUM_LOGICAL = 2
@@ -288,6 +287,21 @@ class System:
         daemons[r - 1] = view
         return tuple(daemons)
 
+    def _forgotten(self, phase: str) -> EngineState:
+        """A gone engine: its process memory is lost, only the daemons remember it (attachments)."""
+        return EngineState(
+            phase=phase,
+            finds=(None,) * self.R,
+            route=self.initial_perms,
+            ever=0,
+            serv=frozenset(),
+            share=False,
+            step="idle",
+            chunk=frozenset(),
+            replies=("none",) * self.R,
+            commits=(None,) * self.R,
+        )
+
     def target(self, es: EngineState) -> tuple[int, ...]:
         return tuple(1 - p if (i + 1) in es.chunk else p for i, p in enumerate(es.route))
 
@@ -328,13 +342,14 @@ class System:
 
     def Agree(self, s: SysState, e: str) -> SysState | None:
         es = self._eng(s, e)
-        if es.phase != "start" or any(f is None or needs_wait(RankFinding(i, f[0], f[1]))
-                                      for i, f in enumerate(es.finds)):
+        if es.phase != "start" or any(
+            f is None or needs_wait(RankFinding(i, f[0], f[1])) for i, f in enumerate(es.finds)
+        ):
             return None
         findings = [RankFinding(i, f[0], f[1]) for i, f in enumerate(es.finds) if f is not None]
         outcome = startup_decision(findings, self.engine_layout)
         if outcome.failed:
-            return self._with(s, e, replace(es, phase="failed"))
+            return self._with(s, e, self._forgotten("failed"))
         record = outcome.record
         mode = rebalance_mode(outcome, ["daemon"] * self.R)
         return self._with(
@@ -362,7 +377,7 @@ class System:
             serv = es.serv | {r}
             phase = "run" if len(serv) == self.R else "load"
             return self._with(s, e, replace(es, serv=serv, phase=phase), daemons=daemons)
-        return self._with(s, e, replace(es, serv=frozenset(), phase="failed"), daemons=daemons)
+        return self._with(s, e, self._forgotten("failed"), daemons=daemons)
 
     def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
         es = self._eng(s, e)
@@ -423,7 +438,7 @@ class System:
         if "ok" in es.replies[: r - 1]:
             return None  # ranks commit in rank order
         target = self.target(es)
-        if any(s.truth[q - 1][l - 1] != target[l - 1] for q in self.model.ranks for l in es.chunk):
+        if any(s.truth[q - 1][k - 1] != target[k - 1] for q in self.model.ranks for k in es.chunk):
             return None  # the device synchronize waits for every layer on every rank
         layers = _layers(es.chunk)
         req = CommitRequest(e, _session(e), layers, tuple(ROWS[target[i]] for i in layers))
@@ -443,20 +458,24 @@ class System:
             return None
         target = self.target(es)
         replies = [
-            Reply(Status.OK, Reason.COMMITTED, "", {"version": c[0], "digest": c[1]}) if c is not None
+            Reply(Status.OK, Reason.COMMITTED, "", {"version": c[0], "digest": c[1]})
+            if c is not None
             else Reply(Status.REFUSED, Reason.NO_PENDING_MOVE, "")
             for c in es.commits
         ]
         verdict = verify_commits(replies, rows_of(target), expected_version=es.ever + 1)
-        es2 = _idle(replace(es, route=target, ever=es.ever + 1 if verdict.ok else es.ever), self.R,
-                    share=es.share and verdict.ok)
+        es2 = _idle(
+            replace(es, route=target, ever=es.ever + 1 if verdict.ok else es.ever),
+            self.R,
+            share=es.share and verdict.ok,
+        )
         return self._with(s, e, es2)
 
     def Crash(self, s: SysState, e: str) -> SysState | None:
         es = self._eng(s, e)
         if es.phase in ("failed", "dead"):
             return None
-        return self._with(s, e, replace(es, phase="dead", serv=frozenset()))
+        return self._with(s, e, self._forgotten("dead"))
 
     def Detach(self, s: SysState, r: int, e: str) -> SysState | None:
         view = s.daemons[r - 1]
@@ -543,12 +562,16 @@ class System:
         return render_projection(self.project(s))
 
     @staticmethod
-    def step_view(s: SysState) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
-        """What the action properties read: (dphase, dver, ever)."""
+    def step_view(s: SysState) -> tuple[Any, ...]:
+        """What the action properties read (``invariants.StepView``)."""
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
             tuple(es.ever for es in s.engines),
+            tuple(es.phase in ("failed", "dead") for es in s.engines),
+            tuple(frozenset(v.attachments) for v in s.daemons),
+            tuple(es.serv for es in s.engines),
+            tuple(None if v.pending is None else v.pending.engine_id for v in s.daemons),
         )
 
 
@@ -581,8 +604,9 @@ def _dpend(v: DaemonView) -> Any:
     move = v.pending if v.pending is not None else v.dirty
     if move is None:
         return MV("NONE")
-    return Rec((("mover", MV(move.engine_id)), ("layers", frozenset(x + 1 for x in move.layers)),
-                ("base", move.base_version)))
+    return Rec(
+        (("mover", MV(move.engine_id)), ("layers", frozenset(x + 1 for x in move.layers)), ("base", move.base_version))
+    )
 
 
 def _reb(es: EngineState) -> Rec:
@@ -595,7 +619,7 @@ def _mvs(engines: tuple[str, ...]) -> tuple[MV, ...]:
 
 
 def _fn(engines: tuple[str, ...], values: list[Any]) -> Any:
-    return Fn(tuple(zip(_mvs(engines), values)))
+    return Fn(tuple(zip(_mvs(engines), values, strict=False)))
 
 
 def _idle(es: EngineState, num_ranks: int, share: bool | None = None) -> EngineState:
@@ -610,7 +634,7 @@ def _idle(es: EngineState, num_ranks: int, share: bool | None = None) -> EngineS
 
 
 def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
-    return t[:i] + (v,) + t[i + 1 :]
+    return (*t[:i], v, *t[i + 1 :])
 
 
 def _session(engine: str) -> str:
