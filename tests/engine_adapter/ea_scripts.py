@@ -110,3 +110,52 @@ def compare_metadata(
             "fingerprint": [a[f].tolist() for f in sorted(a)],
         }
     return out
+
+
+def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) -> dict[str, Any]:
+    """One real EPLBManager.rebalance() with skewed statistics of ``phase``.
+
+    ``kill_daemon_pid``: this rank SIGKILLs that daemon when sglang's updater is about to move,
+    i.e. between begin and commit (a daemon crash mid-move).
+    """
+    import os
+    import signal
+
+    from layout_testkit import toy_moe
+
+    assert rank.spec is not None
+    restore = None
+    if kill_daemon_pid is not None:
+        from sglang.srt.eplb.expert_location_updater import ExpertLocationUpdater
+
+        original = ExpertLocationUpdater.update
+
+        def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+            os.kill(kill_daemon_pid, signal.SIGKILL)
+            return original(self, *args, **kwargs)
+
+        ExpertLocationUpdater.update = update
+
+        def restore() -> None:
+            ExpertLocationUpdater.update = original
+
+    before = rank.map()
+    try:
+        steps = rank.rebalance(toy_moe.skewed_logical_count(rank.spec.cfg, phase))
+    finally:
+        if restore is not None:
+            restore()
+    st = _adapter_state()
+    out = summary(rank)
+    lo = rank.rank * rank.spec.cfg.num_local
+    out.update(
+        before=before,
+        steps=steps,
+        slots=rank.slots(),
+        believed=[row[lo : lo + rank.spec.cfg.num_local] for row in rank.map()],
+        disabled=rank.manager._rebalance_disabled_reason,
+        phase=None if st.machine is None else st.machine.phase,
+        logged=sorted(st.logged),
+        mode=None if st.rebalance_mode is None else st.rebalance_mode.reason,
+    )
+    return out
