@@ -208,12 +208,14 @@ class StateGraph:
                     queue.append(e.dst)
         return dist
 
-    def edge_cover(self, max_steps: int = 40) -> list[list[Edge]]:
+    def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
         """Paths from initial states that together take every reachable edge, deterministically.
 
-        For the first untaken edge (by depth of its source, then text), the path is a shortest
-        path to its source, the edge, then untaken edges greedily while there are any (bounded by
-        `max_steps`, which is raised for an edge deeper than that).
+        For the first untaken edge (by depth of its source, then text), a path is a shortest path
+        to its source and the edge; then it goes on along untaken edges, and where there is none
+        out of the current state, along the shortest bridge to the nearest state that has one,
+        until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
+        Fewer, longer behaviours: each behaviour costs a fresh system when replayed on real daemons.
         """
         order = sorted(self.initial, key=self._key)
         parent: dict[int, Edge | None] = {n: None for n in order}
@@ -229,6 +231,15 @@ class StateGraph:
         reachable = [e for e in self._ordered_edges() if e.src in dist]
         reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the text order within a depth
         untaken = dict.fromkeys(reachable)
+        remaining: dict[int, int] = {}
+        for e in reachable:
+            remaining[e.src] = remaining.get(e.src, 0) + 1
+
+        def take(e: Edge) -> None:
+            if e in untaken:
+                del untaken[e]
+                remaining[e.src] -= 1
+
         paths: list[list[Edge]] = []
         for target in reachable:
             if target not in untaken:
@@ -242,17 +253,54 @@ class StateGraph:
                 n = e.src
             path.reverse()
             path.append(target)
-            cur = target.dst
-            while len(path) < max(max_steps, dist[target.src] + 1):
-                nxt = next((e for e in self.successors(cur) if e in untaken and e not in path), None)
-                if nxt is None:
-                    break
-                path.append(nxt)
-                cur = nxt.dst
             for e in path:
-                untaken.pop(e, None)
+                take(e)
+            cur = target.dst
+            limit = max(max_steps, dist[target.src] + 1)
+            while len(path) < limit:
+                nxt = next((e for e in self.successors(cur) if e in untaken), None)
+                if nxt is not None:
+                    take(nxt)
+                    path.append(nxt)
+                    cur = nxt.dst
+                    continue
+                bridge = self._bridge(cur, remaining, limit - len(path) - 1)
+                if not bridge:
+                    break
+                for e in bridge:
+                    take(e)
+                path.extend(bridge)
+                cur = bridge[-1].dst
             paths.append(path)
         return paths
+
+    def _bridge(self, start: int, remaining: dict[int, int], budget: int) -> list[Edge] | None:
+        """Shortest path from `start` to the nearest state with an untaken out-edge (within budget)."""
+        if budget <= 0:
+            return None
+        back: dict[int, Edge | None] = {start: None}
+        frontier = [start]
+        for _ in range(budget):
+            nxt_frontier: list[int] = []
+            for n in frontier:
+                for e in self.successors(n):
+                    if e.dst in back:
+                        continue
+                    back[e.dst] = e
+                    if remaining.get(e.dst, 0) > 0:
+                        out: list[Edge] = []
+                        m = e.dst
+                        while back[m] is not None:
+                            edge = back[m]
+                            assert edge is not None
+                            out.append(edge)
+                            m = edge.src
+                        return out[::-1]
+                    nxt_frontier.append(e.dst)
+            if not nxt_frontier:
+                return None
+            frontier = nxt_frontier
+        return None
 
     def behaviour(self, path: Sequence[Edge], name: str = "") -> Behaviour:
         if not path:
@@ -260,7 +308,7 @@ class StateGraph:
         steps = tuple(Step(e.action, self.state(e.dst)) for e in path)
         return Behaviour(self.state(path[0].src), steps, name=name, source="dot")
 
-    def behaviours(self, max_steps: int = 40, prefix: str = "b") -> list[Behaviour]:
+    def behaviours(self, max_steps: int = 200, prefix: str = "b") -> list[Behaviour]:
         paths = self.edge_cover(max_steps)
         width = len(str(len(paths)))
         return [self.behaviour(p, f"{prefix}{i:0{width}d}") for i, p in enumerate(paths)]
@@ -437,7 +485,7 @@ class Suite:
     _actions: dict[str, Action] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_graph(cls, graph: StateGraph, manifest: dict[str, Any], max_steps: int = 40) -> Suite:
+    def from_graph(cls, graph: StateGraph, manifest: dict[str, Any], max_steps: int = 200) -> Suite:
         paths = graph.edge_cover(max_steps)
         index: dict[int, int] = {}
         texts: list[str] = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layout_model.system import NUM_LOGICAL, ROWS
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
 from layout_sm import messages
@@ -38,8 +39,7 @@ from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
 from layout_testkit import daemon_proc
 
-PERMS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 3), (1, 0, 3, 2))
-NUM_LOGICAL = 4
+PERMS = ROWS  # the mirror's binding of the spec's two permutations (layout_model.system)
 NOTICE_TIMEOUT_S = 10.0
 WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (DESIGN §5), reported in a timed-out finding
 
@@ -193,7 +193,7 @@ class RealSystem:
 
     def do_Fetch(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        msg: dict[str, Any] = {"type": "fetch_state", "config": daemon_proc.testkit_cache_config()}
+        msg: dict[str, Any] = {"type": "fetch_state", "config": daemon_proc.default_cache_config()}
         if eng.name not in self.older:
             route = rows_of(before["eroute"][e])
             msg[messages.FETCH_FIELD] = messages.fetch_layout_field(
