@@ -105,8 +105,10 @@ def find_jar(fetch: bool = True) -> tuple[Path | None, str]:
         tmp.unlink(missing_ok=True)
         why = (r.stderr or "").strip().splitlines()[-1:] or ["no network?"]
         fetched = f"Fetching {RELEASE_URL} failed ({why[0]})."
-    else:
+    elif fetch:
         fetched = "curl is not available to fetch it."
+    else:
+        fetched = "It was not fetched (--no-fetch)."
     return None, (
         "TLC is missing: no tla2tools.jar. "
         f"{fetched} Provide it in one of two ways:\n"

@@ -39,6 +39,7 @@ class Diff:
     only_a_edges: list[tuple[str, str, str]] = field(default_factory=list)
     only_b_edges: list[tuple[str, str, str]] = field(default_factory=list)
     counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # states A, edges A, states B, edges B
+    names_only: bool = False  # edges compared by action name only (a TLC without parameter labels)
 
     @property
     def equal(self) -> bool:
@@ -55,6 +56,7 @@ class Diff:
         lines = [
             f"{name_a}: {self.counts[0]} states, {self.counts[1]} edges; "
             f"{name_b}: {self.counts[2]} states, {self.counts[3]} edges"
+            + ("; edges compared by action name (a graph has no parameters in its labels)" if self.names_only else "")
         ]
 
         def section(title: str, items: list, fmt: callable) -> None:  # type: ignore[valid-type]
@@ -87,19 +89,34 @@ class Diff:
         return "\n".join(lines)
 
 
-def _canon(g: StateGraph) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
+def _label(label: str, names_only: bool) -> str:
+    text = "".join(label.split())
+    return text.split("(", 1)[0] if names_only else text
+
+
+def _canon(g: StateGraph, names_only: bool) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
     canon = {sid: canonical_state(text) for sid, text in g.states.items()}
     initial = {canon[sid] for sid in g.initial if sid in canon}
     edges = set()
     for a, b, label in g.edges:
-        edges.add((canon.get(a, f"<unknown node {a}>"), "".join(label.split()), canon.get(b, f"<unknown node {b}>")))
+        edges.add((canon.get(a, f"<unknown node {a}>"), _label(label, names_only), canon.get(b, f"<unknown node {b}>")))
     return canon, initial, edges
 
 
+def _has_parameters(g: StateGraph) -> bool:
+    return any("(" in label for _, _, label in g.edges)
+
+
 def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:
-    """Every state and edge of ``a`` missing from ``b`` and the reverse."""
-    ca, ia, ea = _canon(a)
-    cb, ib, eb = _canon(b)
+    """Every state and edge of ``a`` missing from ``b`` and the reverse.
+
+    TLC releases before the ones that print action parameters label edges with the action
+    name only (``Attach``); when either graph has no parameters in any label, edges are
+    compared by action name (the states still identify them).
+    """
+    names_only = bool(a.edges and b.edges) and not (_has_parameters(a) and _has_parameters(b))
+    ca, ia, ea = _canon(a, names_only)
+    cb, ib, eb = _canon(b, names_only)
     sa, sb = set(ca.values()), set(cb.values())
     return Diff(
         only_a_states=sorted(sa - sb),
@@ -109,6 +126,7 @@ def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:
         only_a_edges=sorted(ea - eb),
         only_b_edges=sorted(eb - ea),
         counts=(len(sa), len(ea), len(sb), len(eb)),
+        names_only=names_only,
     )
 
 

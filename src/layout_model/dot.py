@@ -34,20 +34,14 @@ _NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(.*)$')
 _EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]|\\.)*)"[^\]]*\])?;?\s*$')
 
 
+_ESCAPED = re.compile(r"\\(.)", re.S)
+
+
 def unescape(s: str) -> str:
     """Decode a DOT label as TLC escapes it."""
-    out = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            out.append("\n" if nxt == "n" else nxt)
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    if "\\" not in s:
+        return s
+    return _ESCAPED.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
 
 
 def escape(s: str) -> str:

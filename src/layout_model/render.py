@@ -37,8 +37,10 @@ TLC's printing rules followed here:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["MV", "Fn", "Rec", "pretty", "render_state", "tla", "tlc_key"]
@@ -337,42 +339,27 @@ def render_state(values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str
     return "\n".join(f"/\\ {name} = {pretty(text_of(v))}" for name, v in values)
 
 
+_BREAK = re.compile(r"\n *")
+
+
 def one_line(text: str) -> str:
-    """Undo TLC's pretty printing: the one-line ``toString`` text of a printed value."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            continue
-        if c == "\n":
-            # a break is always preceded by "," / " @@" / " |->" / " :>" and followed by padding
-            while i < n and text[i] in " \n":
-                i += 1
-            out.append(" ")
-            continue
-        out.append(c)
-        i += 1
-    s = "".join(out)
-    for a, b in (
-        ("{ ", "{"),
-        (" }", "}"),
-        ("<< >>", "\0"),
-        ("<< ", "<<"),
-        (" >>", ">>"),
-        ("( ", "("),
-        (" )", ")"),
-        ("[ ", "["),
-        (" ]", "]"),
-        ("\0", "<< >>"),
-    ):
-        s = _replace_outside_strings(s, a, b)
+    """Undo TLC's pretty printing: the one-line ``toString`` text of a printed value.
+
+    A line break is always preceded by ``,``, `` @@``, `` |->`` or `` :>`` and followed by
+    padding; opening and closing delimiters get one inner space. (The spec's strings hold
+    neither line breaks nor escaped quotes.)
+    """
+    s = _BREAK.sub(" ", text)
+    for a, b in _UNPAD:
+        if a in s:
+            s = _replace_outside_strings(s, a, b)
     return s
+
+
+_UNPAD = (
+    ("{ ", "{"), (" }", "}"), ("<< >>", "\0"), ("<< ", "<<"), (" >>", ">>"), ("( ", "("),
+    (" )", ")"), ("[ ", "["), (" ]", "]"), ("\0", "<< >>"),
+)  # fmt: skip
 
 
 def _replace_outside_strings(s: str, old: str, new: str) -> str:
@@ -381,6 +368,7 @@ def _replace_outside_strings(s: str, old: str, new: str) -> str:
     return '"'.join(p.replace(old, new) if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
+@lru_cache(maxsize=100_000)
 def canonical(text: str) -> str:
     """A printed value or state with all layout whitespace removed: equal iff TLC-equal text."""
     parts = text.split('"')
