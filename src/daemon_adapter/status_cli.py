@@ -25,6 +25,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,26 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(buf)
 
 
+def _connect(socket_path: str, timeout: float) -> socket.socket:
+    # sglang's daemon listens with a backlog of 8 and serves one connection at a time; with a
+    # full queue, connect() fails at once with EAGAIN rather than waiting: retry until timeout.
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        except BaseException:
+            sock.close()
+            raise
+
+
 def _exchange(sock: socket.socket, message: dict[str, Any]) -> Any:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(_FRAME_HEADER.pack(len(data)) + data)
@@ -104,9 +125,7 @@ def query_daemon(socket_path: str, timeout: float, include_map: bool = False) ->
     from layout_sm.reasons import Reply
 
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(socket_path)
+        with _connect(socket_path, timeout) as sock:
             wire = _exchange(sock, query_request(include_map=include_map))
     except (OSError, ConnectionError, ValueError, pickle.UnpicklingError, EOFError) as error:
         return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"{type(error).__name__}: {error}")

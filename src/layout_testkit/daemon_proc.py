@@ -379,14 +379,27 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
 
 
 def connect(socket_path: str, timeout: float = 10.0) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(socket_path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    """Connect, retrying while the daemon's accept queue is full.
+
+    sglang's daemon listens with a backlog of 8 and serves serially; on Linux a connect to a
+    Unix socket with a full backlog fails at once with EAGAIN (``BlockingIOError``) when the
+    socket has a timeout, instead of waiting. Many engines starting at once meet this.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+        except BaseException:
+            sock.close()
+            raise
 
 
 def request(socket_path: str, message: Any, timeout: float = 10.0) -> Any:
