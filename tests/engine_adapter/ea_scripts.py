@@ -30,7 +30,8 @@ def summary(rank: EngineRank) -> dict[str, Any]:
         "shared": st.shared_rebalance,
         "attached": st.attachment is not None and st.attachment.open,
         "engine_id": st.engine_id,
-        "source": st.weights_source,
+        "source": st.weights_source,  # what the plugin's loader hook recorded
+        "loaded": rank.source,  # what the harness loaded (also without the plugin)
         "timings": dict(st.timings),
         "chunks_committed": st.chunks_committed,
     }
@@ -158,4 +159,30 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
         logged=sorted(st.logged),
         mode=None if st.rebalance_mode is None else st.rebalance_mode.reason,
     )
+    return out
+
+
+def load(rank: EngineRank) -> dict[str, Any]:
+    rank.load()
+    return summary(rank)
+
+
+def current(rank: EngineRank) -> dict[str, Any]:
+    return summary(rank)
+
+
+def start_load_fork(rank: EngineRank, engine: EngineSpec, child_seconds: float) -> dict[str, Any]:
+    """Start and load, then fork a child that outlives this engine (a helper process would)."""
+    import os
+    import time
+
+    rank.start(engine)
+    rank.load()
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(child_seconds)
+        os._exit(0)
+    out = summary(rank)
+    out["child"] = pid
+    out["pid"] = os.getpid()
     return out

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 
@@ -127,3 +130,34 @@ def test_record_and_no_record_mixed(ranks, daemons):
     other.detach()
     res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
     _all_fail(res, "without a record", "ranks [1]", "ranks [0]", "versions [1]")
+
+
+def test_forked_child_outlives_the_engine_and_the_daemon_still_sees_the_detach(ranks, daemons):
+    # Last in this file: it SIGKILLs the pool's rank processes (the next test restarts them).
+    d = daemons()
+    res = ranks.run(ea_scripts.start_load_fork, ea_scripts.spec(d.sockets), 60.0)
+    assert all(r.ok for r in res), [r.trace for r in res]
+    engine_id = res[0].value["engine_id"]
+    assert all(d.query(rank)["attached"] == [engine_id] for rank in (0, 1))
+    children = [r.value["child"] for r in res]
+    try:
+        for r in res:
+            os.kill(r.value["pid"], signal.SIGKILL)
+        ranks.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(d.query(rank)["attached"] for rank in (0, 1)):
+            time.sleep(0.05)
+        assert all(_alive(pid) for pid in children)  # the children still run...
+        assert [d.query(rank)["attached"] for rank in (0, 1)] == [[], []]  # ...and the engine is gone
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
