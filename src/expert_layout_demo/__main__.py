@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="demo-results", help="where results.md/.json and the picture go")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--no-picture", action="store_true")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep the daemons' logs for a post-mortem")
     args = parser.parse_args(argv)
     selected = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = set(selected) - set(CASES)
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         rebalances=2 if args.quick else 3,
         num_tokens=32 if args.quick else 64,
         picture=not args.no_picture,
+        keep_workdir=args.keep_workdir,
     )
     demo = Demo(opt)
     demo.step(f"expert-layout demo on CPU: toy MoE {demo.cfg.to_dict()}, cases {','.join(selected)}")

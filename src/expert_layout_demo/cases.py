@@ -130,13 +130,26 @@ def case1_restart(demo: Demo) -> Row:
 
 
 def _busy(outs: list[dict[str, Any]]) -> int:
-    """Begins answered busy in one rebalance attempt, from the adapter's counters if it has them."""
-    counted = 0
+    """Begins that paused (busy) in one rebalance attempt, over the ranks: a begin that led to
+    no commit while the rebalancing stayed on (a refusal turns it off for good)."""
+    paused = 0
     for o in outs:
         before, after = o.get("stats_before") or {}, o.get("stats") or {}
-        if "begin_busy" in after:
-            counted += int(after["begin_busy"]) - int(before.get("begin_busy", 0))
-    return counted
+        if after.get("phase") == "off":
+            continue
+        begins = int(after.get("begins", 0)) - int(before.get("begins", 0))
+        commits = int(after.get("commits", 0)) - int(before.get("commits", 0))
+        paused += begins - commits
+    return paused
+
+
+def _off(outs: list[dict[str, Any]]) -> str:
+    """The adapter's reason for rebalancing being off, if it is."""
+    for o in outs:
+        stats = o.get("stats") or {}
+        if stats.get("phase") == "off":
+            return str(stats.get("off_reason"))
+    return ""
 
 
 def case2_standby(demo: Demo) -> Row:
@@ -269,7 +282,7 @@ def matrix_new_engine_old_daemon(demo: Demo) -> Row:
             "starts with its own initial layout (no daemon moved); rebalancing of shared weights off",
             f"started and loaded: {n.loaded}; rebalance moved experts: {moved}; {rep['wrong']}/{rep['slots']} "
             "slots wrong",
-            {"moved": moved, "wrong_slots": f"{rep['wrong']}/{rep['slots']}"},
+            {"moved": moved, "rebalance_off": _off(outs), "wrong_slots": f"{rep['wrong']}/{rep['slots']}"},
             n.loaded and not moved and rep["wrong"] == 0,
         )
     )
@@ -295,7 +308,12 @@ def matrix_old_engine_before_move(demo: Demo) -> Row:
             "older engine on a new daemon, before a move",
             "served at version 0, non-following seen is set; later begins are refused (no move)",
             f"served: {o.loaded}; non-following seen: {flagged}; a later rebalance moved experts: {moved}",
-            {"served": o.loaded, "non_following_seen": flagged, "version_after": versions(after)[0]},
+            {
+                "served": o.loaded,
+                "non_following_seen": flagged,
+                "rebalance_off": _off(outs),
+                "version_after": versions(after)[0],
+            },
             o.loaded and flagged and not moved and versions(after)[0] == 0,
         )
     )
@@ -308,15 +326,21 @@ def matrix_old_engine_after_move(demo: Demo) -> Row:
     demo.stop(o)
     reason = o.error()
     states = demo.query("P1")
-    demo.step(f"matrix M2b: O loaded: {o.loaded}: {summary(reason)}")
+    # sglang's loader reports any non-ok reply as a config mismatch; the daemon's reply says why.
+    raw = demo.raw_fetch("P1", 0)
+    demo.step(f"matrix M2b: O loaded: {o.loaded}: {summary(reason, 100)}")
+    demo.step(
+        f"matrix M2b: the daemon's reply to O: {raw.get('status')} ({raw.get('reason')}): {summary(raw.get('message'))}"
+    )
     return demo.results.add(
         Row(
             "M2b",
             "older engine on a new daemon, after a move",
             "fetch_state refused (layout_refused): upgrade the engine or restart the daemons",
-            f"loaded: {o.loaded}; {summary(reason, 120)}",
-            {"loaded": o.loaded, "version": versions(states)[0]},
-            not o.loaded,
+            f"loaded: {o.loaded}; daemon replied {raw.get('status')} ({raw.get('reason')}): "
+            f"{summary(raw.get('message'), 140)}",
+            {"loaded": o.loaded, "version": versions(states)[0], "reply": raw.get("status")},
+            not o.loaded and raw.get("status") == "layout_refused",
         )
     )
 
@@ -339,7 +363,7 @@ def matrix_no_eplb_daemon(demo: Demo) -> Row:
             "no record: engines start with their own layout, rebalancing of shared weights off; older engines served",
             f"new engine loaded: {n.loaded}, rebalance moved experts: {moved}, {rep['wrong']}/{rep['slots']} slots "
             f"wrong; older engine loaded: {o.loaded}",
-            {"moved": moved, "older_engine_served": o.loaded},
+            {"moved": moved, "rebalance_off": _off(outs), "older_engine_served": o.loaded},
             n.loaded and not moved and rep["wrong"] == 0 and o.loaded,
         )
     )

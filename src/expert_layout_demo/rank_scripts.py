@@ -23,16 +23,22 @@ def _error(exc: BaseException) -> str:
 
 
 def _adapter_stats() -> dict[str, Any]:
-    """The engine adapter's counters (begins ok/busy/refused...), when it exposes them."""
+    """What the engine adapter's state says about rebalancing (read-only; {} without the plugin)."""
     try:
         from engine_adapter import state as adapter_state
     except ImportError:
         return {}
-    stats = getattr(adapter_state, "stats", None)
-    try:
-        return dict(stats()) if callable(stats) else dict(stats or {})
-    except Exception:
-        return {}
+    st = adapter_state.get()
+    machine = st.machine
+    return {
+        "enabled": st.enabled,
+        "begins": len(st.timings.get("begin_s", [])),  # one per chunk the protocol began
+        "commits": st.chunks_committed,
+        "phase": None if machine is None else machine.phase,
+        "off_reason": None if machine is None else machine.off_reason,
+        "off_message": None if machine is None else machine.off_message,
+        "version": st.version,
+    }
 
 
 def start(rank: EngineRank, spec: EngineSpec, load: bool = True) -> dict[str, Any]:
@@ -47,6 +53,12 @@ def start(rank: EngineRank, spec: EngineSpec, load: bool = True) -> dict[str, An
     if load:
         try:
             out["source"] = rank.load()
+            if out["source"] == "daemon":
+                # sglang's torch_ipc handles, reused for every fetch, lose one reference per CPU
+                # import: give it back, or the third engine finds the weights unlinked (cpu_transport).
+                from expert_layout_demo.cpu_transport import keep_shared_reference
+
+                keep_shared_reference(rank.state)
         except Exception as exc:  # sglang's loader refuses (config mismatch, layout_refused)
             out["source"] = None
             out["load_error"] = _error(exc)

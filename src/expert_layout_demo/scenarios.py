@@ -48,6 +48,7 @@ class Options:
     num_tokens: int = 64
     picture: bool = True
     timeout: float = 180.0
+    keep_workdir: bool = False  # keep the daemons' logs (and the sockets' folder) for a post-mortem
 
 
 @dataclass
@@ -87,6 +88,11 @@ class Demo:
         self.pairs: dict[str, list[DaemonProcess]] = {}
         self.pool_a = self._pool()
         self.pool_c = self._pool()
+        # Rank processes import sglang for seconds: start both pools now, while daemons start.
+        self._executor = concurrent.futures.ThreadPoolExecutor(2)
+        self._warming: dict[int, concurrent.futures.Future[Any]] = {}
+        for pool in (self.pool_a, self.pool_c):
+            self.warm(pool)
         self.picture: dict[str, Any] = {}
         self.phase = 0  # each rebalance uses the next phase's statistics, so each one moves experts
 
@@ -102,6 +108,10 @@ class Demo:
         shutil.rmtree(pool._workdir, ignore_errors=True)
         pool._workdir = self.workdir
         return pool
+
+    def warm(self, pool: EngineRanks) -> None:
+        """Start ``pool``'s rank processes in the background (``run`` waits for it)."""
+        self._warming[id(pool)] = self._executor.submit(pool.run, rank_scripts.stop, timeout=self.opt.timeout)
 
     def _daemon_config(self, rank: int) -> dict[str, Any]:
         import torch
@@ -146,6 +156,9 @@ class Demo:
         return EngineSpec(sockets=sockets, cfg=self.cfg, **kwargs)
 
     def run(self, pool: EngineRanks, script: Callable[..., Any], *args: Any) -> list[Any]:
+        warming = self._warming.pop(id(pool), None)
+        if warming is not None:
+            warming.result()
         results = pool.run(script, *args, timeout=self.opt.timeout)
         bad = [r for r in results if not r.ok]
         if bad:
@@ -212,6 +225,7 @@ class Demo:
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
             future.result()  # the pool sees EOF, reports the ranks as gone, and restarts on next use
+        self.warm(engine.pool)
         return killed_at
 
     def wait_attached(self, pair: str, count: int = 0, timeout: float = 30.0) -> list[dict[str, Any]]:
@@ -228,12 +242,29 @@ class Demo:
         return self.wait_attached(pair, 0, timeout)
 
     def close(self) -> None:
-        for pool in (self.pool_a, self.pool_c):
-            pool.close()
-        for pair in self.pairs.values():
-            for daemon in pair:
-                daemon.stop()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        for future in self._warming.values():
+            future.result()
+        self._executor.shutdown()
+        daemons = [d for pair in self.pairs.values() for d in pair]
+        with concurrent.futures.ThreadPoolExecutor(len(daemons) + 2) as pool:
+            # Each stop waits up to a second for sglang's serve loop: stop them all at once.
+            list(
+                pool.map(
+                    lambda x: x.close() if isinstance(x, EngineRanks) else x.stop(),
+                    [self.pool_a, self.pool_c, *daemons],
+                )
+            )
+        if self.opt.keep_workdir:
+            self.step(f"kept the work folder (daemon logs): {self.workdir}")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def raw_fetch(self, pair: str, rank: int) -> dict[str, Any]:
+        """sglang's plain ``fetch_state`` (no layout field), as an older engine sends it."""
+        reply = request(
+            self.pairs[pair][rank].socket_path, {"type": "fetch_state", "config": self._daemon_config(rank)}
+        )
+        return {k: v for k, v in reply.items() if k != "entries"}
 
 
 # -- helpers for the rows ---------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""sglang's ``torch_ipc`` transport, made to serve CPU tensors to any number of engines.
+
+Measured here (``python -m expert_layout_demo.shm_proof``): sglang's ``TorchIpcTransportBackend``
+shares CPU tensors zero-copy between unrelated processes when both use torch's ``file_system``
+sharing strategy. It breaks at the third engine, though: with ``file_system``, every pickled
+handle carries one reference to the shared-memory file (``reduce_storage`` increfs) and every
+import drops one (``rebuild_storage_filename`` decrefs). sglang pickles the handles once, in
+``prepare_export``, and sends the same bytes to every ``fetch_state``; so the second importer
+drops the daemon's own reference, and when it lets go the file is unlinked: the next engine gets
+"unable to open shared memory object". (CUDA IPC handles have no such count, which is why the
+daemon can reuse them on a GPU.)
+
+``CpuShmTransportBackend`` is the same transport with one change: a fresh set of handles per
+``fetch_state`` (one reference per importer, as torch expects). Its name stays ``torch_ipc``,
+so engines import with sglang's own, unchanged ``TorchIpcTransportBackend``.
+
+Until ``layout_testkit.daemon_proc`` serves through it (docs/requests/demo.md), the demo's engine
+ranks compensate on their side instead: ``keep_shared_reference`` gives back, after an import,
+the reference the import dropped (``rank_scripts.start``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
+
+
+class CpuShmTransportBackend(TorchIpcTransportBackend):
+    """``torch_ipc`` with one fresh handle set per fetch (CPU ``file_system`` sharing)."""
+
+    _state_tensors: dict[str, tuple[Any, bool]] | None = None
+
+    def prepare_export(self, state_tensors: Mapping[str, tuple[Any, bool]]) -> dict[str, dict[str, Any]]:
+        self._state_tensors = dict(state_tensors)
+        return super().prepare_export(state_tensors)
+
+    def send_fetch_state_response(
+        self,
+        conn: Any,
+        *,
+        config: dict[str, Any],
+        entries: dict[str, dict[str, Any]],
+        pid: int,
+        preloaded_weights_bytes: int = 0,
+    ) -> None:
+        if self._state_tensors is not None:
+            # Each importer's rebuild drops the reference its handle carried: give it its own.
+            entries = super().prepare_export(self._state_tensors)
+        super().send_fetch_state_response(
+            conn, config=config, entries=entries, pid=pid, preloaded_weights_bytes=preloaded_weights_bytes
+        )
+
+
+def keep_shared_reference(tensors: Mapping[str, Any]) -> int:
+    """Client-side compensation: re-add the reference each ``file_system`` import dropped.
+
+    Called once right after importing the daemon's tensors; the count then goes back to what
+    the daemon's handle promised, so the daemon's own reference survives this importer.
+    Returns how many storages it touched.
+    """
+    seen: set[int] = set()
+    for tensor in tensors.values():
+        storage = tensor.untyped_storage()
+        if storage.is_shared() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            storage._shared_incref()
+    return len(seen)
