@@ -89,6 +89,21 @@ InitialMap == [l \in Layers |-> 0]
 NoFinding == [found |-> "nothing", fver |-> 0, fmap |-> InitialMap]
 IdleReb == [step |-> "idle", chunk |-> {}, replies |-> [r \in Ranks |-> "none"]]
 
+(* A gone engine (crashed, or its startup or fetch failed: the process      *)
+(* exits) has lost its memory: its local variables return to their initial *)
+(* values, so states that differ only in a dead engine's memory are one     *)
+(* state.  Its attachments live on until each daemon notices the EOF.       *)
+Gone(e) == ephase[e] \in {"failed", "dead"}
+
+Forget(e, phase) ==
+    /\ ephase' = [ephase EXCEPT ![e] = phase]
+    /\ efind' = [efind EXCEPT ![e] = [r \in Ranks |-> NoFinding]]
+    /\ eroute' = [eroute EXCEPT ![e] = InitialMap]
+    /\ ever' = [ever EXCEPT ![e] = 0]
+    /\ eserv' = [eserv EXCEPT ![e] = {}]
+    /\ eshare' = [eshare EXCEPT ![e] = FALSE]
+    /\ reb' = [reb EXCEPT ![e] = IdleReb]
+
 (* The layout an engine moves to with its current chunk: flip those rows.  *)
 Target(e) == [l \in Layers |-> IF l \in reb[e].chunk THEN 1 - eroute[e][l] ELSE eroute[e][l]]
 
@@ -325,22 +340,7 @@ Verify(e) ==
 -----------------------------------------------------------------------------
 (* Failures and the daemons' side.                                          *)
 
-(* The engine process dies at any point (SIGKILL included).  A failed      *)
-(* startup ends the process too ("failed" is as final as "dead").  Its      *)
-(* memory is gone (its local variables return to their initial values, so  *)
-(* that states differing only in a dead engine's memory are one state); its *)
-(* attachments live on until each daemon notices the EOF (Detach).         *)
-Gone(e) == ephase[e] \in {"failed", "dead"}
-
-Forget(e, phase) ==
-    /\ ephase' = [ephase EXCEPT ![e] = phase]
-    /\ efind' = [efind EXCEPT ![e] = [r \in Ranks |-> NoFinding]]
-    /\ eroute' = [eroute EXCEPT ![e] = InitialMap]
-    /\ ever' = [ever EXCEPT ![e] = 0]
-    /\ eserv' = [eserv EXCEPT ![e] = {}]
-    /\ eshare' = [eshare EXCEPT ![e] = FALSE]
-    /\ reb' = [reb EXCEPT ![e] = IdleReb]
-
+(* The engine process dies at any point (SIGKILL included).               *)
 Crash(e) ==
     /\ ~Gone(e)
     /\ Forget(e, "dead")
