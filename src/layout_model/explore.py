@@ -201,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", help="model names, e.g. MCSmall MCFull")
     ap.add_argument("--spec-dir", default="spec")
     ap.add_argument("--dot-dir", default=None, help="write <dir>/<Model>.dot in TLC's dump format")
-    ap.add_argument("--dump", default=None, help="write the graph of the (single) model to this file")
+    ap.add_argument(
+        "--dump",
+        default=None,
+        help="export the whole reachable graph of one model to this file (for trace suites): "
+        "violations are printed as warnings and do not stop the run or fail it",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
     if args.dump and len(args.models) != 1:
@@ -212,7 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.dot_dir:
             Path(args.dot_dir).mkdir(parents=True, exist_ok=True)
             dot = Path(args.dot_dir) / f"{name}.dot"
-        res = explore(args.spec_dir, name, dot, progress=None if args.quiet else sys.stderr)
+        progress = None if args.quiet else sys.stderr
+        res = explore(args.spec_dir, name, dot, progress=progress, stop_on_violation=not args.dump)
+        if args.dump:
+            for v in res.violations[:1]:
+                print(f"warning ({len(res.violations)} violations; the first):\n{v}", file=sys.stderr)
+            print(
+                f"{name}: {res.states} distinct states, {res.edges} edges, depth {res.depth}, "
+                f"{res.seconds:.1f} s (graph: {dot})"
+            )
+            continue
         for v in res.violations:
             print(v)
         print(res.summary() + (f" (graph: {dot})" if dot else ""))
