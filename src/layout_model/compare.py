@@ -2,7 +2,9 @@
 
 Why: the mirror's graph must be TLC's graph. Node ids differ (TLC's are fingerprints), so
 states are matched by their canonical rendering: the ``/\\ var = value`` lines sorted by
-variable, with the pretty printer's layout whitespace removed (``render.canonical``). Edges
+variable, each value without the pretty printer's layout and with the orders that carry no
+meaning sorted (set elements, record fields, function pairs: ``render.canonical``), so that a
+TLC version that orders names differently still compares equal. Edges
 are matched as (canonical source state, action label without spaces, canonical target state).
 
     python -m layout_model.compare A.dot B.dot [--max N]

@@ -152,8 +152,11 @@ class _Node:
 class _Parser:
     """Reads TLC's one-line value text back into a tree of positions, as TLC's own does."""
 
-    def __init__(self, s: str) -> None:
+    def __init__(self, s: str, strict: bool = True) -> None:
         self.s = s
+        # strict: TLC's own quirks (an identifier is letters and digits only); not strict: any
+        # TLA+ identifier, for canonical forms.
+        self.word = str.isalnum if strict else (lambda c: c.isalnum() or c == "_")
 
     def ch(self, i: int) -> str:
         if i >= len(self.s):
@@ -237,8 +240,8 @@ class _Parser:
             while last < len(s) and s[last].isdigit():
                 last += 1
             return _Node(_CONST, first, last - 1)
-        if c.isalnum():
-            while last < len(s) and s[last].isalnum():
+        if self.word(c):
+            while last < len(s) and self.word(s[last]):
                 last += 1
             return _Node(_CONST, first, last - 1)
         raise _ParseFail(f"illegal character {c!r}")
@@ -370,6 +373,34 @@ def _replace_outside_strings(s: str, old: str, new: str) -> str:
 
 @lru_cache(maxsize=100_000)
 def canonical(text: str) -> str:
-    """A printed value or state with all layout whitespace removed: equal iff TLC-equal text."""
-    parts = text.split('"')
-    return '"'.join("".join(p.split()) if i % 2 == 0 else p for i, p in enumerate(parts))
+    """A printed value in canonical form: equal iff the values are equal.
+
+    Layout whitespace is dropped, and the parts whose order carries no meaning are sorted:
+    set elements, record fields, function pairs (TLC orders them by intern order, which
+    depends on the TLC version and on the files it parsed first). Text that does not parse
+    as a value falls back to whitespace removal.
+    """
+    flat = one_line(text)
+    try:
+        parser = _Parser(flat, strict=False)
+        tree = parser.parse(0)
+        if tree.last < len(flat.rstrip()) - 1:
+            raise _ParseFail("trailing text")
+        return _canon(flat, tree)
+    except (_ParseFail, IndexError):
+        parts = text.split('"')
+        return '"'.join("".join(p.split()) if i % 2 == 0 else p for i, p in enumerate(parts))
+
+
+def _canon(s: str, node: _Node) -> str:
+    if node.kind == _CONST:
+        return s[node.first : node.last + 1]
+    if node.kind == _SET:
+        return "{" + ",".join(sorted(_canon(s, k) for k in node.kids)) + "}"
+    if node.kind == _SEQ:
+        return "<<" + ",".join(_canon(s, k) for k in node.kids) + ">>"
+    if node.kind == _REC:
+        pairs = sorted(_canon(s, p.kids[0]) + "|->" + _canon(s, p.kids[1]) for p in node.kids)
+        return "[" + ",".join(pairs) + "]"
+    pairs = sorted(_canon(s, p.kids[0]) + ":>" + _canon(s, p.kids[1]) for p in node.kids)
+    return "(" + "@@".join(pairs) + ")"

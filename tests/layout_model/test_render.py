@@ -62,3 +62,12 @@ def test_canonical_ignores_layout_only() -> None:
 def test_unparsable_values_stay_on_one_line() -> None:
     long = "[" + ", ".join(f"field_{i} |-> {i}" for i in range(12)) + "]"  # '_' stops TLC's parser
     assert pretty(long) == long
+
+
+def test_canonical_ignores_orders_that_carry_no_meaning() -> None:
+    assert canonical("[a |-> {e2, e1}, b |-> (e2 :> 1 @@ e1 :> 2)]") == canonical(
+        "[ b |-> (e1 :> 2 @@ e2 :> 1),\n  a |-> {e1, e2} ]"
+    )
+    assert canonical("<<1, 2>>") != canonical("<<2, 1>>")  # sequences keep their order
+    assert canonical("[a |-> 1]") != canonical("[a |-> 2]")
+    assert canonical("{no_record}") == "{no_record}"  # identifiers with '_' still canonicalise
