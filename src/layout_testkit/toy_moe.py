@@ -79,9 +79,7 @@ def trivial_map(cfg: ToyMoEConfig) -> list[list[int]]:
     return [[p % cfg.num_logical for p in range(cfg.num_physical)] for _ in range(cfg.num_layers)]
 
 
-def rank_state(
-    cfg: ToyMoEConfig, rank: int, physical_to_logical: Sequence[Sequence[int]]
-) -> dict[str, torch.Tensor]:
+def rank_state(cfg: ToyMoEConfig, rank: int, physical_to_logical: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
     """The state dict a daemon (or a disk load) holds for one EP rank under the given map.
 
     Routed experts are this rank's slice of slots; gate, embedding and head are replicated.
@@ -108,10 +106,7 @@ def routed_experts_weights_of_layer(
     cfg: ToyMoEConfig, state: Mapping[str, torch.Tensor]
 ) -> dict[int, list[torch.Tensor]]:
     """The ``model.routed_experts_weights_of_layer`` view ExpertLocationUpdater moves in place."""
-    return {
-        layer: [state[W13.format(layer=layer)], state[W2.format(layer=layer)]]
-        for layer in range(cfg.num_layers)
-    }
+    return {layer: [state[W13.format(layer=layer)], state[W2.format(layer=layer)]] for layer in range(cfg.num_layers)}
 
 
 class ExpertIdentifier:
@@ -157,9 +152,7 @@ def join_rank_slots(per_rank: Sequence[Sequence[Sequence[int]]]) -> list[list[in
 
 def count_mismatches(believed: Sequence[Sequence[int]], held: Sequence[Sequence[int]]) -> int:
     """Slots whose memory holds another expert than the map says."""
-    return sum(
-        int(b != h) for rb, rh in zip(believed, held, strict=True) for b, h in zip(rb, rh, strict=True)
-    )
+    return sum(int(b != h) for rb, rh in zip(believed, held, strict=True) for b, h in zip(rb, rh, strict=True))
 
 
 def prompts(cfg: ToyMoEConfig, num_tokens: int = 64, seed: int = 7) -> torch.Tensor:
