@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,10 +107,16 @@ class OtherEngine:
         assert all(r["status"] == "ok" for r in self.begin(layers, base_version))
         assert all(r["status"] == "ok" for r in self.commit(layers, rows))
 
-    def detach(self) -> None:
+    def detach(self, timeout: float = 10.0) -> None:
+        """Close the attachments and wait until every daemon has noticed (its watcher sees EOF)."""
         for conn in self.conns:
             conn.close()
         self.conns = []
+        deadline = time.monotonic() + timeout
+        for path in self.paths:
+            while self.engine_id in daemon_proc.request(path, query_request())["attached"]:
+                assert time.monotonic() < deadline, f"{path} still counts {self.engine_id} attached"
+                time.sleep(0.01)
 
 
 def rotated_map(cfg: ToyMoEConfig, shift: int = 1) -> list[list[int]]:
