@@ -31,6 +31,7 @@ the caller exits. ``DaemonProcess.pid`` is the daemon's own pid (SIGKILL it at w
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pickle
 import signal
@@ -42,10 +43,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 _FRAME_HEADER = struct.Struct("!I")
+# sglang's own transport (what a daemon picks for tensors it cannot serve through VMM fds).
+SGLANG_TORCH_IPC = "sglang.srt.weight_cache.transport:TorchIpcTransportBackend"
 
 
 def default_cache_config(**overrides: Any) -> dict[str, Any]:
@@ -95,7 +98,7 @@ class DaemonSpec:
     plain_sglang: bool = False
     log_path: str | None = None
     gpu_id: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    transport_backend: str = SGLANG_TORCH_IPC
 
 
 def _run_daemon(spec: DaemonSpec) -> None:
@@ -105,7 +108,6 @@ def _run_daemon(spec: DaemonSpec) -> None:
     import torch
     from sglang.srt.weight_cache.daemon import WeightCacheDaemon
     from sglang.srt.weight_cache.protocol import CacheConfig
-    from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
     from daemon_adapter.daemon import LayoutAwareDaemon
 
@@ -124,7 +126,8 @@ def _run_daemon(spec: DaemonSpec) -> None:
     daemon.ready_path = spec.ready_path
     daemon.model = None
     daemon.config = CacheConfig.from_dict(spec.config)
-    daemon.transport_backend = TorchIpcTransportBackend()
+    module_name, _, class_name = spec.transport_backend.partition(":")
+    daemon.transport_backend = getattr(importlib.import_module(module_name), class_name)()
     daemon.state_entries = daemon.transport_backend.prepare_export(
         {name: (tensor, name not in spec.buffer_names) for name, tensor in tensors.items()}
     )
@@ -309,6 +312,7 @@ def start_daemon(
     buffer_names: Collection[str] = (),
     config: Mapping[str, Any] | None = None,
     plain_sglang: bool = False,
+    transport_backend: str = SGLANG_TORCH_IPC,
     ready_path: str | None = None,
     log_path: str | None = None,
     wait: bool = True,
@@ -319,7 +323,10 @@ def start_daemon(
     ``tensors``: named CPU tensors the daemon serves as its state entries (parameters,
     except the names in ``buffer_names``). ``config``: the ``CacheConfig`` dict it serves
     (``default_cache_config()`` by default); an engine whose config differs gets sglang's
-    ``mismatch`` reply.
+    ``mismatch`` reply. ``transport_backend``: ``"module:Class"`` of the transport backend that
+    exports the tensors (sglang's ``TorchIpcTransportBackend`` by default; a CPU-sharing
+    variant such as ``expert_layout_demo.cpu_transport:CpuShmTransportBackend`` serves any
+    number of importing engines).
     """
     tensors_path = None
     if tensors:
@@ -340,6 +347,7 @@ def start_daemon(
         buffer_names=tuple(buffer_names),
         plain_sglang=plain_sglang,
         log_path=log_path,
+        transport_backend=transport_backend,
     )
     return DaemonProcess(spec).start(wait, timeout)
 
