@@ -90,9 +90,11 @@ def model_dir(short_tmp):
     return path
 
 
-def test_python_m_daemon_adapter_runs_the_layout_aware_daemon(model_dir, short_tmp):
-    """Single-rank launch with sglang's arguments. On a CPU-only machine sglang's daemon stops
-    at its model load (it needs CUDA): the launcher got that far with the layout-aware daemon."""
+@pytest.mark.parametrize("launch", ["single-rank", "all-local-ranks"])
+def test_python_m_daemon_adapter_runs_the_layout_aware_daemon(model_dir, short_tmp, launch):
+    """sglang's arguments, both launch modes (all local ranks: sglang's launcher spawns each
+    daemon in a fresh interpreter). On a CPU-only machine sglang's daemon stops at its model
+    load (it needs CUDA): the launcher got that far with the layout-aware daemon."""
     env = dict(
         os.environ,
         PYTHONPATH=os.path.join(REPO, "src"),
@@ -100,11 +102,16 @@ def test_python_m_daemon_adapter_runs_the_layout_aware_daemon(model_dir, short_t
         SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE=f"{short_tmp}/wc_{{device_uuid}}.sock",
         SGLANG_WEIGHT_CACHE_READY_TEMPLATE=f"{short_tmp}/wc_{{device_uuid}}.ready",
     )
-    args = ["--model-path", model_dir, "--enable-eplb", "--gpu-id", "0", "--tp-rank", "0", "--skip-tokenizer-init"]
+    args = ["--model-path", model_dir, "--enable-eplb", "--skip-tokenizer-init", "--timeout", "200"]
+    if launch == "single-rank":
+        args += ["--gpu-id", "0", "--tp-rank", "0"]
     proc = subprocess.run(
         [sys.executable, "-m", "daemon_adapter", *args], capture_output=True, text=True, env=env, timeout=280
     )
     output = proc.stdout + proc.stderr
     assert "building an expert-layout aware weight cache daemon" in output, output[-3000:]
     assert "requires a CUDA-alike platform" in output, output[-3000:]  # sglang's own load() check
+    if launch == "all-local-ranks":
+        assert "spawned layout-aware weight cache daemon" in output, output[-3000:]
+        assert "exited prematurely" in output, output[-3000:]  # sglang's launcher saw the child fail
     assert proc.returncode != 0
