@@ -132,6 +132,19 @@ def test_record_and_no_record_mixed(ranks, daemons):
     _all_fail(res, "without a record", "ranks [1]", "ranks [0]", "versions [1]")
 
 
+def test_shape_and_routing_are_checked_before_adopting(ranks, daemons):
+    d = daemons()
+    other = OtherEngine(d.paths)
+    other.move([0], [rotated_map(d.cfg)[0]])
+    other.detach()
+    narrow = toy_moe.ToyMoEConfig(num_redundant=0)  # another --ep-num-redundant-experts
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets, cfg=narrow))
+    _all_fail(res, "--ep-num-redundant-experts", "10 physical", "8 of 8")
+    static_layout = ea_scripts.spec(d.sockets, enable_eplb=False)  # routes by the static layout
+    res = ranks.run(ea_scripts.start, static_layout)
+    _all_fail(res, "--enable-eplb", "version 1")
+
+
 def test_forked_child_outlives_the_engine_and_the_daemon_still_sees_the_detach(ranks, daemons):
     # Last in this file: it SIGKILLs the pool's rank processes (the next test restarts them).
     d = daemons()
