@@ -167,6 +167,13 @@ Finding = tuple[str, LayoutRecord | None] | None  # (RankFinding kind, record); 
 
 @dataclass(frozen=True)
 class EngineState:
+    """One engine as the spec sees it (its ``e``-indexed variables); hashable for the explorer.
+
+    ``commits`` is the one field the spec does not show: the version and digest of each ok
+    commit reply, which ``verify_commits`` reads. It is a function of the shown state (the
+    daemon's record right after the commit), so it never splits a spec state.
+    """
+
     phase: str  # "start", "load", "run", "failed", "dead"
     finds: tuple[Finding, ...]
     route: tuple[int, ...]  # permutation index per layer
@@ -181,6 +188,8 @@ class EngineState:
 
 @dataclass(frozen=True)
 class SysState:
+    """The whole system: the daemons' views, the truth, the engines, the chunks begun."""
+
     daemons: tuple[DaemonView, ...]
     truth: tuple[tuple[int, ...], ...]
     engines: tuple[EngineState, ...]
@@ -305,7 +314,8 @@ class System:
     def target(self, es: EngineState) -> tuple[int, ...]:
         return tuple(1 - p if (i + 1) in es.chunk else p for i, p in enumerate(es.route))
 
-    def _finding(self, r: int, f: RankFinding) -> Finding:
+    @staticmethod
+    def _finding(f: RankFinding) -> Finding:
         return (f.kind, f.record)
 
     # -- events (one per spec action, same names) ----------------------------------------
@@ -318,7 +328,7 @@ class System:
             return None  # ranks attach in rank order
         reply, view = self._call(r, s.daemons[r - 1], "attach", e)
         finding = RankFinding.from_attach_reply(r - 1, reply.to_wire())
-        finds = _set(es.finds, r - 1, self._finding(r, finding))
+        finds = _set(es.finds, r - 1, self._finding(finding))
         return self._with(s, e, replace(es, finds=finds), daemons=self._set_daemon(s, r, view))
 
     def Poll(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -330,7 +340,7 @@ class System:
         polled = RankFinding.from_query_reply(r - 1, reply.to_wire())
         if needs_wait(polled):
             return None  # still pending: polling again changes nothing
-        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(r, polled))))
+        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(polled))))
 
     def Timeout(self, s: SysState, e: str, r: int) -> SysState | None:
         es = self._eng(s, e)
@@ -338,7 +348,7 @@ class System:
         if es.phase != "start" or f is None or not needs_wait(RankFinding(r - 1, f[0], f[1])):
             return None
         timed = RankFinding(r - 1, f[0], f[1]).timed_out(300.0)
-        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(r, timed))))
+        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(timed))))
 
     def Agree(self, s: SysState, e: str) -> SysState | None:
         es = self._eng(s, e)
