@@ -171,9 +171,16 @@ def current(rank: EngineRank) -> dict[str, Any]:
     return summary(rank)
 
 
-def start_load_fork(rank: EngineRank, engine: EngineSpec, child_seconds: float) -> dict[str, Any]:
-    """Start and load, then fork a child that outlives this engine (a helper process would)."""
+def start_load_fork(
+    rank: EngineRank, engine: EngineSpec, child_seconds: float, control_rank: int | None = None
+) -> dict[str, Any]:
+    """Start and load, then fork a child that outlives this engine (a helper process would).
+
+    On ``control_rank``, also start a process that is handed the attach socket on purpose
+    (``pass_fds``): the control that shows a live holder does keep the engine attached.
+    """
     import os
+    import subprocess
     import time
 
     rank.start(engine)
@@ -185,4 +192,9 @@ def start_load_fork(rank: EngineRank, engine: EngineSpec, child_seconds: float) 
     out = summary(rank)
     out["child"] = pid
     out["pid"] = os.getpid()
+    out["control"] = None
+    if rank.rank == control_rank:
+        fd = _adapter_state().attachment._sock.fileno()
+        holder = subprocess.Popen(["sleep", str(child_seconds)], pass_fds=[fd])
+        out["control"] = holder.pid
     return out

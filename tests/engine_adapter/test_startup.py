@@ -148,22 +148,30 @@ def test_shape_and_routing_are_checked_before_adopting(ranks, daemons):
 def test_forked_child_outlives_the_engine_and_the_daemon_still_sees_the_detach(ranks, daemons):
     # Last in this file: it SIGKILLs the pool's rank processes (the next test restarts them).
     d = daemons()
-    res = ranks.run(ea_scripts.start_load_fork, ea_scripts.spec(d.sockets), 60.0)
+    res = ranks.run(ea_scripts.start_load_fork, ea_scripts.spec(d.sockets), 60.0, 1)
     assert all(r.ok for r in res), [r.trace for r in res]
     engine_id = res[0].value["engine_id"]
     assert all(d.query(rank)["attached"] == [engine_id] for rank in (0, 1))
     children = [r.value["child"] for r in res]
+    control = res[1].value["control"]  # holds rank 1's attach socket on purpose
     try:
         for r in res:
             os.kill(r.value["pid"], signal.SIGKILL)
         ranks.close()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(d.query(rank)["attached"] for rank in (0, 1)):
+        while time.monotonic() < deadline and d.query(0)["attached"]:
             time.sleep(0.05)
-        assert all(_alive(pid) for pid in children)  # the children still run...
-        assert [d.query(rank)["attached"] for rank in (0, 1)] == [[], []]  # ...and the engine is gone
+        assert all(_alive(pid) for pid in [*children, control])  # the children still run...
+        assert d.query(0)["attached"] == []  # ...and the dead engine is detached from rank 0's daemon;
+        time.sleep(0.5)
+        assert d.query(1)["attached"] == [engine_id]  # the control's explicit holder keeps rank 1's
+        os.kill(control, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and d.query(1)["attached"]:
+            time.sleep(0.05)
+        assert d.query(1)["attached"] == []
     finally:
-        for pid in children:
+        for pid in [*children, control]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
