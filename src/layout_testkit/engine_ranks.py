@@ -18,7 +18,12 @@ API (small on purpose; the demo reuses it)::
 
     with EngineRanks(world_size=2) as ranks:            # processes start once, reused across engines
         results = ranks.run(script, arg, timeout=60)    # script(rank: EngineRank, arg) on every rank
-    results[r].ok / .value / .error / .kind             # RankResult per rank; kind "hung" on timeout
+        results = ranks.run_each([(s0, args0), (s1, args1)])  # a different script per rank
+    results[r].ok / .value / .error / .trace / .kind    # RankResult per rank; kind "hung" on timeout
+    ranks.pids                                          # the rank processes (SIGKILL them at will)
+
+Scripts are module-level functions (they pickle by name into the ranks); their module must be
+importable there (the ranks inherit the caller's ``sys.path``).
 
 Inside a script, ``rank`` is an ``EngineRank``:
 
@@ -31,6 +36,12 @@ Inside a script, ``rank`` is an ``EngineRank``:
   ``FakeExpertDistributionRecorder`` supplying ``logical_count``; returns the chunks it ran.
 - ``rank.map()``, ``rank.metadata()``, ``rank.slots()`` (what each local slot's memory holds),
   ``rank.state`` (the expert tensors), ``rank.stop()`` (detach: the engine incarnation ends).
+- ``rank.cache_config()``: the ``CacheConfig`` dict the real loader sends for this engine, to start
+  daemons that serve it (``layout_testkit.daemon_proc.start_daemon(config=...)``).
+
+Daemons serve ``toy_moe.rank_state(cfg, rank, map)`` as their tensors; ``load()`` then maps them
+zero-copy (sglang's ``torch_ipc`` with the ``file_system`` strategy), so every move by the
+updater lands in the daemon's memory.
 
 A script that raises is reported as ``RankResult(ok=False, error=...)``; a rank that does not
 answer within ``timeout`` is ``kind="hung"`` and the pool is killed (the next ``run`` restarts it).
