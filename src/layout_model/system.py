@@ -5,9 +5,12 @@ same protocol. It composes one ``DaemonMachine`` per daemon and the engine decis
 ``layout_sm.engine`` into a system with the constants of a TLC model, and every spec action
 is an event of the same name here (``EVENTS``). The mirror only *wires*: every reply and
 every decision (attach, poll, fetch, begin, commit, abort, detach, startup, chunk, verify)
-comes from ``layout_sm``. What the mirror adds is what the spec calls the environment: the
-real layout of each daemon's memory (``truth``), which ``MoveLayer`` rewrites, the engines'
-control flow (which step comes next), crashes, and an operator restarting a dirty daemon.
+comes from ``layout_sm``, and ``layout_sm``'s engine phase machines (``StartupMachine`` per
+rank, ``RebalanceMachine`` per engine) are driven beside the engine events and must take the
+transition the spec takes (``System._drive``; a mismatch stops the exploration).
+What the mirror adds is what the spec calls the environment: the real layout of each
+daemon's memory (``truth``), which ``MoveLayer`` rewrites, the engines' control flow (which
+step comes next), crashes, and an operator restarting a dirty daemon.
 
 State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one ``EngineState`` per
 engine and the count of chunks begun. ``project`` maps it to the spec's variables (Python
@@ -32,6 +35,8 @@ from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.engine import (
     EngineLayout,
     RankFinding,
+    RebalanceMachine,
+    StartupMachine,
     chunk_decision,
     needs_wait,
     rebalance_mode,
@@ -222,6 +227,12 @@ class System:
         # One reused machine per daemon: states are loaded into it (``restore``), never rebuilt.
         self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
+        # layout_sm's engine phase machines, driven beside each engine event (``_drive``): they
+        # must take the transition the spec's control flow takes, or the mirror stops. (These two
+        # instances only name the classes; ``_drive`` sends to fresh ones.)
+        self.startup_machine = StartupMachine()
+        self.rebalance_machine = RebalanceMachine()
+        self._drive_memo: set[tuple[Any, ...]] = set()
         self.eidx = {e: i for i, e in enumerate(model.engines)}
 
     # -- daemon calls (memoised: the reply is a function of the view and the request) -------
@@ -311,6 +322,36 @@ class System:
             commits=(None,) * self.R,
         )
 
+    def _drive(self, machine: Any, before: str, event: str, after: str, **kw: Any) -> None:
+        """Send ``event`` to ``machine`` in state ``before``; it must end in ``after``."""
+        key = (type(machine), before, event, after, tuple(sorted((k, repr(v)) for k, v in kw.items())))
+        if key in self._drive_memo:
+            return
+        # A fresh instance each time: a machine that reached a final state takes no more events.
+        # (The memo keeps this to a few hundred instances per exploration.)
+        machine = type(machine)()
+        machine.current_state_value = before
+        machine.send(event, **kw)
+        got = str(machine.current_state_value)
+        if got != after:
+            raise AssertionError(
+                f"{type(machine).__name__}: {event} from {before} went to {got}, the spec's control flow to {after}"
+            )
+        self._drive_memo.add(key)
+
+    @staticmethod
+    def _rebalance_state(es: EngineState) -> str:
+        """The RebalanceMachine state of an engine past its startup."""
+        if es.step in ("idle", "abort"):
+            return "idle" if es.share else "off"
+        return {"begin": "beginning", "move": "moving", "commit": "committing"}[es.step]
+
+    @staticmethod
+    def _startup_state(f: Finding) -> str:
+        if f is None:
+            return "attaching"
+        return "waiting" if f[0] == "pending" else "agreeing"
+
     def target(self, es: EngineState) -> tuple[int, ...]:
         return tuple(1 - p if (i + 1) in es.chunk else p for i, p in enumerate(es.route))
 
@@ -329,6 +370,7 @@ class System:
         reply, view = self._call(r, s.daemons[r - 1], "attach", e)
         finding = RankFinding.from_attach_reply(r - 1, reply.to_wire())
         finds = _set(es.finds, r - 1, self._finding(finding))
+        self._drive(self.startup_machine, "attaching", "found", self._startup_state(finds[r - 1]), finding=finding)
         return self._with(s, e, replace(es, finds=finds), daemons=self._set_daemon(s, r, view))
 
     def Poll(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -340,6 +382,7 @@ class System:
         polled = RankFinding.from_query_reply(r - 1, reply.to_wire())
         if needs_wait(polled):
             return None  # still pending: polling again changes nothing
+        self._drive(self.startup_machine, "waiting", "polled", "agreeing", finding=polled)
         return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(polled))))
 
     def Timeout(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -348,6 +391,7 @@ class System:
         if es.phase != "start" or f is None or not needs_wait(RankFinding(r - 1, f[0], f[1])):
             return None
         timed = RankFinding(r - 1, f[0], f[1]).timed_out(300.0)
+        self._drive(self.startup_machine, "waiting", "timed_out", "agreeing")
         return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(timed))))
 
     def Agree(self, s: SysState, e: str) -> SysState | None:
@@ -358,10 +402,14 @@ class System:
             return None
         findings = [RankFinding(i, f[0], f[1]) for i, f in enumerate(es.finds) if f is not None]
         outcome = startup_decision(findings, self.engine_layout)
+        end = {"fail": "failed", "adopt": "adopted", "keep_own": "kept"}[outcome.kind]
+        self._drive(self.startup_machine, "agreeing", "decided", end, outcome=outcome)
         if outcome.failed:
             return self._with(s, e, self._forgotten("failed"))
         record = outcome.record
         mode = rebalance_mode(outcome, ["daemon"] * self.R)
+        shared = mode.enabled and mode.shared
+        self._drive(self.rebalance_machine, "starting", "start", "idle" if shared else "off", mode=mode)
         return self._with(
             s,
             e,
@@ -394,6 +442,7 @@ class System:
         if es.phase != "run" or not es.share or es.step != "idle" or s.moves >= self.model.max_moves:
             return None
         es2 = replace(es, step="begin", chunk=c, replies=("none",) * self.R, commits=(None,) * self.R)
+        self._drive(self.rebalance_machine, "idle", "chunk", "beginning")
         return self._with(s, e, es2, moves=s.moves + 1)
 
     def Begin(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -412,10 +461,13 @@ class System:
         decision = chunk_decision([_reply(word) for word in es.replies])
         share = es.share and decision.kind != "disable"
         if decision.kind == "proceed":
-            return self._with(s, e, replace(es, step="move"))
-        if decision.abort_ranks:
-            return self._with(s, e, replace(es, step="abort", share=share))
-        return self._with(s, e, _idle(es, self.R, share=share))
+            es2 = replace(es, step="move")
+        elif decision.abort_ranks:
+            es2 = replace(es, step="abort", share=share)
+        else:
+            es2 = _idle(es, self.R, share=share)
+        self._drive(self.rebalance_machine, "beginning", "begun", self._rebalance_state(es2), decision=decision)
+        return self._with(s, e, es2)
 
     def Abort(self, s: SysState, e: str, r: int) -> SysState | None:
         es = self._eng(s, e)
@@ -458,6 +510,8 @@ class System:
         else:
             word, got = "commit_refused", None
         es2 = replace(es, step="commit", replies=_set(es.replies, r - 1, word), commits=_set(es.commits, r - 1, got))
+        if es.step == "move":
+            self._drive(self.rebalance_machine, "moving", "moved", "committing")
         return self._with(s, e, es2, daemons=self._set_daemon(s, r, view))
 
     def Verify(self, s: SysState, e: str) -> SysState | None:
@@ -479,6 +533,7 @@ class System:
             self.R,
             share=es.share and verdict.ok,
         )
+        self._drive(self.rebalance_machine, "committing", "committed", self._rebalance_state(es2), verdict=verdict)
         return self._with(s, e, es2)
 
     def Crash(self, s: SysState, e: str) -> SysState | None:

@@ -119,3 +119,25 @@ def test_compare_reports_a_changed_state_and_a_missing_edge(small_graph: tuple[P
     bad = tmp_path / "bad.dot"
     bad.write_text(_rerendered(g))
     assert compare_main([str(dot), str(bad), "--max", "2"]) == 1
+
+
+def test_engine_phase_machines_follow_the_spec(tmp_path: Path) -> None:
+    """layout_sm's RebalanceMachine is driven beside the events; a mutant of it stops the mirror."""
+    from layout_model.system import System, load_model
+    from layout_sm.engine import RebalanceMachine
+
+    class PauseTurnsOff(RebalanceMachine):
+        def pauses(self, decision):  # type: ignore[no-untyped-def, override]
+            return False  # a busy reply would turn rebalancing off for good
+
+    spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
+    system = System(load_model(spec, "MCSmall"))
+    system.rebalance_machine = PauseTurnsOff()
+    seen, frontier = set(), system.initial_states()
+    with pytest.raises(AssertionError, match="begun from beginning went to off"):
+        while frontier:
+            s = frontier.pop()
+            for _, t in system.successors(s):
+                if t not in seen:
+                    seen.add(t)
+                    frontier.append(t)
