@@ -205,7 +205,9 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
         )
     first = records[0].record
     assert first is not None
-    disagree = [f for f in records if f.digest != first.digest]
+    # Version and digest both: equal maps at different versions mean a daemon was restarted
+    # under the others, and its next begin would be refused as stale (AgreedVersions, §7).
+    disagree = [f for f in records if (f.version, f.digest) != (first.version, first.digest)]
     if disagree:
         listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
         return _fail("disagree", f"the daemons hold different layouts ({listing}); {_RESTART}")

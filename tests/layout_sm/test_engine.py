@@ -98,6 +98,8 @@ def test_daemons_at_the_engines_initial_layout_keep_the_metadata() -> None:
     ("findings", "reason", "needle"),
     [
         ([rec(0, V0), rec(1, V1)], "disagree", "rank 0: version 0, rank 1: version 1"),
+        # Same map, different versions (a daemon restarted under the others): not agreed either.
+        ([rec(0, LayoutRecord.build(INITIAL, 4, 2)), rec(1, V0)], "disagree", "rank 0: version 2, rank 1: version 0"),
         ([rec(0), RankFinding(1, "unreadable", detail="connection refused")], "unreadable", "rank 1"),
         ([rec(0), RankFinding(1, "dirty", detail="engine 'X' went away")], "dirty", "restart"),
         ([rec(0), rec(1).timed_out(300)], "wait_timeout", "waited 300 s"),
