@@ -240,7 +240,8 @@ def _malformed_reply(kind: object, error: _Malformed) -> Reply:
 
 
 def is_layout_request(msg: object) -> bool:
-    return isinstance(msg, Mapping) and msg.get("type") in LAYOUT_REQUEST_TYPES
+    kind = msg.get("type") if isinstance(msg, Mapping) else None
+    return isinstance(kind, str) and kind in LAYOUT_REQUEST_TYPES
 
 
 def parse_request(msg: object) -> LayoutRequest | Reply:
