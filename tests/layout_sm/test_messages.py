@@ -136,3 +136,10 @@ def test_any_dict_gives_a_request_or_a_refusal_never_an_exception(msg: dict, kin
 @given(_values)
 def test_any_value_gives_a_refusal_never_an_exception(value: object) -> None:
     assert isinstance(m.parse_request(value), (Reply, *_REQUEST_TYPES))
+
+
+def test_is_layout_request_never_raises() -> None:
+    # An unhashable type value must not raise out of the daemon's dispatch (found by fuzzing).
+    for msg in ({"type": []}, {"type": {}}, {"type": None}, [], None, {"type": "ping"}):
+        assert m.is_layout_request(msg) is False
+    assert m.is_layout_request(m.query_request())
