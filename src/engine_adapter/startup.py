@@ -108,9 +108,9 @@ def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) 
         attachment = daemon_link.Attachment(path, attach_request(engine_id))
     except daemon_link.DaemonAbsent as error:
         # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
-        return RankFinding(rank, "no_record", detail=str(error)), None
+        return RankFinding.no_daemon(rank, str(error)), None
     except Exception as error:
-        return RankFinding(rank, "unreadable", detail=f"cannot talk to the daemon at {path}: {error!r}"), None
+        return RankFinding.unreachable(rank, f"{path}: {error!r}"), None
     finding = RankFinding.from_attach_reply(rank, attachment.reply)
     started = time.monotonic()
     while needs_wait(finding):
@@ -123,7 +123,8 @@ def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) 
         try:
             reply = daemon_link.request(path, query_request(include_map=True))
         except Exception as error:
-            reply = {"status": "unreachable", "error": repr(error)}
+            logger.warning("[expert-layout] rank %d: poll of %s failed: %r", rank, path, error)
+            reply = None
         finding = RankFinding.from_query_reply(rank, reply)
     return finding, attachment
 
@@ -142,7 +143,7 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
         poll_s = _env_seconds(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S)
         finding, attachment = find(rank, path, engine_id, timeout_s, poll_s)
     except Exception as error:  # a bug here must still reach the all-gather
-        finding = RankFinding(rank, "unreadable", detail=f"engine-side error: {error!r}")
+        finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
     gathered: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, finding.to_wire(), group=group)
     findings = [RankFinding.from_wire(w) for w in gathered]

@@ -71,11 +71,24 @@ class RankFinding:
         return cls(rank, "record", record)
 
     @classmethod
+    def no_daemon(cls, rank: int, detail: str) -> RankFinding:
+        """No daemon at the loader's socket path: sglang loads from disk, so there is no record."""
+        return cls(rank, "no_record", detail=f"no weight cache daemon: {detail}")
+
+    @classmethod
+    def unreachable(cls, rank: int, detail: str) -> RankFinding:
+        """A daemon is there but could not be read (crashed, refused, timed out): fail startup."""
+        return cls(rank, "unreadable", detail=f"cannot read the daemon: {detail}")
+
+    @classmethod
     def from_query_reply(cls, rank: int, wire: object) -> RankFinding:
         """Re-classify a waiting rank from its poll, ``query_request(include_map=True)``.
 
         The map is read again: the move it waited for may have been committed meanwhile.
+        ``wire`` is None when the poll could not be sent.
         """
+        if wire is None:
+            return cls.unreachable(rank, "the poll could not be sent")
         if not isinstance(wire, Mapping) or wire.get("status") != Status.OK.value:
             return cls(rank, "unreadable", detail=f"query failed: {wire!r}")
         if wire.get("dirty"):

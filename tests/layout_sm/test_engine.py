@@ -247,3 +247,12 @@ def test_rebalance_machine_local_mode_never_uses_the_protocol() -> None:
     assert machine.phase == "local"
     with pytest.raises(TransitionNotAllowed):
         machine.send("chunk")
+
+
+def test_findings_without_a_reply() -> None:
+    assert RankFinding.no_daemon(0, "no socket").kind == "no_record"
+    assert RankFinding.unreachable(1, "refused").kind == "unreadable"
+    assert RankFinding.from_query_reply(1, None).kind == "unreadable"
+    # No daemon on any rank: the engine loads from disk with its own layout.
+    outcome = startup_decision([RankFinding.no_daemon(0, "x"), RankFinding.no_daemon(1, "x")], ENGINE)
+    assert outcome.kind == "keep_own" and not outcome.shared_rebalance
