@@ -1,7 +1,7 @@
 """Drive real daemon adapters through the spec's actions, and check them against the spec's states.
 
-One `RealSystem` per behaviour: one real `LayoutAwareDaemon` process per rank (sglang 0.5.23's
-serve loop on a real Unix socket, from `layout_testkit.daemon_proc`), and engines that speak
+One `RealSystem` per behaviour: one real `LayoutAwareDaemon` per rank (sglang 0.5.23's serve loop
+on a real Unix socket, in its own process or in a thread: `daemon_hosts`), and engines that speak
 the protocol with `layout_sm.messages` requests and decide with `layout_sm.engine`'s pure
 functions, exactly as every rank of an engine does.
 
@@ -13,7 +13,7 @@ The binding of spec values to real ones (`spec/LayoutProtocol.tla`):
 - `Crash(e)` marks the engine dead (it sends nothing more); `Detach(r, e)` is the abrupt close of
   its attach connection to daemon r (what the kernel does when the process dies), then the test
   waits until daemon r reports that it noticed the EOF;
-- `Restart(r)` is a SIGKILL and a fresh daemon process on the same socket;
+- `Restart(r)` is a fresh daemon (a SIGKILL and a new process, for `ProcessHost`);
 - `MoveLayer` changes only `truth` (the weights in memory), which `expert_layout_query` does not
   report: nothing is sent for it.
 
@@ -27,7 +27,6 @@ import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from layout_model.system import NUM_LOGICAL, ROWS
@@ -38,6 +37,7 @@ from layout_sm.engine import EngineLayout, RankFinding, chunk_decision, startup_
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
 from layout_testkit import daemon_proc
+from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
 PERMS = ROWS  # the mirror's binding of the spec's two permutations (layout_model.system)
 NOTICE_TIMEOUT_S = 10.0
@@ -87,8 +87,7 @@ class EngineSide:
 class RealSystem:
     """Real daemons (one process per rank) and protocol-speaking engines, driven step by step."""
 
-    def __init__(self, workdir: Path, init: Record, older: frozenset[str] = frozenset()) -> None:
-        self.workdir = workdir
+    def __init__(self, host: DaemonHost, init: Record, older: frozenset[str] = frozenset()) -> None:
         self.ranks = len(init["dphase"])
         self.num_layers = len(_at(init["dmap"], 1))
         self.older = older
@@ -101,16 +100,12 @@ class RealSystem:
             routes_by_metadata=True,
         )
         self.engines: dict[str, EngineSide] = {}
-        self.daemons: dict[int, daemon_proc.DaemonProcess] = {}
+        self.daemons: dict[int, DaemonHandle] = {}
         self.log: list[str] = []
+        self.touched: set[int] = set()  # daemons a step sent something to (checked after it)
         for r in range(1, self.ranks + 1):
             has_record = _at(init["dphase"], r) != "no_record"
-            self.daemons[r] = daemon_proc.start_daemon(
-                str(workdir / f"d{r}.sock"),
-                physical_to_logical_map=self.initial_rows if has_record else None,
-                num_logical=NUM_LOGICAL if has_record else None,
-                log_path=str(workdir / f"d{r}.log"),
-            )
+            self.daemons[r] = host.start(f"d{r}", self.initial_rows if has_record else None, NUM_LOGICAL)
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -121,7 +116,7 @@ class RealSystem:
                     conn.close()
         for d in self.daemons.values():
             with contextlib.suppress(Exception):
-                d.kill()
+                d.stop()
 
     def engine(self, e: Any) -> EngineSide:
         name = _name(e)
@@ -130,6 +125,7 @@ class RealSystem:
         return self.engines[name]
 
     def request(self, r: int, msg: dict[str, Any]) -> dict[str, Any]:
+        self.touched.add(r)
         reply = daemon_proc.request(self.daemons[r].socket_path, msg)
         self.log.append(f"  d{r} <- {msg.get('type')}: {reply.get('status')}({reply.get('reason', '')})")
         return reply
@@ -149,6 +145,7 @@ class RealSystem:
 
     def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
+        self.touched.add(r)
         conn, wire = daemon_proc.attach(self.daemons[r].socket_path, eng.name)
         self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
         if wire.get("status") == "ok":
@@ -163,7 +160,7 @@ class RealSystem:
     def do_Poll(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         wire = self.request(r, messages.query_request(include_map=True))
-        finding = RankFinding.from_query_reply(r - 1, eng.findings[r], wire)
+        finding = RankFinding.from_query_reply(r - 1, wire)
         eng.findings[r] = finding
         self._expect_finding(finding, _at(after["efind"][e], r), f"Poll({eng.name}, {r})")
 
@@ -276,6 +273,7 @@ class RealSystem:
 
     def do_Detach(self, before: Record, after: Record, r: int, e: Any) -> None:
         eng = self.engine(e)
+        self.touched.add(r)
         conn = eng.conns.pop(r)
         conn.close()  # abrupt: no goodbye message, as when the process is killed
         deadline = time.monotonic() + NOTICE_TIMEOUT_S
@@ -286,7 +284,8 @@ class RealSystem:
         raise Mismatch(f"Detach({r}, {eng.name}): daemon {r} did not notice the EOF within {NOTICE_TIMEOUT_S} s")
 
     def do_Restart(self, before: Record, after: Record, r: int) -> None:
-        self.daemons[r].restart()
+        self.touched.add(r)
+        self.daemons[r] = self.daemons[r].restart()
 
     def _target(self, state: Record, e: Any) -> list[list[int]]:
         chunk = state["reb"][e]["chunk"]
@@ -309,8 +308,12 @@ class RealSystem:
 
     # -- the daemons' observable state -------------------------------------------------
 
-    def check_daemons(self, state: Record, where: str) -> None:
-        for r in range(1, self.ranks + 1):
+    def check_daemons(self, state: Record, where: str, only_touched: bool = False) -> None:
+        """Each daemon's `expert_layout_query` against the spec's state (after a step: the daemons it
+        sent something to; a step that sends nothing cannot change a daemon)."""
+        ranks = sorted(self.touched) if only_touched else range(1, self.ranks + 1)
+        self.touched.clear()
+        for r in ranks:
             got = self.query(r)
             want = expected_query(state, r)
             seen = {k: got.get(k) for k in want}

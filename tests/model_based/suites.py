@@ -61,10 +61,18 @@ def _tlc_version(dot: Path) -> str:
     return "unknown"
 
 
-def mirror_dump(model: str, out: Path) -> None:
-    """The mirror explorer's own dump, written in TLC's format (`make check-model`'s explorer)."""
-    cmd = [sys.executable, "-m", "layout_model.explore", model, "--spec-dir", str(SPEC), "--dump", str(out)]
-    subprocess.run(cmd, check=True, cwd=ROOT)
+def mirror_dump(model: str, out: Path) -> str:
+    """The mirror explorer's own dump, written in TLC's format (`make check-model`'s explorer).
+
+    Returns its verdict line: a graph with an invariant violation still makes a suite (the
+    replay then shows where code and spec part), but the manifest says so.
+    """
+    cmd = [sys.executable, "-m", "layout_model.explore", model, "--spec-dir", str(SPEC), "--dump", str(out), "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if not out.exists():
+        raise SystemExit(f"the explorer wrote no graph for {model}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{model}:")]
+    return lines[-1] if lines else f"explorer exit {proc.returncode}"
 
 
 def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS) -> Suite:
@@ -77,8 +85,8 @@ def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS) -> Su
     else:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / f"{model}.dot"
-            mirror_dump(model, out)
-            manifest.update(source="mirror", dot="layout_model.explore", tlc_version=None)
+            verdict = mirror_dump(model, out)
+            manifest.update(source="mirror", dot="layout_model.explore", tlc_version=None, explorer=verdict)
             graph = load_dot_graph(out)
     return Suite.from_graph(graph, manifest, max_steps)
 
