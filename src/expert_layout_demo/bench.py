@@ -111,7 +111,7 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
         time.sleep(0.002)
 
     att = daemon_link.Attachment(path, attach_request("bench-chunks"))
-    session, version = att.reply["session"], att.reply["version"]
+    session, version = att.reply["session"], att.reply["record"]["version"]
     time.sleep(0.05)
     chunk_s = []
     for i in range(n):
@@ -160,7 +160,14 @@ def bench_ranks(world: int, workdir: str, n: int) -> dict[str, Any]:
         proc.start()
         pipes.append(parent)
         procs.append(proc)
-    out = [p.recv() for p in pipes]
+    out = []
+    for rank, (pipe, proc) in enumerate(zip(pipes, procs, strict=True)):
+        while not pipe.poll(0.5):
+            if not proc.is_alive():  # a worker that died never answers: fail instead of waiting
+                for other in procs:
+                    other.kill()
+                raise RuntimeError(f"bench rank {rank} exited with code {proc.exitcode}")
+        out.append(pipe.recv())
     for proc in procs:
         proc.join(30)
     for d in daemons:
@@ -311,16 +318,16 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
 # -- 5: throughput with 16 attached engines polling query ---------------------------------------
 
 
-def _poller(path: str, engine_id: str, start_at: float, seconds: float, out: Any) -> None:
+def _poller(path: str, engine_id: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
     from layout_sm.messages import query_request
     from layout_testkit.daemon_proc import attach, request
 
     conn, reply = attach(path, engine_id)
     assert reply["status"] == "ok", reply
-    while time.time() < start_at:
-        time.sleep(0.001)
-    count = 0
-    while time.time() < start_at + seconds:
+    ready.put(engine_id)
+    go.wait()
+    count, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
         request(path, query_request())
         count += 1
     out.put(count)
@@ -339,15 +346,17 @@ def bench_throughput(workdir: str, seconds: float) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     result = {}
     for clients in (1, 16):
-        queue = ctx.Queue()
-        start_at = time.time() + 1.5 + 0.1 * clients  # every poller attached and waiting first
+        ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
         procs = [
-            ctx.Process(target=_poller, args=(daemon.socket_path, f"poller-{i}", start_at, seconds, queue))
+            ctx.Process(target=_poller, args=(daemon.socket_path, f"poller-{i}", ready, go, seconds, out))
             for i in range(clients)
         ]
         for p in procs:
             p.start()
-        counts = [queue.get(timeout=60 + seconds) for _ in procs]
+        for _ in procs:  # every engine attached (and its watcher thread running) before polling starts
+            ready.get(timeout=120)
+        go.set()
+        counts = [out.get(timeout=60 + seconds) for _ in procs]
         for p in procs:
             p.join(10)
         result[clients] = sum(counts) / seconds
