@@ -1,9 +1,10 @@
 """Drive real daemon adapters through the spec's actions, and check them against the spec's states.
 
 One `RealSystem` per behaviour: one real `LayoutAwareDaemon` per rank (sglang 0.5.23's serve loop
-on a real Unix socket, in its own process or in a thread: `daemon_hosts`), and engines that speak
-the protocol with `layout_sm.messages` requests and decide with `layout_sm.engine`'s pure
-functions, exactly as every rank of an engine does.
+on a real Unix socket, in its own process or in a thread: `daemon_hosts`), and engines that talk
+to them through the engine adapter's client code (`engine_adapter.daemon_link`: one connection
+per request, the long-lived `Attachment`), build requests with `layout_sm.messages` and decide
+with `layout_sm.engine`'s pure functions, as every rank of an engine does.
 
 The binding of spec values to real ones (`spec/LayoutProtocol.tla`):
 
@@ -24,11 +25,11 @@ state, and every reply must be the one the spec's action implies.
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine_adapter import daemon_link
 from layout_model.system import NUM_LOGICAL, ROWS
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
@@ -40,7 +41,7 @@ from layout_testkit import daemon_proc
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
 PERMS = ROWS  # the mirror's binding of the spec's two permutations (layout_model.system)
-NOTICE_TIMEOUT_S = 10.0
+NOTICE_TIMEOUT_S = 5.0
 WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (DESIGN §5), reported in a timed-out finding
 
 # spec reply names (reb[e].replies) -> wire status
@@ -75,7 +76,7 @@ class EngineSide:
     """What the processes of one engine (all its ranks) hold: connections, sessions, findings."""
 
     name: str
-    conns: dict[int, socket.socket] = field(default_factory=dict)
+    conns: dict[int, daemon_link.Attachment] = field(default_factory=dict)
     sessions: dict[int, str] = field(default_factory=dict)
     findings: dict[int, RankFinding] = field(default_factory=dict)
     begin_replies: dict[int, Reply] = field(default_factory=dict)
@@ -126,12 +127,12 @@ class RealSystem:
 
     def request(self, r: int, msg: dict[str, Any]) -> dict[str, Any]:
         self.touched.add(r)
-        reply = daemon_proc.request(self.daemons[r].socket_path, msg)
+        reply = daemon_link.request(self.daemons[r].socket_path, msg)
         self.log.append(f"  d{r} <- {msg.get('type')}: {reply.get('status')}({reply.get('reason', '')})")
         return reply
 
     def query(self, r: int) -> dict[str, Any]:
-        return daemon_proc.request(self.daemons[r].socket_path, messages.query_request(include_map=True))
+        return daemon_link.request(self.daemons[r].socket_path, messages.query_request(include_map=True))
 
     # -- one step ----------------------------------------------------------------------
 
@@ -146,13 +147,14 @@ class RealSystem:
     def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         self.touched.add(r)
-        conn, wire = daemon_proc.attach(self.daemons[r].socket_path, eng.name)
+        att = daemon_link.Attachment(self.daemons[r].socket_path, messages.attach_request(eng.name))
+        wire = att.reply
         self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
         if wire.get("status") == "ok":
-            eng.conns[r] = conn
+            eng.conns[r] = att
             eng.sessions[r] = wire["session"]
         else:
-            conn.close()
+            att.close()
         finding = RankFinding.from_attach_reply(r - 1, wire)
         eng.findings[r] = finding
         self._expect_finding(finding, _at(after["efind"][e], r), f"Attach({eng.name}, {r})")
@@ -274,8 +276,7 @@ class RealSystem:
     def do_Detach(self, before: Record, after: Record, r: int, e: Any) -> None:
         eng = self.engine(e)
         self.touched.add(r)
-        conn = eng.conns.pop(r)
-        conn.close()  # abrupt: no goodbye message, as when the process is killed
+        eng.conns.pop(r).close()  # abrupt: no goodbye message, as when the process is killed
         deadline = time.monotonic() + NOTICE_TIMEOUT_S
         while time.monotonic() < deadline:
             if eng.name not in self.query(r).get("attached", []):

@@ -26,15 +26,18 @@ class Mutant:
     target: str  # the module patched when it is imported
     rule: str  # the rule of DESIGN §4-§6 that it breaks
     patch: Callable[[ModuleType], None]
+    tests: tuple[str, ...] = ()  # tests outside tests/model_based that exercise this rule (run too)
 
 
 MUTANTS: dict[str, Mutant] = {}
 
 
-def mutant(name: str, target: str, rule: str) -> Callable[[Callable[[ModuleType], None]], Callable]:
+def mutant(
+    name: str, target: str, rule: str, tests: tuple[str, ...] = ()
+) -> Callable[[Callable[[ModuleType], None]], Callable]:
     def register(fn: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         assert name not in MUTANTS, name
-        MUTANTS[name] = Mutant(name, target, rule, fn)
+        MUTANTS[name] = Mutant(name, target, rule, fn, tests)
         return fn
 
     return register
@@ -369,6 +372,49 @@ def _(mod: ModuleType) -> None:
         return replace(out, kind="disable") if out.kind == "pause" else out
 
     mod.chunk_decision = chunk_decision
+
+
+# -- the adapters ------------------------------------------------------------------------------
+
+DA = "daemon_adapter.daemon"
+EA = "engine_adapter.daemon_link"
+
+
+@mutant("daemon_fetch_gate_bypassed", DA, "the daemon asks the layout machine before sglang sends fetch_state")
+def _(mod: ModuleType) -> None:
+    from layout_sm.reasons import Reason, ok
+
+    def _fetch_check(self: Any, claim: Any) -> Any:
+        return ok(Reason.SERVED_FOLLOWING, "mutant: served without the layout check")
+
+    mod.LayoutAwareDaemon._fetch_check = _fetch_check
+
+
+@mutant("daemon_misses_eof", DA, "the daemon notices the EOF of an attach connection (the detach)")
+def _(mod: ModuleType) -> None:
+    def _watch_attachment(self: Any, watched: Any, engine_id: str, session: str) -> None:
+        while True:  # reads the connection to the end, and then forgets to detach
+            try:
+                if not watched.recv(4096):
+                    break
+            except OSError:
+                break
+        watched.close()
+
+    mod.LayoutAwareDaemon._watch_attachment = _watch_attachment
+
+
+@mutant(
+    "attach_socket_survives_fork",
+    EA,
+    "a forked child of the engine does not keep its attach connection open",
+    tests=(
+        "tests/engine_adapter/test_startup.py::"
+        "test_forked_child_outlives_the_engine_and_the_daemon_still_sees_the_detach",
+    ),
+)
+def _(mod: ModuleType) -> None:
+    mod.Attachment._drop_in_child = lambda self: None
 
 
 def apply(mod: ModuleType, name: str) -> None:

@@ -62,6 +62,7 @@ def run_one(mutant: str | None, tests: list[str], timeout: float) -> Result:
         cmd = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
             "-o", "junit_family=xunit2", *[f"--ignore={d}" for d in IGNORE], *tests,
+            *(MUTANTS[mutant].tests if mutant else ()),
         ]  # fmt: skip
         t0 = time.monotonic()
         try:
