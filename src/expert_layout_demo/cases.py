@@ -245,7 +245,7 @@ def case3_kill(demo: Demo) -> list[Row]:
     states = demo.wait_detached("P1")
     dirty = all(s["phase"] == "dirty" for s in states)
     demo.step(f"case 3b: daemons {[s['phase'] for s in states]}: {summary(states[0].get('dirty'))}")
-    f = demo.start_engine("F", demo.pool_a, demo.spec("P1"))
+    f = demo.start_engine("F", demo.pool_f, demo.spec("P1"))
     demo.step(f"case 3b: new engine F: started={f.ok}: {summary(f.error())}")
     if f.ok:
         demo.stop(f)
@@ -291,12 +291,12 @@ def matrix_new_engine_old_daemon(demo: Demo) -> Row:
 def matrix_old_engine_before_move(demo: Demo) -> Row:
     """M2a: an older engine (no plugin) on new daemons at version 0: served, flag set, moves refused."""
     demo.step("matrix M2a: older engine O on layout-aware daemons P3 at version 0")
-    o = demo.start_engine("O", demo.pool_a, demo.spec("P3", plugin=False))
+    o = demo.start_engine("O", demo.pool_f, demo.spec("P3", plugin=False))
     states = demo.query("P3")
     demo.stop(o)
     flagged = all(s.get("non_following_seen") for s in states)
     demo.step(f"matrix M2a: O served: {o.loaded}; daemons flag non-following: {flagged}")
-    n = demo.start_engine("N", demo.pool_a, demo.spec("P3"))
+    n = demo.start_engine("N", demo.pool_f, demo.spec("P3"))
     outs = demo.rebalance(n) if n.loaded else []
     after = demo.query("P3")
     demo.stop(n)
@@ -322,7 +322,7 @@ def matrix_old_engine_before_move(demo: Demo) -> Row:
 def matrix_old_engine_after_move(demo: Demo) -> Row:
     """M2b: an older engine on new daemons after a move: fetch_state refused, with the reason."""
     demo.step("matrix M2b: older engine O on P1 after moves")
-    o = demo.start_engine("O", demo.pool_a, demo.spec("P1", plugin=False))
+    o = demo.start_engine("O", demo.pool_f, demo.spec("P1", plugin=False))
     demo.stop(o)
     reason = o.error()
     states = demo.query("P1")
@@ -348,11 +348,11 @@ def matrix_old_engine_after_move(demo: Demo) -> Row:
 def matrix_no_eplb_daemon(demo: Demo) -> Row:
     """M3: daemons without --enable-eplb (no record): served as sglang does; no shared rebalancing."""
     demo.step("matrix M3: daemons P4 without --enable-eplb; a new engine N, then an older engine O")
-    n = demo.start_engine("N", demo.pool_a, demo.spec("P4"))
+    n = demo.start_engine("N", demo.pool_f, demo.spec("P4"))
     outs = demo.rebalance(n) if n.loaded else []
     rep = demo.report(n) if n.loaded else {"wrong": None, "slots": 0}
     demo.stop(n)
-    o = demo.start_engine("O", demo.pool_a, demo.spec("P4", plugin=False))
+    o = demo.start_engine("O", demo.pool_f, demo.spec("P4", plugin=False))
     demo.stop(o)
     moved = any(x.get("moved") for x in outs)
     demo.step(f"matrix M3: N loaded {n.loaded}, rebalance moved {moved}; older O loaded {o.loaded}")

@@ -10,7 +10,8 @@ Daemon pairs (forked from one forkserver, cheap):
   P3 layout-aware daemons: matrix M2a (an older engine before any move);
   P4 layout-aware daemons without --enable-eplb: matrix M3.
 Engine pools (``EngineRanks``, 2 rank processes each, reused across engine incarnations):
-  ``pool_a`` and ``pool_c`` (the warm standby needs two engines alive at once).
+  ``pool_a`` and ``pool_c`` (the warm standby needs two engines alive at once; case 3 SIGKILLs
+  both), and ``pool_f`` for the engines after case 3.
 """
 
 from __future__ import annotations
@@ -88,10 +89,14 @@ class Demo:
         self.pairs: dict[str, list[DaemonProcess]] = {}
         self.pool_a = self._pool()
         self.pool_c = self._pool()
-        # Rank processes import sglang for seconds: start both pools now, while daemons start.
-        self._executor = concurrent.futures.ThreadPoolExecutor(2)
+        # Case 3 SIGKILLs the rank processes of pool_a and then of pool_c; the engines after it run
+        # in pool_f, started with the others, so no restart (seconds of sglang imports) is waited for.
+        self.pool_f = self._pool()
+        self.pools = (self.pool_a, self.pool_c, self.pool_f)
+        # Rank processes import sglang for seconds: start every pool now, while daemons start.
+        self._executor = concurrent.futures.ThreadPoolExecutor(len(self.pools))
         self._warming: dict[int, concurrent.futures.Future[Any]] = {}
-        for pool in (self.pool_a, self.pool_c):
+        for pool in self.pools:
             self.warm(pool)
         self.picture: dict[str, Any] = {}
         self.phase = 0  # each rebalance uses the next phase's statistics, so each one moves experts
@@ -225,7 +230,6 @@ class Demo:
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
             future.result()  # the pool sees EOF, reports the ranks as gone, and restarts on next use
-        self.warm(engine.pool)
         return killed_at
 
     def wait_attached(self, pair: str, count: int = 0, timeout: float = 30.0) -> list[dict[str, Any]]:
@@ -251,7 +255,7 @@ class Demo:
             list(
                 pool.map(
                     lambda x: x.close() if isinstance(x, EngineRanks) else x.stop(),
-                    [self.pool_a, self.pool_c, *daemons],
+                    [*self.pools, *daemons],
                 )
             )
         if self.opt.keep_workdir:
