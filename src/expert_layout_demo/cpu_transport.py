@@ -14,9 +14,8 @@ daemon can reuse them on a GPU.)
 ``fetch_state`` (one reference per importer, as torch expects). Its name stays ``torch_ipc``,
 so engines import with sglang's own, unchanged ``TorchIpcTransportBackend``.
 
-Until ``layout_testkit.daemon_proc`` serves through it (docs/requests/demo.md), the demo's engine
-ranks compensate on their side instead: ``keep_shared_reference`` gives back, after an import,
-the reference the import dropped (``rank_scripts.start``).
+The demo's daemons serve through it (``layout_testkit.daemon_proc.start_daemon(transport_backend=
+"expert_layout_demo.cpu_transport:CpuShmTransportBackend")``); ``shm_proof`` shows both behaviours.
 """
 
 from __future__ import annotations
@@ -51,19 +50,3 @@ class CpuShmTransportBackend(TorchIpcTransportBackend):
         super().send_fetch_state_response(
             conn, config=config, entries=entries, pid=pid, preloaded_weights_bytes=preloaded_weights_bytes
         )
-
-
-def keep_shared_reference(tensors: Mapping[str, Any]) -> int:
-    """Client-side compensation: re-add the reference each ``file_system`` import dropped.
-
-    Called once right after importing the daemon's tensors; the count then goes back to what
-    the daemon's handle promised, so the daemon's own reference survives this importer.
-    Returns how many storages it touched.
-    """
-    seen: set[int] = set()
-    for tensor in tensors.values():
-        storage = tensor.untyped_storage()
-        if storage.is_shared() and storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            storage._shared_incref()
-    return len(seen)

@@ -53,12 +53,6 @@ def start(rank: EngineRank, spec: EngineSpec, load: bool = True) -> dict[str, An
     if load:
         try:
             out["source"] = rank.load()
-            if out["source"] == "daemon":
-                # sglang's torch_ipc handles, reused for every fetch, lose one reference per CPU
-                # import: give it back, or the third engine finds the weights unlinked (cpu_transport).
-                from expert_layout_demo.cpu_transport import keep_shared_reference
-
-                keep_shared_reference(rank.state)
         except Exception as exc:  # sglang's loader refuses (config mismatch, layout_refused)
             out["source"] = None
             out["load_error"] = _error(exc)

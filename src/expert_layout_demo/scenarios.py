@@ -35,6 +35,10 @@ from layout_testkit.daemon_proc import DaemonProcess, default_cache_config, requ
 from layout_testkit.engine_ranks import EngineRanks, EngineSpec, write_model_dir
 
 WORLD = 2
+# A pool's rank processes each import sglang (4-7 s of CPU alone); generous for a loaded machine.
+START_TIMEOUT_S = 600.0
+# sglang's torch_ipc with a fresh handle set per fetch: serves CPU tensors to any number of engines.
+CPU_TRANSPORT = "expert_layout_demo.cpu_transport:CpuShmTransportBackend"
 
 
 class DemoError(RuntimeError):
@@ -93,8 +97,9 @@ class Demo:
         # in pool_f, started with the others, so no restart (seconds of sglang imports) is waited for.
         self.pool_f = self._pool()
         self.pools = (self.pool_a, self.pool_c, self.pool_f)
-        # Rank processes import sglang for seconds: start every pool now, while daemons start.
-        self._executor = concurrent.futures.ThreadPoolExecutor(len(self.pools))
+        # Rank processes import sglang for seconds: start the pools now, in the background, one after
+        # the other (all at once would starve each other of the 2 cores past their start timeout).
+        self._executor = concurrent.futures.ThreadPoolExecutor(1)
         self._warming: dict[int, concurrent.futures.Future[Any]] = {}
         for pool in self.pools:
             self.warm(pool)
@@ -107,7 +112,7 @@ class Demo:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {message}", flush=True)
 
     def _pool(self) -> EngineRanks:
-        pool = EngineRanks(WORLD)
+        pool = EngineRanks(WORLD, start_timeout=START_TIMEOUT_S)
         # Workaround (docs/requests/demo.md #1): one model directory for every pool, so the
         # CacheConfig each engine sends matches the daemons' whichever pool it runs in.
         shutil.rmtree(pool._workdir, ignore_errors=True)
@@ -145,6 +150,7 @@ class Demo:
                     tensors=toy_moe.rank_state(self.cfg, rank, initial),
                     config=self._daemon_config(rank),
                     plain_sglang=kind == "plain",
+                    transport_backend=CPU_TRANSPORT,
                     log_path=os.path.join(self.workdir, f"{name}-rank{rank}.log"),
                     wait=False,
                 )
