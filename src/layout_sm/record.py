@@ -197,7 +197,22 @@ class LayoutRecord:
             flat[layer * width : (layer + 1) * width] = values
         if sys.byteorder != "little":
             flat.byteswap()
-        return LayoutRecord(self.num_layers, width, self.num_logical, self.version + 1, flat.tobytes())
+        return self._checked_successor(flat.tobytes())
+
+    def _checked_successor(self, map_bytes: bytes) -> LayoutRecord:
+        """The next version, built without re-checking the whole map: ``with_rows`` checked the
+        rows it replaced and the rest was checked when this record was built (a one-layer commit
+        at DeepSeek scale would otherwise re-check 17,568 values)."""
+        successor = object.__new__(LayoutRecord)
+        for name, value in (
+            ("num_layers", self.num_layers),
+            ("num_physical", self.num_physical),
+            ("num_logical", self.num_logical),
+            ("version", self.version + 1),
+            ("map_bytes", map_bytes),
+        ):
+            object.__setattr__(successor, name, value)
+        return successor
 
     # -- wire ---------------------------------------------------------------------------
 
