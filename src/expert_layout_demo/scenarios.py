@@ -112,12 +112,9 @@ class Demo:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {message}", flush=True)
 
     def _pool(self) -> EngineRanks:
-        pool = EngineRanks(WORLD, start_timeout=START_TIMEOUT_S)
-        # Workaround (docs/requests/demo.md #1): one model directory for every pool, so the
-        # CacheConfig each engine sends matches the daemons' whichever pool it runs in.
-        shutil.rmtree(pool._workdir, ignore_errors=True)
-        pool._workdir = self.workdir
-        return pool
+        # One model directory for every pool, so the CacheConfig each engine sends matches the
+        # daemons' whichever pool it runs in.
+        return EngineRanks(WORLD, start_timeout=START_TIMEOUT_S, workdir=self.workdir)
 
     def warm(self, pool: EngineRanks) -> None:
         """Start ``pool``'s rank processes in the background (``run`` waits for it)."""

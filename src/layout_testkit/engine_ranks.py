@@ -449,12 +449,14 @@ def _rank_main(rank: int, world_size: int, init_method: str, workdir: str, conn:
 class EngineRanks:
     """A pool of ``world_size`` engine rank processes, started on first use and reused."""
 
-    def __init__(self, world_size: int = 2, start_timeout: float = 120.0) -> None:
+    def __init__(self, world_size: int = 2, start_timeout: float = 120.0, workdir: str | None = None) -> None:
+        """``workdir`` holds the toy model's config: pools that share it send the same
+        ``CacheConfig`` (its ``model_path``), so one daemon serves engines of every pool."""
         self.world_size = world_size
         self.start_timeout = start_timeout
         self._procs: list[Any] = []
         self._conns: list[Any] = []
-        self._workdir = tempfile.mkdtemp(prefix="engine-ranks-")
+        self._workdir = workdir if workdir is not None else tempfile.mkdtemp(prefix="engine-ranks-")
 
     def __enter__(self) -> EngineRanks:
         return self
