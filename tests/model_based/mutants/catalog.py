@@ -31,6 +31,11 @@ class Mutant:
 
 MUTANTS: dict[str, Mutant] = {}
 
+# The rule of a defensive check that no behaviour of the bounded models reaches (the spec's engines
+# never send such a request: e.g. begin without an attachment, or a stale base version) is caught
+# by the unit tests of layout_sm, which the run of such a mutant includes.
+UNIT = ("tests/layout_sm",)
+
 
 def mutant(
     name: str, target: str, rule: str, tests: tuple[str, ...] = ()
@@ -92,7 +97,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "begin_reply", make)
 
 
-@mutant("stale_base_accepted", D, "begin is refused when base_version is not the current version")
+@mutant("stale_base_accepted", D, "begin is refused when base_version is not the current version", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def begin_reply(view: Any, req: Any) -> Any:
@@ -105,7 +110,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "begin_reply", make)
 
 
-@mutant("begin_when_dirty", D, "a dirty daemon refuses begin until restarted")
+@mutant("begin_when_dirty", D, "a dirty daemon refuses begin until restarted", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def begin_reply(view: Any, req: Any) -> Any:
@@ -127,7 +132,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "begin_reply", make)
 
 
-@mutant("begin_without_attachment", D, "begin is honoured only for the session a live attachment holds")
+@mutant("begin_without_attachment", D, "begin is honoured only for the session a live attachment holds", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def begin_reply(view: Any, req: Any) -> Any:
@@ -140,7 +145,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "begin_reply", make)
 
 
-@mutant("abort_clears_other_session", D, "abort clears only this session's move")
+@mutant("abort_clears_other_session", D, "abort clears only this session's move", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def abort_reply(view: Any, req: Any) -> Any:
@@ -153,7 +158,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "abort_reply", make)
 
 
-@mutant("commit_any_layers", D, "commit needs the same layer list as the pending move")
+@mutant("commit_any_layers", D, "commit needs the same layer list as the pending move", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def commit_reply(view: Any, req: Any) -> Any:
@@ -166,7 +171,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "commit_reply", make)
 
 
-@mutant("commit_other_session", D, "commit is honoured only for the mover's own live session")
+@mutant("commit_other_session", D, "commit is honoured only for the mover's own live session", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def commit_reply(view: Any, req: Any) -> Any:
@@ -179,7 +184,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "commit_reply", make)
 
 
-@mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs")
+@mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def fetch_reply(view: Any, claim: Any) -> Any:
@@ -203,7 +208,7 @@ def _(mod: ModuleType) -> None:
     _wrap(mod, "fetch_reply", make)
 
 
-@mutant("fetch_when_dirty", D, "a dirty daemon refuses fetch_state until restarted")
+@mutant("fetch_when_dirty", D, "a dirty daemon refuses fetch_state until restarted", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def fetch_reply(view: Any, claim: Any) -> Any:
@@ -253,7 +258,7 @@ def _(mod: ModuleType) -> None:
     mod.DaemonMachine.detach_engine = detach_engine
 
 
-@mutant("stale_detach_drops_attachment", D, "the EOF of a stale session does not drop a live attachment")
+@mutant("stale_detach_drops_attachment", D, "the EOF of a stale session does not drop a live attachment", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def detach_effect(view: Any, engine_id: str, session: str) -> Any:
@@ -282,7 +287,7 @@ def _(mod: ModuleType) -> None:
     mod.LayoutRecord.with_rows = with_rows
 
 
-@mutant("digest_ignores_values", R, "the digest covers every value of the map")
+@mutant("digest_ignores_values", R, "the digest covers every value of the map", tests=UNIT)
 def _(mod: ModuleType) -> None:
     orig = mod.layout_digest
 
@@ -299,7 +304,7 @@ def _(mod: ModuleType) -> None:
 E = "layout_sm.engine"
 
 
-@mutant("engine_trusts_daemon_digest", E, "the engine computes its own digest of its own map")
+@mutant("engine_trusts_daemon_digest", E, "the engine computes its own digest of its own map", tests=UNIT)
 def _(mod: ModuleType) -> None:
     orig = mod.verify_commits
 
@@ -339,7 +344,7 @@ def _(mod: ModuleType) -> None:
     mod.startup_decision = startup_decision
 
 
-@mutant("startup_keeps_own_after_move", E, "some daemons without a record: fail if a recording one moved")
+@mutant("startup_keeps_own_after_move", E, "some daemons without a record: fail if a recording one moved", tests=UNIT)
 def _(mod: ModuleType) -> None:
     orig = mod.startup_decision
 

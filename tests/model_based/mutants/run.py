@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,7 @@ def run_one(mutant: str | None, tests: list[str], timeout: float) -> Result:
 
 
 def _short(tid: str) -> str:
-    return tid.replace("tests.model_based.", "").replace("::", ".")
+    return tid.replace("tests.model_based.", "").replace("tests.", "").replace("::", ".")
 
 
 def table(results: list[Result]) -> str:
@@ -105,6 +106,8 @@ def table(results: list[Result]) -> str:
         killers = ", ".join(f"`{_short(t)}`" for t in r.failed[:4])
         if len(r.failed) > 4:
             killers += f" and {len(r.failed) - 4} more"
+        if m.tests:
+            killers += " (also ran: " + ", ".join(f"`{t.split('::')[0]}`" for t in m.tests) + ")"
         lines.append(
             f"| `{r.name}` | `{m.target}` | {m.rule} | {'yes' if r.killed else '**NO**'} | "
             f"{killers or '-'}{(' (' + r.note + ')') if r.note else ''} | {r.seconds:.0f} |"
@@ -147,26 +150,41 @@ def main(argv: list[str] | None = None) -> int:
     summary = f"{len(results) - len(survivors)} of {len(results)} mutants killed in {total:.0f} s"
     print("\n" + summary + (f"; survivors: {survivors}" if survivors else ""))
     if args.doc:
-        _write_doc(Path(args.doc), out, summary, args)
+        print("docs: " + _write_doc(Path(args.doc), results, args))
     return 1 if survivors else 0
 
 
-def _write_doc(path: Path, out: str, summary: str, args: argparse.Namespace) -> None:
-    cmd = "make mutants" if args.tests == DEFAULT_TESTS and not args.only else (
-        "python -m tests.model_based.mutants.run" + (f" --only {args.only}" if args.only else "")
-        + (f" --tests {' '.join(args.tests)}" if args.tests != DEFAULT_TESTS else "")
-    )  # fmt: skip
+def _write_doc(path: Path, results: list[Result], args: argparse.Namespace) -> str:
+    """Write the table; a run of some mutants (`--only`) replaces their rows and keeps the others."""
+    rows: dict[str, str] = {}
+    if args.only and path.exists():
+        for line in path.read_text().splitlines():
+            m = re.match(r"^\| `([a-z0-9_]+)` \|", line)
+            if m and m.group(1) in MUTANTS:
+                rows[m.group(1)] = line
+    lines = table(results).splitlines()
+    header = lines[:2]
+    for r, line in zip(results, lines[2:], strict=True):
+        rows[r.name] = line
+    ordered = [rows[n] for n in MUTANTS if n in rows]
+    killed = sum(1 for line in ordered if "| yes |" in line)
+    summary = f"{killed} of {len(ordered)} mutants killed"
     path.write_text(
         "# Mutants: each protocol rule broken on purpose, and the tests that catch it\n\n"
-        f"Reproduce: `{cmd}` (PYTHONPATH=src:. ; each mutant is applied at import time by\n"
-        "`tests/model_based/mutants/site/sitecustomize.py` when `LAYOUT_MUTANT=<name>` is set, in the test\n"
-        "process and in every process it spawns; no source file is edited). One mutant by hand:\n"
-        "`LAYOUT_MUTANT=<name> PYTHONPATH=tests/model_based/mutants/site:src:. \\\n"
-        "  .venv/bin/python -m pytest tests/model_based`.\n\n"
-        f"Last run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {summary}.\n\n"
-        "The mutants and the rule each breaks are defined in `tests/model_based/mutants/catalog.py`.\n\n"
-        + out + "\n"
-    )  # fmt: skip
+        "Reproduce: `make mutants` (or `python -m tests.model_based.mutants.run [--only a,b]`, PYTHONPATH=src:.).\n"
+        "Each mutant is applied at import time by `tests/model_based/mutants/site/sitecustomize.py` when\n"
+        "`LAYOUT_MUTANT=<name>` is set, in the test process and in every process it spawns (daemon processes\n"
+        "included); no source file is edited. Each run is `pytest tests/model_based` with\n"
+        "`LAYOUT_TEST_PROFILE=mutants` (smaller replay samples, 60 Hypothesis examples), plus the tests the\n"
+        "catalog names for a mutant whose rule the bounded models cannot reach (a defensive check: see\n"
+        "`tests` in `tests/model_based/mutants/catalog.py`). One mutant by hand:\n\n"
+        "    LAYOUT_MUTANT=<name> LAYOUT_TEST_PROFILE=mutants PYTHONPATH=tests/model_based/mutants/site:src:. \\\n"
+        "      .venv/bin/python -m pytest tests/model_based\n\n"
+        f"Last run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {summary}.\n\n"
+        + "\n".join(header + ordered)
+        + "\n"
+    )
+    return summary
 
 
 if __name__ == "__main__":
