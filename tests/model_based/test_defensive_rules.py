@@ -47,3 +47,16 @@ def test_another_engine_cannot_abort_or_commit_a_move(daemon: Any) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_commit_must_name_the_layers_of_its_move(daemon: Any) -> None:
+    a = daemon_link.Attachment(daemon.socket_path, messages.attach_request("A"))
+    try:
+        session = a.reply["session"]
+        assert daemon_link.request(daemon.socket_path, messages.begin_request("A", session, 0, [0]))["status"] == "ok"
+        reply = daemon_link.request(daemon.socket_path, messages.commit_request("A", session, [1], [[1, 0]]))
+        assert (reply["status"], reply["reason"]) == ("refused", "layers_mismatch"), reply
+        assert _pending_move(daemon)["layers"] == [0]  # the move stays pending
+        assert daemon_link.request(daemon.socket_path, messages.query_request())["version"] == 0
+    finally:
+        a.close()

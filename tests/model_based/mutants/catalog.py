@@ -160,28 +160,29 @@ def _(mod: ModuleType) -> None:
 
 @mutant("commit_any_layers", D, "commit needs the same layer list as the pending move", tests=UNIT)
 def _(mod: ModuleType) -> None:
+    # commit_decision is what DaemonMachine.commit_move asks (commit_reply is its reply part)
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def commit_reply(view: Any, req: Any) -> Any:
+        def commit_decision(view: Any, req: Any) -> Any:
             if view.pending is not None and view.pending.engine_id == req.engine_id:
                 view = replace(view, pending=replace(view.pending, layers=req.layers))
             return orig(view, req)
 
-        return commit_reply
+        return commit_decision
 
-    _wrap(mod, "commit_reply", make)
+    _wrap(mod, "commit_decision", make)
 
 
 @mutant("commit_other_session", D, "commit is honoured only for the mover's own live session", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def commit_reply(view: Any, req: Any) -> Any:
+        def commit_decision(view: Any, req: Any) -> Any:
             if view.pending is not None and view.holds(req.engine_id, req.session):
                 view = replace(view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session))
             return orig(view, req)
 
-        return commit_reply
+        return commit_decision
 
-    _wrap(mod, "commit_reply", make)
+    _wrap(mod, "commit_decision", make)
 
 
 @mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs", tests=UNIT)
