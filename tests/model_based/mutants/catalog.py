@@ -237,9 +237,7 @@ def _(mod: ModuleType) -> None:
 @mutant("non_following_never_set", D, "serving without a live attachment sets the sticky flag")
 def _(mod: ModuleType) -> None:
     def fetch_check(self: Any, claim: Any) -> Any:
-        reply = mod.fetch_reply(self._view, claim)
-        self.send("fetch", reply=reply)
-        return reply
+        return mod.fetch_reply(self._view, claim)  # the reply, without setting the flag
 
     mod.DaemonMachine.fetch_check = fetch_check
 
