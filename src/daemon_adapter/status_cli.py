@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import glob
-import io
 import json
 import os
 import pickle
-import socket
 import stat
-import struct
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from daemon_adapter.wire import request
 
 EXIT_OK = 0
 EXIT_NO_DAEMON = 3
@@ -39,8 +37,6 @@ EXIT_OLDER_DAEMON = 5
 # a test checks that it still is.
 SGLANG_DEFAULT_SOCKET_TEMPLATE = "/tmp/sglang_weight_cache_{device_uuid}.sock"
 SOCKET_TEMPLATE_ENV = "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"
-_FRAME_HEADER = struct.Struct("!I")
-MAX_REPLY_BYTES = 256 * 1024 * 1024  # sglang's MAX_MSG_SIZE
 
 ANSWERED = "answered"
 NOT_ANSWERING = "not_answering"
@@ -63,50 +59,6 @@ def socket_template() -> str:
     return os.environ.get(SOCKET_TEMPLATE_ENV) or SGLANG_DEFAULT_SOCKET_TEMPLATE
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"reply contains {module}.{name}; a daemon reply is plain data")
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            raise ConnectionError(f"daemon closed the connection after {len(buf)} of {size} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def _connect(socket_path: str, timeout: float) -> socket.socket:
-    # sglang's daemon listens with a backlog of 8 and serves one connection at a time; with a
-    # full queue, connect() fails at once with EAGAIN rather than waiting: retry until timeout.
-    deadline = time.monotonic() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(socket_path)
-            return sock
-        except BlockingIOError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-        except BaseException:
-            sock.close()
-            raise
-
-
-def _exchange(sock: socket.socket, message: dict[str, Any]) -> Any:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_FRAME_HEADER.pack(len(data)) + data)
-    (length,) = _FRAME_HEADER.unpack(_recv_exact(sock, _FRAME_HEADER.size))
-    if length > MAX_REPLY_BYTES:
-        raise ValueError(f"reply of {length} bytes exceeds {MAX_REPLY_BYTES}")
-    return _PlainUnpickler(io.BytesIO(_recv_exact(sock, length))).load()
-
-
 def discover_sockets(template: str) -> list[str]:
     """Every existing socket file the template matches, ``{device_uuid}`` being any name."""
     pattern = "*".join(glob.escape(part) for part in template.split("{device_uuid}"))
@@ -125,8 +77,7 @@ def query_daemon(socket_path: str, timeout: float, include_map: bool = False) ->
     from layout_sm.reasons import Reply
 
     try:
-        with _connect(socket_path, timeout) as sock:
-            wire = _exchange(sock, query_request(include_map=include_map))
+        wire = request(socket_path, query_request(include_map=include_map), timeout, plain=True)
     except (OSError, ConnectionError, ValueError, pickle.UnpicklingError, EOFError) as error:
         return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"{type(error).__name__}: {error}")
     try:

@@ -22,6 +22,8 @@ from typing import Any
 
 from sglang.srt.weight_cache import protocol
 
+from daemon_adapter import wire
+
 # A daemon answers a layout request in well under a millisecond; this bounds a wedged one.
 REQUEST_TIMEOUT_S = 30.0
 
@@ -38,17 +40,11 @@ def _connect(path: str, timeout: float) -> socket.socket:
     # The same ownership rule as sglang's IpcModelLoader: never talk to a planted socket.
     if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
         raise ConnectionError(f"{path} is not a socket owned by this user")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
     try:
-        sock.connect(path)
+        # Retries while the daemon's accept queue (a backlog of 8) is full.
+        return wire.connect(path, timeout)
     except FileNotFoundError:
-        sock.close()
         raise DaemonAbsent(f"no weight cache daemon socket at {path}") from None
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def request(path: str, msg: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> Any:

@@ -35,8 +35,6 @@ import importlib
 import os
 import pickle
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -46,7 +44,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-_FRAME_HEADER = struct.Struct("!I")
+from daemon_adapter.wire import FRAME_HEADER as _FRAME_HEADER
+from daemon_adapter.wire import attach, connect, recv_frame, request, send_frame
+
 # sglang's own transport (what a daemon picks for tensors it cannot serve through VMM fds).
 SGLANG_TORCH_IPC = "sglang.srt.weight_cache.transport:TorchIpcTransportBackend"
 
@@ -360,72 +360,18 @@ def _remove_stale_files(spec: DaemonSpec) -> None:
             os.unlink(path)
 
 
-# -- a client that needs neither sglang nor torch -----------------------------------------
+# -- a client that needs neither sglang nor torch: daemon_adapter.wire, re-exported -----------
 
-
-def send_frame(sock: socket.socket, obj: Any) -> None:
-    """sglang's framing: a 4-byte big-endian length, then the pickle."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_FRAME_HEADER.pack(len(data)) + data)
-
-
-def recv_frame(sock: socket.socket) -> Any:
-    """One reply; raises ConnectionError when the daemon closed the connection instead."""
-    header = _recv_exact(sock, _FRAME_HEADER.size)
-    (length,) = _FRAME_HEADER.unpack(header)
-    return pickle.loads(_recv_exact(sock, length))
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {size} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def connect(socket_path: str, timeout: float = 10.0) -> socket.socket:
-    """Connect, retrying while the daemon's accept queue is full.
-
-    sglang's daemon listens with a backlog of 8 and serves serially; on Linux a connect to a
-    Unix socket with a full backlog fails at once with EAGAIN (``BlockingIOError``) when the
-    socket has a timeout, instead of waiting. Many engines starting at once meet this.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(socket_path)
-            return sock
-        except BlockingIOError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-        except BaseException:
-            sock.close()
-            raise
-
-
-def request(socket_path: str, message: Any, timeout: float = 10.0) -> Any:
-    """One request on its own connection, as sglang's clients do; returns the reply."""
-    with connect(socket_path, timeout) as sock:
-        send_frame(sock, message)
-        return recv_frame(sock)
-
-
-def attach(socket_path: str, engine_id: str, timeout: float = 10.0) -> tuple[socket.socket, dict[str, Any]]:
-    """``expert_layout_attach``; returns the open connection (closing it detaches) and the reply."""
-    sock = connect(socket_path, timeout)
-    try:
-        send_frame(sock, {"type": "expert_layout_attach", "engine_id": engine_id})
-        return sock, recv_frame(sock)
-    except BaseException:
-        sock.close()
-        raise
+__all__ = [
+    "DaemonProcess",
+    "attach",
+    "connect",
+    "default_cache_config",
+    "recv_frame",
+    "request",
+    "send_frame",
+    "start_daemon",
+]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["zygote"]:
