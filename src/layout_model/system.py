@@ -273,21 +273,7 @@ class System:
         for mask in range(1 << len(lack)):
             without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
             daemons = tuple(DaemonView(None if r in without else self.initial_record) for r in m.ranks)
-            engines = tuple(
-                EngineState(
-                    phase="load" if e in m.older else "start",
-                    finds=(None,) * self.R,
-                    route=self.initial_perms,
-                    ever=0,
-                    serv=frozenset(),
-                    share=False,
-                    step="idle",
-                    chunk=frozenset(),
-                    replies=("none",) * self.R,
-                    commits=(None,) * self.R,
-                )
-                for e in m.engines
-            )
+            engines = tuple(self._blank_engine("load" if e in m.older else "start") for e in m.engines)
             out.append(SysState(daemons, tuple(self.initial_perms for _ in m.ranks), engines, 0))
         return out
 
@@ -307,8 +293,9 @@ class System:
         daemons[r - 1] = view
         return tuple(daemons)
 
-    def _forgotten(self, phase: str) -> EngineState:
-        """A gone engine: its process memory is lost, only the daemons remember it (attachments)."""
+    def _blank_engine(self, phase: str) -> EngineState:
+        """An engine with no process memory: one about to start, or one gone (crashed, failed),
+        which only the daemons still remember (their attachments)."""
         return EngineState(
             phase=phase,
             finds=(None,) * self.R,
@@ -405,7 +392,7 @@ class System:
         end = {"fail": "failed", "adopt": "adopted", "keep_own": "kept"}[outcome.kind]
         self._drive(self.startup_machine, "agreeing", "decided", end, outcome=outcome)
         if outcome.failed:
-            return self._with(s, e, self._forgotten("failed"))
+            return self._with(s, e, self._blank_engine("failed"))
         record = outcome.record
         mode = rebalance_mode(outcome, ["daemon"] * self.R)
         shared = mode.enabled and mode.shared
@@ -435,7 +422,7 @@ class System:
             serv = es.serv | {r}
             phase = "run" if len(serv) == self.R else "load"
             return self._with(s, e, replace(es, serv=serv, phase=phase), daemons=daemons)
-        return self._with(s, e, self._forgotten("failed"), daemons=daemons)
+        return self._with(s, e, self._blank_engine("failed"), daemons=daemons)
 
     def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
         es = self._eng(s, e)
@@ -540,7 +527,7 @@ class System:
         es = self._eng(s, e)
         if es.phase in ("failed", "dead"):
             return None
-        return self._with(s, e, self._forgotten("dead"))
+        return self._with(s, e, self._blank_engine("dead"))
 
     def Detach(self, s: SysState, r: int, e: str) -> SysState | None:
         view = s.daemons[r - 1]
