@@ -28,6 +28,7 @@ FETCH_FIELD = "expert_layout"
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
 _SESSION_CHARS = re.compile(r"^[0-9A-Za-z_-]+$")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ def _bool(msg: Mapping[Any, Any], name: str, default: bool) -> bool:
 
 
 def _digest(value: object, where: str) -> str:
-    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
         raise _Malformed(where, "expected 64 lowercase hex characters (a SHA-256 digest)")
     return value
 
