@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,6 +24,18 @@ def short_tmp() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="dA-", dir="/tmp")
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def model_dir(short_tmp: str) -> str:
+    """A model folder holding only the config.json of a tiny Qwen3-MoE (no weights are loaded)."""
+    from .test_sglang_client import TINY_MOE_CONFIG
+
+    path = f"{short_tmp}/tiny-moe"
+    os.makedirs(path)
+    with open(f"{path}/config.json", "w") as f:
+        json.dump(TINY_MOE_CONFIG, f)
+    return path
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from layout_sm.record import layout_digest
 from .conftest import INITIAL_MAP
 from .helpers import Engine, status_reason
 from .test_engine_killed import REPO
-from .test_sglang_client import TINY_MOE_CONFIG
 
 EXPERT_LAYOUT = os.path.join(os.path.dirname(sys.executable), "expert-layout")
 
@@ -79,15 +78,6 @@ def test_status_cli_default_template_is_sglangs():
     from daemon_adapter.status_cli import SGLANG_DEFAULT_SOCKET_TEMPLATE
 
     assert envs.SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE.default == SGLANG_DEFAULT_SOCKET_TEMPLATE
-
-
-@pytest.fixture
-def model_dir(short_tmp):
-    path = f"{short_tmp}/tiny-moe"
-    os.makedirs(path)
-    with open(f"{path}/config.json", "w") as f:
-        json.dump(TINY_MOE_CONFIG, f)
-    return path
 
 
 @pytest.mark.parametrize("launch", ["single-rank", "all-local-ranks"])

@@ -5,25 +5,11 @@ daemon keeps no record. Real sglang server args, ModelConfig and ExpertLocationM
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
 
 from layout_sm.record import layout_digest
 
-from .test_sglang_client import TINY_MOE_CONFIG  # 3 MoE layers, 4 experts
-
 # sglang's --init-expert-location: a non-trivial initial layout (2 redundant slots).
 CUSTOM_MAP = [[3, 2, 1, 0, 3, 2], [0, 1, 2, 3, 1, 0], [2, 3, 0, 1, 2, 2]]
-
-
-@pytest.fixture
-def tiny_moe(short_tmp):
-    path = f"{short_tmp}/tiny-moe"
-    os.makedirs(path)
-    with open(f"{path}/config.json", "w") as f:
-        json.dump(TINY_MOE_CONFIG, f)
-    return path
 
 
 def build_record(model_dir: str, *flags: str):
@@ -46,20 +32,20 @@ def build_record(model_dir: str, *flags: str):
         reset_context()
 
 
-def test_record_is_sglangs_initial_layout_with_enable_eplb(tiny_moe):
-    view = build_record(tiny_moe, "--enable-eplb", "--ep-num-redundant-experts", "2")
+def test_record_is_sglangs_initial_layout_with_enable_eplb(model_dir):
+    view = build_record(model_dir, "--enable-eplb", "--ep-num-redundant-experts", "2")
     assert view.phase == "clean"
     assert view.record.shape == (3, 6) and view.record.num_logical == 4 and view.record.version == 0
     assert view.record.rows == ((0, 1, 2, 3, 0, 1),) * 3  # sglang's trivial layout with 2 redundant slots
 
 
-def test_record_follows_init_expert_location(tiny_moe):
+def test_record_follows_init_expert_location(model_dir):
     data = json.dumps({"physical_to_logical_map": CUSTOM_MAP})
-    view = build_record(tiny_moe, "--enable-eplb", "--ep-num-redundant-experts", "2", "--init-expert-location", data)
+    view = build_record(model_dir, "--enable-eplb", "--ep-num-redundant-experts", "2", "--init-expert-location", data)
     assert [list(row) for row in view.record.rows] == CUSTOM_MAP
     assert view.record.digest == layout_digest(CUSTOM_MAP)
 
 
-def test_no_record_without_enable_eplb(tiny_moe):
-    view = build_record(tiny_moe)
+def test_no_record_without_enable_eplb(model_dir):
+    view = build_record(model_dir)
     assert view.phase == "no_record" and view.record is None

@@ -14,15 +14,11 @@ building sglang's plain daemon).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
-import pytest
-
 from .test_engine_killed import REPO
-from .test_sglang_client import TINY_MOE_CONFIG
 
 LAYOUT_AWARE_LOG = "building an expert-layout aware weight cache daemon"
 
@@ -40,15 +36,6 @@ def spawn_one(model_dir: str, mode: str) -> str:
     output = proc.stdout + proc.stderr
     assert "child exit code" in output, output[-3000:]
     return output
-
-
-@pytest.fixture
-def model_dir(short_tmp):
-    path = f"{short_tmp}/tiny-moe"
-    os.makedirs(path)
-    with open(f"{path}/config.json", "w") as f:
-        json.dump(TINY_MOE_CONFIG, f)
-    return path
 
 
 def test_daemon_spawned_by_sglang_is_layout_aware(model_dir):
