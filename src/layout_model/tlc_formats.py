@@ -244,14 +244,7 @@ class StateGraph:
         for target in reachable:
             if target not in untaken:
                 continue
-            path: list[Edge] = []
-            n = target.src
-            while parent[n] is not None:
-                e = parent[n]
-                assert e is not None
-                path.append(e)
-                n = e.src
-            path.reverse()
+            path = _path_from_root(parent, target.src)
             path.append(target)
             for e in path:
                 take(e)
@@ -288,14 +281,7 @@ class StateGraph:
                         continue
                     back[e.dst] = e
                     if remaining.get(e.dst, 0) > 0:
-                        out: list[Edge] = []
-                        m = e.dst
-                        while back[m] is not None:
-                            edge = back[m]
-                            assert edge is not None
-                            out.append(edge)
-                            m = edge.src
-                        return out[::-1]
+                        return _path_from_root(back, e.dst)
                     nxt_frontier.append(e.dst)
             if not nxt_frontier:
                 return None
@@ -562,3 +548,14 @@ class Suite:
             [s["enabled"] for s in doc["states"]],
             [(b["name"], b["init"], [(a, i) for a, i in b["steps"]]) for b in doc["behaviours"]],
         )
+
+
+def _path_from_root(parent: dict[int, Edge | None], node: int) -> list[Edge]:
+    """The edges from the search's root to ``node``, following a breadth-first parent map."""
+    path: list[Edge] = []
+    edge = parent[node]
+    while edge is not None:
+        path.append(edge)
+        edge = parent[edge.src]
+    path.reverse()
+    return path

@@ -12,14 +12,7 @@ from ea_helpers import OtherEngine
 from layout_testkit import toy_moe
 from layout_testkit.toy_moe import ToyMoEConfig
 
-FIELDS = (
-    "physical_to_logical_map",
-    "physical_to_logical_map_cpu",
-    "logical_to_all_physical_map",
-    "logical_to_all_physical_map_cpu",
-    "logical_to_all_physical_map_num_valid",
-    "logical_to_rank_dispatch_physical_map",
-)
+FIELDS = ea_scripts.METADATA_FIELDS  # the fields the rank script compares, in its order
 
 
 def _moved_map(cfg: ToyMoEConfig) -> list[list[int]]:
