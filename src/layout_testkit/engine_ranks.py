@@ -131,12 +131,6 @@ class _ToyModel:
         self.routed_experts_weights_of_layer = routed
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _toy_hf_config(cfg: ToyMoEConfig) -> dict[str, Any]:
     # The smallest Qwen3-MoE config sglang's registry resolves; only the expert fields matter.
     return {
@@ -470,7 +464,9 @@ class EngineRanks:
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
-        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        # A file rendezvous, fresh for each start: a TCP port picked free and then released can be
+        # taken by another pool starting at the same moment (suspected in one hung demo start).
+        init_method = f"file://{tempfile.mkdtemp(prefix='engine-ranks-rdzv-')}/store"
         for rank in range(self.world_size):
             parent, child = ctx.Pipe()
             proc = ctx.Process(
