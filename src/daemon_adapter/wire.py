@@ -20,10 +20,11 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024  # sglang's MAX_MSG_SIZE
 
 # What a layout-aware daemon accepts as one request (sglang's own requests included). A request
 # is a small plain-data dict: sglang's fetch_state is about 1 KB, a full DeepSeek-V3-scale commit
-# (61 x 288 rows) 36 KB and 17,904 pickle opcodes. The bounds keep what unpickling one frame can
-# build under 64 MB: at most 2**17 objects (the costliest, an empty set, is 216 bytes plus its
-# stack slot) plus the frame's strings (a UTF-8 text can widen 4x in memory).
-MAX_REQUEST_FRAME_BYTES = 4 * 1024 * 1024
+# (61 x 288 rows) 36 KB and 17,904 pickle opcodes. The bounds keep what one request costs the
+# daemon under 64 MB: at most 2**17 objects (the costliest, an empty set, is 216 bytes plus its
+# stack slot: 32 MB measured) or 1 MiB of text (it can widen 4x in memory, and is held a few
+# times over: the frame, the check, the request, sglang's own unpickling of it).
+MAX_REQUEST_FRAME_BYTES = 1024 * 1024
 MAX_REQUEST_OPCODES = 2**17
 # Opcodes that only build plain data (no import, no call, no out-of-band buffer). Everything
 # else (GLOBAL, REDUCE, BUILD, NEWOBJ, EXT*, PERSID, NEXT_BUFFER...) can run code or allocate

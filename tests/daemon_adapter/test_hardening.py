@@ -160,8 +160,8 @@ def test_no_frame_makes_the_daemon_allocate_more_than_the_bound(daemon: DaemonPr
     replies = {what: _send_raw(daemon.socket_path, _framed(data)) for what, data in HOSTILE_FRAMES.items()}
     # The worst frames within the bounds: the most objects (an empty set costs 216 bytes), and
     # text that widens in memory (ASCII with one character outside the BMP is 4 bytes a character).
-    most_objects = b"\x80\x05(" + b"\x8f" * (MAX_REQUEST_OPCODES - 3) + b"t."
-    widest_text = pickle.dumps({"type": "ping", "x": "a" * (4 * 1024 * 1024 - 100) + "\U0001f600"})
+    most_objects = b"\x80\x05(" + b"\x8f" * (MAX_REQUEST_OPCODES - 4) + b"t."
+    widest_text = pickle.dumps({"type": "ping", "x": "a" * (1024 * 1024 - 100) + "\U0001f600"})
     replies["most objects"] = _send_raw(daemon.socket_path, _framed(most_objects))
     replies["widest text"] = _send_raw(daemon.socket_path, _framed(widest_text))
     grown = _peak_rss_mb(daemon.pid) - before
