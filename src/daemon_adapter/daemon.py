@@ -6,11 +6,12 @@ check to ``fetch_state``. It decides nothing itself: every reply comes from
 
 How it binds to sglang, without copying sglang code:
 
-- sglang's serve loop accepts connections one at a time and calls ``_handle_connection``;
-  the override hands a ``dup()`` of the connection to a thread of its own and returns (serve()
-  closes its copy), so a client that connects and sends nothing holds no one else up. At most
-  ``MAX_OPEN_CONNECTIONS`` are open at once; each must send its request within
-  ``REQUEST_READ_TIMEOUT_S``.
+- sglang's serve loop accepts connections one at a time and calls ``_handle_connection``.
+  A request already whole in the socket buffer (the usual case: clients send right after
+  connecting) is answered there at once. Any other connection, and every attach, goes to a
+  thread of its own with a ``dup()`` (serve() closes its copy), so a client that connects and
+  sends nothing holds no one else up. At most ``MAX_OPEN_CONNECTIONS`` are open at once; each
+  must send its request within ``REQUEST_READ_TIMEOUT_S``.
 - The request frame (sglang's framing) is checked before it is unpickled: at most
   ``wire.MAX_REQUEST_FRAME_BYTES``, plain-data pickle opcodes only, at most
   ``wire.MAX_REQUEST_OPCODES`` of them (``wire.request_pickle_problem``); then it is loaded
@@ -55,6 +56,7 @@ from sglang.srt.weight_cache.protocol import send_msg
 from daemon_adapter import wire
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.messages import (
+    ATTACH,
     FETCH_FIELD,
     AttachRequest,
     FetchLayoutField,
@@ -157,6 +159,39 @@ class _DeadlineReader:
             raise TimeoutError("the request's deadline passed")
         self._conn.settimeout(remaining)
         return self._conn.recv(bufsize)
+
+
+def _whole_frame_buffered(conn: socket.socket) -> bool:
+    """Whether reading the request cannot wait: a whole frame (or a header announcing too large a
+    frame, or EOF) is already in the connection's buffer."""
+    conn.settimeout(0.0)  # with a timeout, Python would wait for data before even peeking
+    try:
+        header = conn.recv(wire.FRAME_HEADER.size, socket.MSG_PEEK)
+        if len(header) < wire.FRAME_HEADER.size:
+            return not header  # b"": EOF
+        (length,) = wire.FRAME_HEADER.unpack(header)
+        if length > wire.MAX_REQUEST_FRAME_BYTES:
+            return True
+        size = wire.FRAME_HEADER.size + length
+        return len(conn.recv(size, socket.MSG_PEEK)) == size
+    except BlockingIOError:
+        return False
+
+
+class _Slot:
+    """One place among ``MAX_OPEN_CONNECTIONS``, held by one connection's thread; released once."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots: threading.BoundedSemaphore | None = slots
+
+    def release(self) -> None:
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
+
+
+def _is_attach(request: object) -> bool:
+    return isinstance(request, dict) and request.get("type") == ATTACH
 
 
 @dataclass(frozen=True)
@@ -316,8 +351,30 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     # -- the control socket -------------------------------------------------------------
 
     def _handle_connection(self, conn: socket.socket) -> None:
-        """Called by sglang's serial serve loop for each accepted connection: hand it to a thread
-        of its own and return, so that a client that is slow to send holds no other client up."""
+        """Called by sglang's serial serve loop for each accepted connection.
+
+        A client sends its request right after connecting, so it is usually all in the socket
+        buffer by the time the loop accepts it: it is answered here, at once. Otherwise, and for
+        an attach (whose connection is then watched for the engine's lifetime), the connection
+        goes to a thread of its own, so that a client slow to send holds no one else up."""
+        try:
+            buffered = _whole_frame_buffered(conn)
+        except OSError as error:
+            self._log_bad_frame(f"closed a connection that could not be read ({error})")
+            return
+        if not buffered:
+            self._serve_in_thread(conn, None)
+            return
+        frame = _RequestFrame.read(conn)
+        if frame.problem is None and _is_attach(frame.request):
+            self._serve_in_thread(conn, frame)
+            return
+        try:
+            self._answer(conn, frame, None)
+        except Exception as error:  # one line instead of sglang's traceback
+            self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
+
+    def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None) -> None:
         slots = self._connection_slots()
         # Waits at most the time an open connection may take to send its request.
         if not slots.acquire(timeout=REQUEST_READ_TIMEOUT_S):
@@ -325,68 +382,67 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             with contextlib.suppress(OSError):
                 send_msg(conn, overloaded(MAX_OPEN_CONNECTIONS).to_wire())
             return
+        slot = _Slot(slots)
         own: socket.socket | None = None
         try:
-            own = conn.dup()  # serve() closes conn when this returns
+            own = conn.dup()  # serve() closes conn when _handle_connection returns
             threading.Thread(
-                target=self._serve_connection, args=(own, slots), name="expert-layout-connection", daemon=True
+                target=self._serve_connection, args=(own, slot, frame), name="expert-layout-connection", daemon=True
             ).start()
         except (OSError, RuntimeError) as error:  # descriptor or thread limit: nothing was recorded
-            slots.release()
+            slot.release()
             if own is not None:
                 own.close()
-            self._log_bad_frame(f"closed a connection unread: cannot serve it ({error})")
+            self._log_bad_frame(f"closed a connection unanswered: cannot serve it ({error})")
 
-    def _serve_connection(self, conn: socket.socket, slots: threading.BoundedSemaphore) -> None:
-        """One connection, in its own thread: read one request, answer it, and for an attach
-        that was recorded, keep watching the connection until EOF (the detach). Every outcome is
-        a reply or a close with one (rate-limited) log line, never a traceback."""
-        holds_slot = True
+    def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None) -> None:
+        """One connection in its own thread: read its request (unless already read), answer it,
+        and for an attach that was recorded, watch the connection until EOF (the detach)."""
         try:
-            frame = _RequestFrame.read(conn)
-            if frame.problem is not None:
-                self._log_bad_frame(frame.problem)
-                if frame.reply is not None:
-                    self._send(conn, frame.reply.to_wire())
-                return
-            conn.settimeout(REPLY_SEND_TIMEOUT_S)
-            if is_sglang_request(frame.request):
-                with self._serial_lock():  # sglang's handler, one request at a time as in its loop
-                    self._handle_sglang_request(conn, frame.request, frame.raw)  # type: ignore[arg-type]
-                return
-            parsed = parse_request(frame.request)
-            if isinstance(parsed, Reply):
-                self._log_bad_frame(str(parsed))
-                self._send(conn, parsed.to_wire())
-                return
-            if isinstance(parsed, AttachRequest):
-                session = secrets.token_hex(SESSION_TOKEN_BYTES)
-                machine, lock = self._machine()
-                with lock:
-                    reply = machine.handle(parsed, session=session)
-                if reply.ok:
-                    # Recorded: this thread is the attachment's watcher from here on, so the record
-                    # and its watcher exist together. It counts against MAX_ATTACHMENTS (the machine),
-                    # not against the connections waiting for a reply.
-                    slots.release()
-                    holds_slot = False
-                    conn.settimeout(REPLY_SEND_TIMEOUT_S)
-                    # A failed send (the engine died) ends in the watcher's EOF just the same.
-                    self._send(conn, reply.to_wire())
-                    self._watch_attachment(conn, parsed.engine_id, session)
-                    return
-                self._send(conn, reply.to_wire())
-                return
-            machine, lock = self._machine()
+            self._answer(conn, frame if frame is not None else _RequestFrame.read(conn), slot)
+        except Exception as error:  # one line instead of a traceback
+            self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
+        finally:
+            slot.release()
+            conn.close()
+
+    def _answer(self, conn: socket.socket, frame: _RequestFrame, slot: _Slot | None) -> None:
+        """Answer one request: a reply, or a close with one (rate-limited) log line. ``slot`` is
+        given in a connection's own thread, the only place where an attach is answered."""
+        conn.settimeout(REPLY_SEND_TIMEOUT_S)
+        if frame.problem is not None:
+            self._log_bad_frame(frame.problem)
+            if frame.reply is not None:
+                self._send(conn, frame.reply.to_wire())
+            return
+        if is_sglang_request(frame.request):
+            with self._serial_lock():  # sglang's handler, one request at a time as in its loop
+                self._handle_sglang_request(conn, frame.request, frame.raw)  # type: ignore[arg-type]
+            return
+        parsed = parse_request(frame.request)
+        if isinstance(parsed, Reply):
+            self._log_bad_frame(str(parsed))
+            self._send(conn, parsed.to_wire())
+            return
+        machine, lock = self._machine()
+        if not isinstance(parsed, AttachRequest):
             with lock:
                 reply = machine.handle(parsed)
             self._send(conn, reply.to_wire())
-        except Exception as error:  # one line instead of sglang's traceback
-            self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
-        finally:
-            if holds_slot:
-                slots.release()
-            conn.close()
+            return
+        assert slot is not None, "an attach is answered in its connection's own thread"
+        session = secrets.token_hex(SESSION_TOKEN_BYTES)
+        with lock:
+            reply = machine.handle(parsed, session=session)
+        if not reply.ok:
+            self._send(conn, reply.to_wire())
+            return
+        # Recorded: this thread is the attachment's watcher from here on, so the record and its
+        # watcher exist together. It counts against MAX_ATTACHMENTS (the machine), not against
+        # the connections waiting for a reply. A failed send (the engine died) ends in EOF.
+        slot.release()
+        self._send(conn, reply.to_wire())
+        self._watch_attachment(conn, parsed.engine_id, session)
 
     def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
         try:
