@@ -296,6 +296,9 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
         got.clear()
         t0 = time.perf_counter()
         send_frame(client, msg)
+        # As sglang's serve loop does before each handler (the layout-aware handler serves a dup
+        # of the connection in a thread, which sets the shared descriptor non-blocking).
+        server.settimeout(30.0)
         handler(server)
         got.wait()
         return time.perf_counter() - t0
