@@ -84,9 +84,9 @@ WATCH_POLL_S = 30.0
 # (sglang's loader, the engine plugin, the CLI); 5 s covers a loaded 2-core machine and a
 # second-long GC pause of a big engine process, and stays far below sglang's 30 s client timeout.
 REQUEST_READ_TIMEOUT_S = 5.0
-# Sending one reply. Only sglang's own handler sends while holding the serial lock, and only a
-# reply larger than the socket buffer (a fetch_state of thousands of tensors) can block: a client
-# that stops reading holds the others up for at most this long.
+# Sending one reply. Only a reply larger than the socket buffer (a fetch_state of thousands of
+# tensors) can block; a client that requests one and stops reading holds the serve loop (or
+# sglang's handler lock) for at most this long.
 REPLY_SEND_TIMEOUT_S = 5.0
 # Connections read or answered at once (each a thread and a descriptor; attachments are counted
 # apart, by layout_sm.daemon.MAX_ATTACHMENTS). When all are taken, sglang's serve loop waits up to
