@@ -4,19 +4,44 @@ Same arguments (sglang's ``WeightCacheDaemonArgs`` plus every ``ServerArgs`` fla
 two modes: one daemon for ``--gpu-id``/``--tp-rank``, or all local ranks. The daemons run
 sglang's own code with ``LayoutAwareDaemon`` in place of ``WeightCacheDaemon`` (see
 ``daemon_adapter.hooks``); with ``--enable-eplb`` they keep the expert-layout record.
+
+Options must be spelled out: argparse would read ``--tp 2`` as ``--tp-rank 2`` (the daemon's
+own option, parsed first) where ``--tp-size 2`` was meant. sglang's own
+``python -m sglang.srt.weight_cache.daemon`` still has that trap.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
+
+PROG = "python -m daemon_adapter"
+
+
+def refuse_abbreviations(argv: Iterable[str], parsers: Iterable[argparse.ArgumentParser]) -> None:
+    """Exit with a usage error if any ``--option`` in ``argv`` is the abbreviation of one of the
+    parsers' options rather than one of them."""
+    known = {s for parser in parsers for action in parser._actions for s in action.option_strings}
+    for arg in argv:
+        if arg == "--":
+            return
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name in known:
+            continue
+        candidates = sorted(option for option in known if option.startswith(name))
+        if candidates:
+            argparse.ArgumentParser(prog=PROG).error(
+                f"option {name} is abbreviated (did you mean {' or '.join(candidates[:6])}?). Spell options "
+                f"out in full: an abbreviation can be read as another option (--tp as --tp-rank)."
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
     # Imports here: sglang takes seconds to import, and `--help` of this module should not
     # be slower than sglang's own.
     from sglang.srt.platforms import current_platform
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
     from sglang.srt.weight_cache import daemon as sglang_daemon
     from sglang.srt.weight_cache.protocol import cleanup_stale_daemon_files
 
@@ -24,9 +49,13 @@ def main(argv: list[str] | None = None) -> None:
 
     apply_daemon_hooks()
 
-    worker_parser = argparse.ArgumentParser(add_help=False)
+    argv = sys.argv[1:] if argv is None else argv
+    worker_parser = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
     sglang_daemon.WeightCacheDaemonArgs.add_cli_args(worker_parser)
-    worker_ns, server_argv = worker_parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    server_parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=False)
+    ServerArgs.add_cli_args(server_parser)  # what prepare_server_args parses, to know its options
+    refuse_abbreviations(argv, (worker_parser, server_parser))
+    worker_ns, server_argv = worker_parser.parse_known_args(argv)
     server_args = prepare_server_args(server_argv)
     daemon_args = sglang_daemon.WeightCacheDaemonArgs.from_cli_args(worker_ns)
 

@@ -1,43 +1,68 @@
 """``LayoutAwareDaemon``: sglang 0.5.23's ``WeightCacheDaemon`` with the expert-layout record.
 
-The subclass adds the requests of DESIGN §4 to the daemon's control socket and the layout
+The subclass adds the layout requests to the daemon's control socket and the layout
 check to ``fetch_state``. It decides nothing itself: every reply comes from
 ``layout_sm.daemon.DaemonMachine``; this module only moves bytes and threads.
 
 How it binds to sglang, without copying sglang code:
 
-- ``_handle_connection`` reads the request with sglang's own ``recv_msg`` through a
-  recording wrapper of the connection. A layout request is answered here; any other
-  request is replayed, byte for byte, into sglang's own ``_handle_connection``, so
-  ``ping``, ``query_config`` and ``fetch_state`` behave exactly as before.
+- sglang's serve loop accepts connections one at a time and calls ``_handle_connection``.
+  A request already whole in the socket buffer (the usual case: clients send right after
+  connecting) is answered there at once. Any other connection, and every attach, goes to a
+  thread of its own with a ``dup()`` (serve() closes its copy), so a client that connects and
+  sends nothing holds no one else up. At most ``MAX_OPEN_CONNECTIONS`` are open at once; each
+  must send its request within ``REQUEST_READ_TIMEOUT_S``.
+- The request frame (sglang's framing) is checked before it is unpickled: at most
+  ``wire.MAX_REQUEST_FRAME_BYTES``, plain-data pickle opcodes only, at most
+  ``wire.MAX_REQUEST_OPCODES`` of them (``wire.request_pickle_problem``); then it is loaded
+  by ``PlainRequestUnpickler``, a subclass of sglang's ``SafeUnpickler``. A layout request
+  is answered here; any other dict is replayed, byte for byte, into sglang's own
+  ``_handle_connection`` (under one lock: sglang's handler still runs one request at a time),
+  so ``ping``, ``query_config`` and ``fetch_state`` behave exactly as before, on frames already
+  known to be bounded.
+- Every frame gets a reply, or a close with one rate-limited log line saying why; never a
+  traceback (``layout_sm.messages`` says who answers what).
 - ``fetch_state``: sglang's handler runs its config check and then calls
   ``transport_backend.send_fetch_state_response``. For that one call the backend is wrapped
   by a gate that asks the machine first (after the config check, before any handle is sent).
-- ``expert_layout_attach``: sglang's serve loop closes every connection after
-  ``_handle_connection`` returns, so the adapter keeps a ``dup()`` of it; a watcher thread
-  reads it until EOF, which is the detach, however the engine died (SIGKILL included).
+- ``expert_layout_attach``: once the machine has recorded the attachment, the connection's
+  thread becomes its watcher and reads it until EOF, which is the detach, however the engine
+  died (SIGKILL included). The thread exists before the record does, so there is never a
+  record without a watcher.
+- ``serve``: sglang's, under umask 0o077, so its ``.ready`` file is owner-only like its socket.
 - The record comes from the initial ``ExpertLocationMetadata`` that
   ``_initialize_eplb_expert_location_metadata`` computes with ``--enable-eplb``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import os
+import pickle
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from sglang.srt.utils.common import SafeUnpickler
 from sglang.srt.weight_cache import daemon as sglang_daemon
-from sglang.srt.weight_cache.protocol import recv_msg, send_msg
+from sglang.srt.weight_cache.protocol import send_msg
 
+from daemon_adapter import wire
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.messages import (
+    ATTACH,
     FETCH_FIELD,
     AttachRequest,
     FetchLayoutField,
-    is_layout_request,
+    is_sglang_request,
+    malformed_frame,
+    overloaded,
     parse_fetch_field,
     parse_request,
 )
@@ -53,31 +78,173 @@ SESSION_TOKEN_BYTES = 16
 # How long one recv() on an attach connection waits before looping; only bounds how
 # often the watcher wakes up, EOF is noticed at once.
 WATCH_POLL_S = 30.0
+# A connection must deliver its whole request within this time of being accepted, or it is
+# closed. Reading happens in the connection's own thread, so a slow or idle client holds up no
+# one else meanwhile; the bound only frees its thread. Clients send right after connecting
+# (sglang's loader, the engine plugin, the CLI); 5 s covers a loaded 2-core machine and a
+# second-long GC pause of a big engine process, and stays far below sglang's 30 s client timeout.
+REQUEST_READ_TIMEOUT_S = 5.0
+# Sending one reply. Only a reply larger than the socket buffer (a fetch_state of thousands of
+# tensors) can block; a client that requests one and stops reading holds the serve loop (or
+# sglang's handler lock) for at most this long.
+REPLY_SEND_TIMEOUT_S = 5.0
+# Connections read or answered at once (each a thread and a descriptor; attachments are counted
+# apart, by layout_sm.daemon.MAX_ATTACHMENTS). When all are taken, sglang's serve loop waits up to
+# REQUEST_READ_TIMEOUT_S for one, then refuses the connection with busy(overloaded).
+MAX_OPEN_CONNECTIONS = 32
+# Bad frames: a line each, at most BAD_FRAME_LOG_BURST lines per BAD_FRAME_LOG_WINDOW_S.
+BAD_FRAME_LOG_BURST = 20
+BAD_FRAME_LOG_WINDOW_S = 10.0
+MAX_LOG_LINE_CHARS = 400
+
+_LAZY_INIT_LOCK = threading.Lock()
 
 
-class _RecordingConnection:
-    """A connection whose ``recv`` keeps the bytes it returned.
+class RateLimitedLog:
+    """One log line per event, at most ``burst`` lines per ``window_s``: the last line a window
+    allows says so, and the first line after a suppressed spell says how many were not logged.
+    Lines are cut to ``MAX_LOG_LINE_CHARS``."""
 
-    sglang's ``recv_msg`` reads the request through it; a request that is not a layout
-    request is then replayed unchanged into sglang's own handler.
-    """
+    def __init__(self, log: logging.Logger, level: int, burst: int, window_s: float) -> None:
+        self._logger, self._level, self._burst, self._window_s = log, level, burst, window_s
+        self._lock = threading.Lock()
+        self._window_start = float("-inf")
+        self._in_window = 0
+        self._suppressed = 0
 
-    def __init__(self, conn: socket.socket) -> None:
+    def log(self, line: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._window_start >= self._window_s:
+                self._window_start, self._in_window = now, 0
+            self._in_window += 1
+            if self._in_window > self._burst:
+                self._suppressed += 1
+                return
+            last_in_window = self._in_window == self._burst
+            window_left = self._window_start + self._window_s - now
+            suppressed, self._suppressed = self._suppressed, 0
+        if len(line) > MAX_LOG_LINE_CHARS:
+            line = line[: MAX_LOG_LINE_CHARS - 3] + "..."
+        if suppressed:
+            line += f" ({suppressed} lines like this were not logged before this one)"
+        if last_in_window:
+            line += f" (more lines like this in the next {window_left:.1f} s are counted, not logged)"
+        self._logger.log(self._level, "%s", line)
+
+
+_BAD_FRAME_LOG = RateLimitedLog(logger, logging.WARNING, BAD_FRAME_LOG_BURST, BAD_FRAME_LOG_WINDOW_S)
+
+
+class PlainRequestUnpickler(SafeUnpickler):
+    """sglang's ``SafeUnpickler`` that loads no class at all: a request is plain data.
+
+    ``wire.request_pickle_problem`` has already refused any opcode that imports; this is the
+    second line of that rule, in the unpickler itself."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} in a request: requests are plain data")
+
+
+class _DeadlineReader:
+    """``recv`` on a connection, within one deadline for all the calls together."""
+
+    def __init__(self, conn: socket.socket, seconds: float) -> None:
         self._conn = conn
-        self.received = bytearray()
+        self._deadline = time.monotonic() + seconds
 
-    def recv(self, bufsize: int, *flags: int) -> bytes:
-        data = self._conn.recv(bufsize, *flags)
-        self.received += data
-        return data
+    def recv(self, bufsize: int) -> bytes:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request's deadline passed")
+        self._conn.settimeout(remaining)
+        return self._conn.recv(bufsize)
+
+
+def _whole_frame_buffered(conn: socket.socket) -> bool:
+    """Whether reading the request cannot wait: a whole frame (or a header announcing too large a
+    frame, or EOF) is already in the connection's buffer."""
+    conn.settimeout(0.0)  # with a timeout, Python would wait for data before even peeking
+    try:
+        header = conn.recv(wire.FRAME_HEADER.size, socket.MSG_PEEK)
+        if len(header) < wire.FRAME_HEADER.size:
+            return not header  # b"": EOF
+        (length,) = wire.FRAME_HEADER.unpack(header)
+        if length > wire.MAX_REQUEST_FRAME_BYTES:
+            return True
+        size = wire.FRAME_HEADER.size + length
+        return len(conn.recv(size, socket.MSG_PEEK)) == size
+    except BlockingIOError:
+        return False
+
+
+class _Slot:
+    """One place among ``MAX_OPEN_CONNECTIONS``, held by one connection's thread; released once."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots: threading.BoundedSemaphore | None = slots
+
+    def release(self) -> None:
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
+
+
+def _is_attach(request: object) -> bool:
+    return isinstance(request, dict) and request.get("type") == ATTACH
+
+
+@dataclass(frozen=True)
+class _RequestFrame:
+    """One request read from a connection: the request and its raw frame, or why not (with the
+    reply to send, when the client may still read one)."""
+
+    request: object = None
+    raw: bytes = b""
+    problem: str | None = None
+    reply: Reply | None = None
+
+    @classmethod
+    def read(cls, conn: socket.socket) -> _RequestFrame:
+        timed = _DeadlineReader(conn, REQUEST_READ_TIMEOUT_S)
+        try:
+            header = wire.recv_exact(timed, wire.FRAME_HEADER.size)  # type: ignore[arg-type]
+            (length,) = wire.FRAME_HEADER.unpack(header)
+            if length > wire.MAX_REQUEST_FRAME_BYTES:
+                problem = f"a request of {length} bytes exceeds the limit of {wire.MAX_REQUEST_FRAME_BYTES}"
+                return cls(problem=f"refused a request unread: {problem}", reply=malformed_frame(problem))
+            body = wire.recv_exact(timed, length)  # type: ignore[arg-type]
+        except TimeoutError:
+            return cls(problem=f"closed a connection that sent no complete request within {REQUEST_READ_TIMEOUT_S:g} s")
+        except ConnectionError as error:
+            return cls(problem=f"closed a connection that ended before its request did ({error})")
+        except OSError as error:
+            return cls(problem=f"closed a connection that could not be read ({error})")
+        problem = wire.request_pickle_problem(body)
+        if problem is None:
+            try:
+                return cls(request=PlainRequestUnpickler(io.BytesIO(body)).load(), raw=header + body)
+            except Exception as error:  # any unpickling failure is the client's
+                problem = f"not a pickle: {type(error).__name__}: {error}"
+        return cls(problem=f"refused a request: {problem}", reply=malformed_frame(problem))
 
 
 class _ReplayConnection:
-    """A connection that first returns ``already_read`` and then reads the real socket."""
+    """A connection that first returns ``already_read`` and then reads the real socket; ``sent``
+    says whether a reply was started through it."""
 
     def __init__(self, conn: socket.socket, already_read: bytes) -> None:
         self._conn = conn
         self._unread = memoryview(already_read)
+        self.sent = False
+
+    def sendall(self, *args: Any) -> None:
+        self.sent = True
+        self._conn.sendall(*args)
+
+    def sendmsg(self, *args: Any) -> int:
+        self.sent = True
+        return self._conn.sendmsg(*args)
 
     def recv(self, bufsize: int, *flags: int) -> bytes:
         if self._unread:
@@ -110,16 +277,27 @@ class _LayoutGatedTransport:
 
 
 class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
-    """sglang's weight cache daemon that keeps the expert-layout record (DESIGN §3, §4)."""
+    """sglang's weight cache daemon that keeps the expert-layout record (README, "The protocol core")."""
 
     # Class defaults so that a daemon made with ``object.__new__`` (tests) works too.
     _layout_machine: DaemonMachine | None = None
     _layout_lock: threading.Lock | None = None
+    _slots: threading.BoundedSemaphore | None = None
+    _sglang_lock: threading.Lock | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Logged first, so that a spawned daemon says what it is even if loading then fails.
         logger.info("[LayoutAwareDaemon] building an expert-layout aware weight cache daemon")
         super().__init__(*args, **kwargs)
+
+    def serve(self) -> None:
+        # sglang writes the .ready file (its pid and config) under the process umask, 0644 by
+        # default; owner-only here, like the socket it binds under umask 0o177.
+        old_umask = os.umask(0o077)
+        try:
+            super().serve()
+        finally:
+            os.umask(old_umask)
 
     # -- the record ---------------------------------------------------------------------
 
@@ -173,36 +351,126 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     # -- the control socket -------------------------------------------------------------
 
     def _handle_connection(self, conn: socket.socket) -> None:
-        recorder = _RecordingConnection(conn)
-        request = recv_msg(recorder)  # sglang's framing; errors close this one connection
-        if not is_layout_request(request):
-            self._handle_sglang_request(conn, request, bytes(recorder.received))
+        """Called by sglang's serial serve loop for each accepted connection.
+
+        A client sends its request right after connecting, so it is usually all in the socket
+        buffer by the time the loop accepts it: it is answered here, at once. Otherwise, and for
+        an attach (whose connection is then watched for the engine's lifetime), the connection
+        goes to a thread of its own, so that a client slow to send holds no one else up."""
+        try:
+            buffered = _whole_frame_buffered(conn)
+        except OSError as error:
+            self._log_bad_frame(f"closed a connection that could not be read ({error})")
             return
-        parsed = parse_request(request)
+        if not buffered:
+            self._serve_in_thread(conn, None)
+            return
+        frame = _RequestFrame.read(conn)
+        if frame.problem is None and _is_attach(frame.request):
+            self._serve_in_thread(conn, frame)
+            return
+        try:
+            self._answer(conn, frame, None)
+        except Exception as error:  # one line instead of sglang's traceback
+            self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
+
+    def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None) -> None:
+        slots = self._connection_slots()
+        # Waits at most the time an open connection may take to send its request.
+        if not slots.acquire(timeout=REQUEST_READ_TIMEOUT_S):
+            self._log_bad_frame(f"refused a connection: {MAX_OPEN_CONNECTIONS} connections already open")
+            with contextlib.suppress(OSError):
+                send_msg(conn, overloaded(MAX_OPEN_CONNECTIONS).to_wire())
+            return
+        slot = _Slot(slots)
+        own: socket.socket | None = None
+        try:
+            own = conn.dup()  # serve() closes conn when _handle_connection returns
+            threading.Thread(
+                target=self._serve_connection, args=(own, slot, frame), name="expert-layout-connection", daemon=True
+            ).start()
+        except (OSError, RuntimeError) as error:  # descriptor or thread limit: nothing was recorded
+            slot.release()
+            if own is not None:
+                own.close()
+            self._log_bad_frame(f"closed a connection unanswered: cannot serve it ({error})")
+
+    def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None) -> None:
+        """One connection in its own thread: read its request (unless already read), answer it,
+        and for an attach that was recorded, watch the connection until EOF (the detach)."""
+        try:
+            self._answer(conn, frame if frame is not None else _RequestFrame.read(conn), slot)
+        except Exception as error:  # one line instead of a traceback
+            self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
+        finally:
+            slot.release()
+            conn.close()
+
+    def _answer(self, conn: socket.socket, frame: _RequestFrame, slot: _Slot | None) -> None:
+        """Answer one request: a reply, or a close with one (rate-limited) log line. ``slot`` is
+        given in a connection's own thread, the only place where an attach is answered."""
+        conn.settimeout(REPLY_SEND_TIMEOUT_S)
+        if frame.problem is not None:
+            self._log_bad_frame(frame.problem)
+            if frame.reply is not None:
+                self._send(conn, frame.reply.to_wire())
+            return
+        if is_sglang_request(frame.request):
+            with self._serial_lock():  # sglang's handler, one request at a time as in its loop
+                self._handle_sglang_request(conn, frame.request, frame.raw)  # type: ignore[arg-type]
+            return
+        parsed = parse_request(frame.request)
         if isinstance(parsed, Reply):
-            send_msg(conn, parsed.to_wire())
-            return
-        if isinstance(parsed, AttachRequest):
-            self._attach(conn, parsed)
+            self._log_bad_frame(str(parsed))
+            self._send(conn, parsed.to_wire())
             return
         machine, lock = self._machine()
-        with lock:
-            reply = machine.handle(parsed)
-        send_msg(conn, reply.to_wire())
-
-    def _handle_sglang_request(self, conn: socket.socket, request: object, frame: bytes) -> None:
-        """sglang's own handler on the replayed request; ``fetch_state`` gets the layout gate."""
-        replay = _ReplayConnection(conn, frame)
-        if not (isinstance(request, dict) and request.get("type") == FETCH_STATE):
-            super()._handle_connection(replay)  # type: ignore[arg-type]
+        if not isinstance(parsed, AttachRequest):
+            with lock:
+                reply = machine.handle(parsed)
+            self._send(conn, reply.to_wire())
             return
-        claim = parse_fetch_field(request.get(FETCH_FIELD))
+        assert slot is not None, "an attach is answered in its connection's own thread"
+        session = secrets.token_hex(SESSION_TOKEN_BYTES)
+        with lock:
+            reply = machine.handle(parsed, session=session)
+        if not reply.ok:
+            self._send(conn, reply.to_wire())
+            return
+        # Recorded: this thread is the attachment's watcher from here on, so the record and its
+        # watcher exist together. It counts against MAX_ATTACHMENTS (the machine), not against
+        # the connections waiting for a reply. A failed send (the engine died) ends in EOF.
+        slot.release()
+        self._send(conn, reply.to_wire())
+        self._watch_attachment(conn, parsed.engine_id, session)
+
+    def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
+        try:
+            send_msg(conn, reply)
+        except OSError as error:  # gone, or not reading within REPLY_SEND_TIMEOUT_S
+            self._log_bad_frame(f"reply not delivered: {type(error).__name__}: {error}")
+
+    def _handle_sglang_request(self, conn: socket.socket, request: dict[str, Any], frame: bytes) -> None:
+        """sglang's own handler on the replayed request; ``fetch_state`` gets the layout gate.
+
+        sglang's handler raises on a request it cannot read (a ``fetch_state`` without a config,
+        say); the client then gets sglang's error shape, or a close if a reply had started."""
+        replay = _ReplayConnection(conn, frame)
+        gated = request.get("type") == FETCH_STATE
         backend = self.transport_backend
-        self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim))
+        if gated:
+            claim = parse_fetch_field(request.get(FETCH_FIELD))
+            self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim))
         try:
             super()._handle_connection(replay)  # type: ignore[arg-type]
+        except Exception as error:
+            problem = f"{request.get('type')!r} request failed in sglang's handler: {type(error).__name__}: {error}"
+            self._log_bad_frame(problem)
+            if not replay.sent:
+                self._send(conn, {"status": "error", "message": problem})
         finally:
-            self.transport_backend = backend
+            if gated:
+                self.transport_backend = backend
 
     def _fetch_check(self, claim: FetchLayoutField | Reply | None) -> Reply:
         if isinstance(claim, Reply):  # the field was malformed: parse_fetch_field's refusal
@@ -211,26 +479,22 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         with lock:
             return machine.fetch_check(claim)
 
-    # -- attachments --------------------------------------------------------------------
+    def _log_bad_frame(self, why: str) -> None:
+        _BAD_FRAME_LOG.log(f"[LayoutAwareDaemon gpu={getattr(self, 'gpu_id', None)}] {why}")
 
-    def _attach(self, conn: socket.socket, request: AttachRequest) -> None:
-        # serve() closes conn when this returns; the dup keeps the engine's connection open.
-        watched = conn.dup()
-        session = secrets.token_hex(SESSION_TOKEN_BYTES)
-        machine, lock = self._machine()
-        with lock:
-            reply = machine.handle(request, session=session)
-        if reply.ok:
-            # Watch before replying: an engine that dies before reading the reply still detaches.
-            threading.Thread(
-                target=self._watch_attachment,
-                args=(watched, request.engine_id, session),
-                name=f"expert-layout-attach-{request.engine_id}",
-                daemon=True,
-            ).start()
-        else:
-            watched.close()
-        send_msg(conn, reply.to_wire())
+    def _connection_slots(self) -> threading.BoundedSemaphore:
+        with _LAZY_INIT_LOCK:
+            if self._slots is None:
+                self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
+            return self._slots
+
+    def _serial_lock(self) -> threading.Lock:
+        with _LAZY_INIT_LOCK:
+            if self._sglang_lock is None:
+                self._sglang_lock = threading.Lock()
+            return self._sglang_lock
+
+    # -- attachments --------------------------------------------------------------------
 
     def _watch_attachment(self, watched: socket.socket, engine_id: str, session: str) -> None:
         """Read the attach connection until EOF (or a reset); then the engine is detached."""

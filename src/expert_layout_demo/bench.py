@@ -17,6 +17,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
    exported tensors.
 5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
    against 1.
+6. request check: the daemon's check of a request's pickle before unpickling it
+   (``daemon_adapter.wire.request_pickle_problem``) on a full-map commit and on a one-layer chunk;
+   floor: unpickling the same bytes.
 """
 
 from __future__ import annotations
@@ -293,6 +296,9 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
         got.clear()
         t0 = time.perf_counter()
         send_frame(client, msg)
+        # As sglang's serve loop does before each handler (the layout-aware handler serves a dup
+        # of the connection in a thread, which sets the shared descriptor non-blocking).
+        server.settimeout(30.0)
         handler(server)
         got.wait()
         return time.perf_counter() - t0
@@ -369,6 +375,25 @@ def bench_throughput(workdir: str, seconds: float) -> dict[str, Any]:
     }
 
 
+# -- 6: the request check before unpickling ------------------------------------------------------
+
+
+def bench_request_check(n: int) -> dict[str, Any]:
+    from daemon_adapter.wire import request_pickle_problem
+    from layout_sm.messages import commit_request
+
+    rows = deepseek_map()
+    out: dict[str, Any] = {"repetitions": n}
+    for name, layers in (("full_map", list(range(LAYERS))), ("one_layer", [0])):
+        blob = pickle.dumps(commit_request("bench", "s" * 32, layers, [rows[i] for i in layers]), protocol=5)
+        assert request_pickle_problem(blob) is None
+        check_us = _median_us(_timeit(lambda blob=blob: request_pickle_problem(blob), n))
+        unpickle_us = _median_us(_timeit(lambda blob=blob: pickle.loads(blob), n))
+        out[f"{name}_check_us"], out[f"{name}_unpickle_us"] = check_us, unpickle_us
+        out[f"{name}_ratio"] = round(check_us / unpickle_us, 1)
+    return out
+
+
 # -- report ------------------------------------------------------------------------------------
 
 
@@ -412,6 +437,15 @@ def markdown(data: dict[str, Any]) -> str:
         f"{yes(fe['overhead'] <= t['fetch_overhead_max'])} |",
         f"| query throughput, 16 attached engines polling | {tp['queries_per_s_16_engines']} /s | "
         f"{tp['queries_per_s_1_engine']} /s (1 engine) | {tp['ratio_16_to_1']}x | none |",
+    ]
+    if "request_check" in data:
+        rc = data["request_check"]
+        lines += [
+            f"| request check before unpickling, {what} commit | {rc[f'{key}_check_us']} µs | "
+            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | none |"
+            for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
+        ]
+    lines += [
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()),
         "",
@@ -446,12 +480,16 @@ def main(argv: list[str] | None = None) -> int:
     step("throughput: query with 1 and with 16 attached engines polling")
     tput = bench_throughput(workdir, args.seconds)
     step(f"  {tput}")
+    step("request check: the daemon's pickle check before unpickling, against unpickling")
+    request_check = bench_request_check(args.n)
+    step(f"  {request_check}")
     data = {
         "chunk_1_rank": one,
         "chunk_2_ranks": two,
         "scale": scale,
         "fetch": fetch,
         "throughput": tput,
+        "request_check": request_check,
         "targets": TARGETS,
         "met": {
             "chunk_1_rank": one["chunk_ratio"] <= TARGETS["chunk_ratio_max"],

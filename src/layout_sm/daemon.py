@@ -37,6 +37,10 @@ CLEAN = "clean"
 PENDING = "pending"
 DIRTY = "dirty"
 PHASES = (NO_RECORD, CLEAN, PENDING, DIRTY)
+# Live attachments a daemon keeps at once. Each costs the daemon a thread and a descriptor; an
+# engine has one per daemon, so 64 is far beyond any deployment (the protocol lets only an engine
+# alone on its daemons move experts) and far below the descriptor limit (1,024 by default).
+MAX_ATTACHMENTS = 64
 
 
 @dataclass(frozen=True)
@@ -138,12 +142,21 @@ def _invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str
 
 
 def attach_reply(view: DaemonView, req: AttachRequest, session: str) -> Reply:
-    """Attach always succeeds for a fresh engine id; it reports what the engine must know."""
+    """Attach succeeds for a fresh engine id while fewer than ``MAX_ATTACHMENTS`` are attached;
+    it reports what the engine must know."""
     if req.engine_id in view.attachments:
         return refused(
             Reason.ENGINE_ID_IN_USE,
             f"engine id {req.engine_id!r} is already attached to this daemon; each engine instance "
             f"needs its own id (a restarted engine picks a new one).",
+        )
+    if len(view.attachments) >= MAX_ATTACHMENTS:
+        return busy(
+            Reason.TOO_MANY_ATTACHMENTS,
+            f"engine {req.engine_id!r} not attached: {len(view.attachments)} engines are attached to this "
+            f"daemon, its limit of {MAX_ATTACHMENTS}. Retry after some stop (an attachment ends when its "
+            f"engine process exits); `expert-layout status` lists the attached engine ids.",
+            limit=MAX_ATTACHMENTS,
         )
     state = view.state_wire(include_map=False)
     return ok(

@@ -4,6 +4,12 @@ Messages are plain dicts (sglang's ``recv_msg`` unpickles with a ``SafeUnpickler
 refuses custom classes), so requests are built here as dicts and parsed back into frozen
 dataclasses. ``parse_request`` never raises: a malformed message becomes a ``refused``
 reply that names the field and the problem, so the daemon answers and keeps serving.
+
+Who answers what (``is_sglang_request``): a dict whose ``type`` is not a layout request goes to
+sglang's own handler, unchanged; that includes a dict with a missing or unknown ``type``, which
+gets sglang's ``{"status": "error", "message": "Unknown request type: ..."}`` (what an engine of
+this protocol reads as an older daemon). Every other request, a non-dict included, is parsed
+here and answered by the layout core (``refused(malformed)`` when it is not a valid request).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layout_sm.reasons import Reason, Reply, layout_refused, refused
+from layout_sm.reasons import Reason, Reply, busy, layout_refused, refused
 from layout_sm.record import MAX_LAYERS, MAX_PHYSICAL, Rows
 
 ATTACH = "expert_layout_attach"
@@ -238,6 +244,33 @@ def _malformed_reply(kind: object, error: _Malformed) -> Reply:
         f"fix the request (an engine and daemon from different releases of the layout protocol?).",
         field=error.field,
     )
+
+
+def malformed_frame(problem: str) -> Reply:
+    """The reply to a frame refused before it was unpickled (not plain data, too large, not a
+    pickle): the daemon cannot tell whose request it was, so the layout core answers it."""
+    return refused(
+        Reason.MALFORMED,
+        f"request refused unread: {problem}. The daemon changed nothing; send one pickled dict of "
+        f"plain values (ints, strings, lists, dicts) per connection, as sglang's send_msg does.",
+        field="",
+    )
+
+
+def overloaded(open_connections: int) -> Reply:
+    """The reply when the daemon already reads or answers its limit of connections at once."""
+    return busy(
+        Reason.OVERLOADED,
+        f"the daemon is already reading or answering {open_connections} connections, its limit. Retry "
+        f"in a few seconds; if this persists, a local process is holding connections to the daemon's "
+        f"socket open without sending a request (`ss -xp` lists them).",
+    )
+
+
+def is_sglang_request(msg: object) -> bool:
+    """A request for sglang's own handler: a dict whose ``type`` is not a layout request (a
+    missing or unknown ``type`` included). Everything else goes to ``parse_request``."""
+    return isinstance(msg, Mapping) and not is_layout_request(msg)
 
 
 def is_layout_request(msg: object) -> bool:

@@ -52,6 +52,8 @@ class Reason(StrEnum):
     # busy: transient
     MOVE_PENDING = "move_pending"
     OTHER_ENGINE_ATTACHED = "other_engine_attached"
+    TOO_MANY_ATTACHMENTS = "too_many_attachments"
+    OVERLOADED = "overloaded"
     # layout_refused (fetch_state)
     DIGEST_MISMATCH = "digest_mismatch"
     OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"

@@ -143,3 +143,23 @@ def test_is_layout_request_never_raises() -> None:
     for msg in ({"type": []}, {"type": {}}, {"type": None}, [], None, {"type": "ping"}):
         assert m.is_layout_request(msg) is False
     assert m.is_layout_request(m.query_request())
+
+
+def test_who_answers_what() -> None:
+    # sglang answers any dict that is not a layout request (its error for a missing or unknown
+    # type); the layout core answers the rest, a non-dict included, with refused(malformed).
+    for msg in ({"type": "ping"}, {"type": "fetch_state"}, {}, {"type": None}, {"type": "nope"}, {"type": []}):
+        assert m.is_sglang_request(msg)
+    for msg in ([], None, 3, "ping", b"x", (("type", "ping"),), m.query_request(), m.attach_request("A")):
+        assert not m.is_sglang_request(msg)
+    for msg in ([], None, 3, "ping"):
+        reply = m.parse_request(msg)
+        assert isinstance(reply, Reply) and (reply.status, reply.reason) == (Status.REFUSED, Reason.MALFORMED)
+
+
+def test_frame_refusals_say_what_to_do() -> None:
+    frame = m.malformed_frame("pickle opcode REDUCE at byte 3 is not plain data")
+    assert (frame.status, frame.reason) == (Status.REFUSED, Reason.MALFORMED)
+    assert "REDUCE" in frame.message and "plain values" in frame.message
+    busy = m.overloaded(32)
+    assert busy.retry_can_help and busy.reason is Reason.OVERLOADED and "32" in busy.message
