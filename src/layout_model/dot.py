@@ -5,7 +5,8 @@ so that both read TLC's graphs (and the mirror's, written in the same format) th
 
 API::
 
-    g = load_dot(path)            # or parse_dot(text)
+    g = load_dot(path)            # or parse_dot(text); a path ending in .gz is read as gzip
+    g = parse_dot_lines(lines)    # any iterable of lines: a file is read line by line
     g.states:  dict[int, str]     # node id (a TLC fingerprint) -> the state as TLA+ text:
                                   #   "/\\ var = value" lines joined by "\\n", exactly as printed
     g.initial: set[int]           # ids of the initial states (drawn ``style = filled``)
@@ -24,13 +25,25 @@ backslash, ``\\"`` a quote and ``\\n`` a line break.
 
 from __future__ import annotations
 
+import gzip
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
-__all__ = ["StateGraph", "load_dot", "parse_dot", "split_label", "state_vars", "unescape"]
+__all__ = [
+    "StateGraph",
+    "load_dot",
+    "open_dot",
+    "parse_dot",
+    "parse_dot_lines",
+    "split_label",
+    "state_vars",
+    "unescape",
+]
 
-_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(.*)$')
+_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"')
 _EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]|\\.)*)"[^\]]*\])?;?\s*$')
 
 
@@ -63,25 +76,52 @@ class StateGraph:
 
 def parse_dot(text: str) -> StateGraph:
     """Parse the text of a TLC DOT dump."""
+    return parse_dot_lines(text.splitlines())
+
+
+def parse_dot_lines(lines: Iterable[str]) -> StateGraph:
+    """Parse a TLC DOT dump line by line (MCFull's is 119 MB: never held whole in memory).
+
+    Only the label of a node is kept (TLC repeats it as the tooltip), and equal labels share one
+    string object.
+    """
     g = StateGraph()
-    for line in text.splitlines():
-        m = _EDGE.match(line)
-        if m:
-            label = unescape(m.group(3)) if m.group(3) is not None else ""
-            g.edges.append((int(m.group(1)), int(m.group(2)), label.split("\n")[0]))
-            continue
+    states, edges, initial = g.states, g.edges, g.initial
+    edge_labels: dict[str, str] = {}
+    for line in lines:
+        if " -> " in line:
+            m = _EDGE.match(line)
+            if m:
+                raw = m.group(3)
+                if raw is None:
+                    label = ""
+                elif raw in edge_labels:
+                    label = edge_labels[raw]
+                else:
+                    label = edge_labels[raw] = unescape(raw).split("\n")[0]
+                edges.append((int(m.group(1)), int(m.group(2)), label))
+                continue
         m = _NODE.match(line)
         if m:
             sid = int(m.group(1))
-            g.states[sid] = unescape(m.group(2))
-            if m.group(3).startswith(",style = filled]"):
-                g.initial.add(sid)
+            states[sid] = unescape(m.group(2))
+            if line.startswith(",style = filled]", m.end()):
+                initial.add(sid)
     return g
 
 
+def open_dot(path: str | Path) -> TextIO:
+    """Open a DOT dump for reading as text, unpacking it on the fly when its name ends in ``.gz``."""
+    p = Path(path)
+    if p.name.endswith(".gz"):
+        return gzip.open(p, "rt", encoding="utf-8")
+    return p.open(encoding="utf-8")
+
+
 def load_dot(path: str | Path) -> StateGraph:
-    """Load a DOT dump written by TLC or by ``layout_model.explore``."""
-    return parse_dot(Path(path).read_text())
+    """Load a DOT dump written by TLC or by ``layout_model.explore`` (gzip when named ``*.gz``)."""
+    with open_dot(path) as f:
+        return parse_dot_lines(f)
 
 
 _LABEL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_!]*)\s*(?:\((.*)\))?\s*$", re.S)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_model import dot
+from layout_model.compare import canonical_state
 from layout_model.values import (
     Record,
     Value,
@@ -187,13 +188,25 @@ class StateGraph:
             self._out_cache = out
         return self._out_cache
 
-    def _key(self, node: int) -> str:
-        # node ids are TLC fingerprints (or the mirror's own ids): order by the state's text instead,
-        # so the same graph gives the same suite whoever dumped it and in whatever line order
-        return _norm(self.texts[node])
+    def _key(self, node: int) -> int:
+        return self._ranks()[node]
+
+    def _ranks(self) -> dict[int, int]:
+        """Each node's place in the order of the states' canonical texts (`compare.canonical_state`).
+
+        Node ids are TLC fingerprints (or the mirror's own ids), and TLC prints the variables in
+        its own order: ordering by the canonical text (variables sorted by name, values without
+        layout, unordered parts sorted) gives the same suite for the same graph, whoever dumped it
+        and in whatever line order. Ranks, not the texts, are kept: MCFull has 40,194 states.
+        """
+        if not hasattr(self, "_rank_cache"):
+            keys = sorted((canonical_state(text), node) for node, text in self.texts.items())
+            self._rank_cache = {node: i for i, (_, node) in enumerate(keys)}
+        return self._rank_cache
 
     def _ordered_edges(self) -> list[Edge]:
-        return sorted(self.edges, key=lambda e: (self._key(e.src), e.action.label, self._key(e.dst)))
+        rank = self._ranks()
+        return sorted(self.edges, key=lambda e: (rank[e.src], e.action.label, rank[e.dst]))
 
     def depths(self) -> dict[int, int]:
         """Breadth-first distance of each reachable node from the initial states."""
@@ -307,10 +320,21 @@ class StateGraph:
 def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     """Read TLC's `-dump dot,actionlabels` output (or the mirror's, same format).
 
-    The DOT text is read by the project's one DOT loader, `layout_model.dot.parse_dot`; this adds
-    the decoded actions, the checks, and the lazily decoded states.
+    The DOT text is read by the project's one DOT loader, `layout_model.dot`; this adds the decoded
+    actions, the checks, and the lazily decoded states.
     """
-    raw = dot.parse_dot(text)
+    return _from_raw(dot.parse_dot(text), source)
+
+
+def load_dot_graph(path: str | Path) -> StateGraph:
+    """Load a DOT dump from a file, line by line (gzip when its name ends in `.gz`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TlcFormatError(f"{p}: no such DOT dump")
+    return _from_raw(dot.load_dot(p), str(p))
+
+
+def _from_raw(raw: dot.StateGraph, source: str) -> StateGraph:
     if not raw.states:
         raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
     labels: dict[str, Action] = {}
@@ -327,12 +351,7 @@ def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     initial = sorted(raw.initial)
     if not initial:
         raise TlcFormatError(f"{source}: no initial state (TLC draws them `style = filled`)")
-    return StateGraph(dict(raw.states), initial, edges)
-
-
-def load_dot_graph(path: str | Path) -> StateGraph:
-    p = Path(path)
-    return parse_dot(p.read_text(), str(p))
+    return StateGraph(raw.states, initial, edges)
 
 
 # ---------------------------------------------------------------------------------------------
