@@ -43,17 +43,26 @@ __all__ = [
     "unescape",
 ]
 
-_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"')
-_EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]|\\.)*)"[^\]]*\])?;?\s*$')
+# `[^"\\]+` takes a run of plain characters at once: a state's label is ~1.5 kB (MCFull has 40,194)
+_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]+|\\.)*)"')
+_EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]+|\\.)*)"[^\]]*\])?;?\s*$')
 
 
 _ESCAPED = re.compile(r"\\(.)", re.S)
 
 
 def unescape(s: str) -> str:
-    """Decode a DOT label as TLC escapes it."""
+    """Decode a DOT label as TLC escapes it.
+
+    TLC's DotStateWriter escapes only a backslash, a quote and a line break; those three are undone
+    by plain replacements (fast); any other escape falls back to dropping the backslash.
+    """
     if "\\" not in s:
         return s
+    if "\0" not in s:
+        plain = s.replace("\\\\", "\0").replace('\\"', '"').replace("\\n", "\n")
+        if "\\" not in plain:
+            return plain.replace("\0", "\\")
     return _ESCAPED.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
 
 
@@ -101,13 +110,41 @@ def parse_dot_lines(lines: Iterable[str]) -> StateGraph:
                     label = edge_labels[raw] = unescape(raw).split("\n")[0]
                 edges.append((int(m.group(1)), int(m.group(2)), label))
                 continue
-        m = _NODE.match(line)
-        if m:
-            sid = int(m.group(1))
-            states[sid] = unescape(m.group(2))
-            if line.startswith(",style = filled]", m.end()):
+        node = _node(line)
+        if node is not None:
+            sid, label, initial_state = node
+            states[sid] = unescape(label)
+            if initial_state:
                 initial.add(sid)
     return g
+
+
+_INITIAL_END = '",style = filled]'
+_NODE_END = '",tooltip="'
+
+
+def _node(line: str) -> tuple[int, str, bool] | None:
+    """(id, escaped label, initial?) of a node line, or None.
+
+    TLC ends a label with `",style = filled]` (initial) or `",tooltip="`: found with `str.find`, much
+    faster than a regex over a label full of escapes; an escaped quote before either (a state whose
+    string holds that text) sends the line to the regex.
+    """
+    head = line.find(' [label="')
+    if head <= 0:
+        return None
+    start = head + 9
+    for end_mark, initial_state in ((_NODE_END, False), (_INITIAL_END, True)):
+        end = line.find(end_mark, start)
+        if end != -1 and line[end - 1] != "\\":
+            try:
+                return int(line[:head]), line[start:end], initial_state
+            except ValueError:
+                return None
+    m = _NODE.match(line)
+    if not m:
+        return None
+    return int(m.group(1)), m.group(2), line.startswith(",style = filled]", m.end())
 
 
 def open_dot(path: str | Path) -> TextIO:

@@ -55,6 +55,7 @@ __all__ = [
     "fit_variable_order",
     "pretty",
     "render_state",
+    "reorder_state",
     "sany_variable_order",
     "tla",
     "tlc_key",
@@ -365,6 +366,19 @@ def render_state(
         name, v = values[0]
         return f"{name} = {pretty(text_of(v))}"
     return "\n".join(f"/\\ {name} = {pretty(text_of(v))}" for name, v in values)
+
+
+def reorder_state(text: str, order: Sequence[str]) -> str:
+    """A printed state (``/\\ var = value`` lines) with its variables in ``order`` (TLC's, say)."""
+    chunks = text.split("\n/\\ ")
+    if len(chunks) != len(order) or not chunks[0].startswith("/\\ "):
+        raise ValueError(f"not a state of the variables {list(order)}: {text[:200]!r}")
+    chunks[0] = chunks[0][3:]
+    by_name = {chunk.partition(" = ")[0]: chunk for chunk in chunks}
+    try:
+        return "\n".join("/\\ " + by_name[name] for name in order)
+    except KeyError as exc:
+        raise ValueError(f"the state has no variable {exc} (it has {sorted(by_name)})") from None
 
 
 # -- the order in which TLC prints the variables --------------------------------------------
