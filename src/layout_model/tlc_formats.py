@@ -545,14 +545,35 @@ class Suite:
             "format": SUITE_FORMAT,
             "manifest": self.manifest,
             "states": [{"state": t, "enabled": en} for t, en in zip(self.texts, self.enabled, strict=True)],
-            "behaviours": [{"name": n, "init": i, "steps": [list(s) for s in st]} for n, i, st in self.paths],
+            # (label, index) pairs are written as JSON arrays as they are: no copy into lists
+            "behaviours": [{"name": n, "init": i, "steps": st} for n, i, st in self.paths],
         }
 
     def write(self, path: str | Path) -> None:
+        """Write the suite as JSON, gzip when the name ends in `.gz`, encoded and compressed in pieces.
+
+        MCFull's suite is ~110 MB of JSON: json.dumps with an indent builds it from millions of small
+        strings at once (~1 GB); here at most ~1 MB of text is held.
+        """
         p = Path(path)
-        data = (json.dumps(self.to_json(), indent=0, separators=(",", ":")) + "\n").encode()
-        # mtime=0: the same suite gives the same bytes (reviewable, reproducible)
-        p.write_bytes(gzip.compress(data, mtime=0) if p.name.endswith(".gz") else data)
+        encoder = json.JSONEncoder(indent=0, separators=(",", ":"))
+        with p.open("wb") as raw:
+            # mtime=0 and no file name in the header: the same suite gives the same bytes
+            out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if p.name.endswith(".gz") else raw
+            try:
+                pending: list[str] = []
+                size = 0
+                for chunk in encoder.iterencode(self.to_json()):
+                    pending.append(chunk)
+                    size += len(chunk)
+                    if size >= 1 << 20:
+                        out.write("".join(pending).encode())
+                        pending, size = [], 0
+                pending.append("\n")
+                out.write("".join(pending).encode())
+            finally:
+                if out is not raw:
+                    out.close()
 
     @classmethod
     def load(cls, path: str | Path) -> Suite:
