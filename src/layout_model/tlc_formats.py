@@ -224,7 +224,7 @@ class StateGraph:
     def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
         """Paths from initial states that together take every reachable edge, deterministically.
 
-        For the first untaken edge (by depth of its source, then text), a path is a shortest path
+        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
         to its source and the edge; then it goes on along untaken edges, and where there is none
         out of the current state, along the shortest bridge to the nearest state that has one,
         until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
@@ -242,7 +242,7 @@ class StateGraph:
                     dist[e.dst] = dist[n] + 1
                     queue.append(e.dst)
         reachable = [e for e in self._ordered_edges() if e.src in dist]
-        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the text order within a depth
+        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the canonical order within a depth
         untaken = dict.fromkeys(reachable)
         remaining: dict[int, int] = {}
         for e in reachable:
