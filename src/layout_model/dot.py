@@ -46,6 +46,7 @@ __all__ = [
 # `[^"\\]+` takes a run of plain characters at once: a state's label is ~1.5 kB (MCFull has 40,194)
 _NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]+|\\.)*)"')
 _EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]+|\\.)*)"[^\]]*\])?;?\s*$')
+_EDGE_START = re.compile(r"^-?\d+ -> -?\d+")
 
 
 _ESCAPED = re.compile(r"\\(.)", re.S)
@@ -88,28 +89,32 @@ def parse_dot(text: str) -> StateGraph:
     return parse_dot_lines(text.splitlines())
 
 
-def parse_dot_lines(lines: Iterable[str]) -> StateGraph:
+def parse_dot_lines(lines: Iterable[str], edges: bool = True) -> StateGraph:
     """Parse a TLC DOT dump line by line (MCFull's is 119 MB: never held whole in memory).
 
-    Only the label of a node is kept (TLC repeats it as the tooltip), and equal labels share one
-    string object.
+    Only the label of a node is kept (TLC repeats it as the tooltip), and equal edge labels share one
+    string object. ``edges=False``: the states only (edge lines skipped unparsed).
     """
     g = StateGraph()
-    states, edges, initial = g.states, g.edges, g.initial
+    states, edge_list, initial = g.states, g.edges, g.initial
     edge_labels: dict[str, str] = {}
     for line in lines:
         if " -> " in line:
-            m = _EDGE.match(line)
-            if m:
-                raw = m.group(3)
-                if raw is None:
-                    label = ""
-                elif raw in edge_labels:
-                    label = edge_labels[raw]
-                else:
-                    label = edge_labels[raw] = unescape(raw).split("\n")[0]
-                edges.append((int(m.group(1)), int(m.group(2)), label))
-                continue
+            if not edges:
+                if _EDGE_START.match(line):
+                    continue
+            else:
+                m = _EDGE.match(line)
+                if m:
+                    raw = m.group(3)
+                    if raw is None:
+                        label = ""
+                    elif raw in edge_labels:
+                        label = edge_labels[raw]
+                    else:
+                        label = edge_labels[raw] = unescape(raw).split("\n")[0]
+                    edge_list.append((int(m.group(1)), int(m.group(2)), label))
+                    continue
         node = _node(line)
         if node is not None:
             sid, label, initial_state = node
@@ -155,10 +160,10 @@ def open_dot(path: str | Path) -> TextIO:
     return p.open(encoding="utf-8")
 
 
-def load_dot(path: str | Path) -> StateGraph:
+def load_dot(path: str | Path, edges: bool = True) -> StateGraph:
     """Load a DOT dump written by TLC or by ``layout_model.explore`` (gzip when named ``*.gz``)."""
     with open_dot(path) as f:
-        return parse_dot_lines(f)
+        return parse_dot_lines(f, edges)
 
 
 _LABEL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_!]*)\s*(?:\((.*)\))?\s*$", re.S)
