@@ -444,7 +444,10 @@ def sany_variable_order(declared: Sequence[str], capacity: int, inserted_at: int
 
 
 def fit_variable_order(declared: Sequence[str], printed: Sequence[str]) -> tuple[int, int] | None:
-    """The smallest (capacity, inserted_at) for which ``sany_variable_order`` gives ``printed``, or None."""
+    """(capacity, inserted_at) for which ``sany_variable_order`` gives ``printed``, or None.
+
+    The smallest capacity that fits, and for it the largest ``inserted_at`` (the fewest rehashes).
+    """
     if sorted(declared) != sorted(printed):
         return None
     caps = hashtable_capacities()
