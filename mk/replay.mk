@@ -2,8 +2,8 @@
 #   make replay-full   every behaviour of every committed suite (tests/model_based/traces/) against
 #                      real daemon processes (`make test` runs the whole MCSmall suite on in-process
 #                      serve loops and a sample of both suites on daemon processes)
-#   make suites        rebuild the suites from TLC's graphs in ../shared/tlc/ (else the mirror's);
-#                      `make traces` (mk/spec.mk) does the same after running TLC where it can
+#   make suites        rebuild the suites from TLC's graphs in ../shared/tlc/ (<Model>.dot.gz; refused when
+#                      stale); `make traces` (mk/spec.mk) does the same after running TLC where it can
 .PHONY: replay-full suites
 
 replay-full: $(STAMP)

@@ -1,8 +1,8 @@
 # The spec, TLC and the mirror (issue 3). Included by the main Makefile.
 #   make check-spec   TLC on every model (needs Java and tla2tools.jar: TLA2TOOLS_JAR or the cached release)
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
-#   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs when TLC
-#                     runs here (or ../shared/tlc/ holds them), else from the mirror's graphs
+#   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs: dumped here
+#                     when TLC runs here, else ../shared/tlc/<Model>.dot.gz (refused when stale)
 SPEC_MODELS := MCSmall MCFull
 
 .PHONY: check-spec check-model traces
@@ -19,7 +19,7 @@ traces: $(STAMP)
 	if [ $$rc -eq 0 ]; then \
 	  for m in $(SPEC_MODELS); do $(PY) -m tests.model_based.suites --model $$m --dot build/tlc/$$m.dot || exit 1; done; \
 	elif [ $$rc -eq 2 ]; then \
-	  echo "traces: no TLC here; deriving from ../shared/tlc/ where it holds TLC's graphs, else from the mirror"; \
+	  echo "traces: no TLC here; deriving from TLC's graphs in ../shared/tlc/"; \
 	  $(PY) -m tests.model_based.suites; \
 	else \
 	  echo "traces: TLC found a violation: no suite derived"; exit 1; \

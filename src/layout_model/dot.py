@@ -5,7 +5,8 @@ so that both read TLC's graphs (and the mirror's, written in the same format) th
 
 API::
 
-    g = load_dot(path)            # or parse_dot(text)
+    g = load_dot(path)            # or parse_dot(text); a path ending in .gz is read as gzip
+    g = parse_dot_lines(lines)    # any iterable of lines: a file is read line by line
     g.states:  dict[int, str]     # node id (a TLC fingerprint) -> the state as TLA+ text:
                                   #   "/\\ var = value" lines joined by "\\n", exactly as printed
     g.initial: set[int]           # ids of the initial states (drawn ``style = filled``)
@@ -24,23 +25,45 @@ backslash, ``\\"`` a quote and ``\\n`` a line break.
 
 from __future__ import annotations
 
+import gzip
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
-__all__ = ["StateGraph", "load_dot", "parse_dot", "split_label", "state_vars", "unescape"]
+__all__ = [
+    "StateGraph",
+    "load_dot",
+    "open_dot",
+    "parse_dot",
+    "parse_dot_lines",
+    "split_label",
+    "state_vars",
+    "unescape",
+]
 
-_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(.*)$')
-_EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]|\\.)*)"[^\]]*\])?;?\s*$')
+# `[^"\\]+` takes a run of plain characters at once: a state's label is ~1.5 kB (MCFull has 40,194)
+_NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]+|\\.)*)"')
+_EDGE = re.compile(r'^(-?\d+) -> (-?\d+)(?: \[label="((?:[^"\\]+|\\.)*)"[^\]]*\])?;?\s*$')
+_EDGE_START = re.compile(r"^-?\d+ -> -?\d+")
 
 
 _ESCAPED = re.compile(r"\\(.)", re.S)
 
 
 def unescape(s: str) -> str:
-    """Decode a DOT label as TLC escapes it."""
+    """Decode a DOT label as TLC escapes it.
+
+    TLC's DotStateWriter escapes only a backslash, a quote and a line break; those three are undone
+    by plain replacements (fast); any other escape falls back to dropping the backslash.
+    """
     if "\\" not in s:
         return s
+    if "\0" not in s:
+        plain = s.replace("\\\\", "\0").replace('\\"', '"').replace("\\n", "\n")
+        if "\\" not in plain:
+            return plain.replace("\0", "\\")
     return _ESCAPED.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), s)
 
 
@@ -63,25 +86,84 @@ class StateGraph:
 
 def parse_dot(text: str) -> StateGraph:
     """Parse the text of a TLC DOT dump."""
+    return parse_dot_lines(text.splitlines())
+
+
+def parse_dot_lines(lines: Iterable[str], edges: bool = True) -> StateGraph:
+    """Parse a TLC DOT dump line by line (MCFull's is 119 MB: never held whole in memory).
+
+    Only the label of a node is kept (TLC repeats it as the tooltip), and equal edge labels share one
+    string object. ``edges=False``: the states only (edge lines skipped unparsed).
+    """
     g = StateGraph()
-    for line in text.splitlines():
-        m = _EDGE.match(line)
-        if m:
-            label = unescape(m.group(3)) if m.group(3) is not None else ""
-            g.edges.append((int(m.group(1)), int(m.group(2)), label.split("\n")[0]))
-            continue
-        m = _NODE.match(line)
-        if m:
-            sid = int(m.group(1))
-            g.states[sid] = unescape(m.group(2))
-            if m.group(3).startswith(",style = filled]"):
-                g.initial.add(sid)
+    states, edge_list, initial = g.states, g.edges, g.initial
+    edge_labels: dict[str, str] = {}
+    for line in lines:
+        if " -> " in line:
+            if not edges:
+                if _EDGE_START.match(line):
+                    continue
+            else:
+                m = _EDGE.match(line)
+                if m:
+                    raw = m.group(3)
+                    if raw is None:
+                        label = ""
+                    elif raw in edge_labels:
+                        label = edge_labels[raw]
+                    else:
+                        label = edge_labels[raw] = unescape(raw).split("\n")[0]
+                    edge_list.append((int(m.group(1)), int(m.group(2)), label))
+                    continue
+        node = _node(line)
+        if node is not None:
+            sid, label, initial_state = node
+            states[sid] = unescape(label)
+            if initial_state:
+                initial.add(sid)
     return g
 
 
-def load_dot(path: str | Path) -> StateGraph:
-    """Load a DOT dump written by TLC or by ``layout_model.explore``."""
-    return parse_dot(Path(path).read_text())
+_INITIAL_END = '",style = filled]'
+_NODE_END = '",tooltip="'
+
+
+def _node(line: str) -> tuple[int, str, bool] | None:
+    """(id, escaped label, initial?) of a node line, or None.
+
+    TLC ends a label with `",style = filled]` (initial) or `",tooltip="`: found with `str.find`, much
+    faster than a regex over a label full of escapes; an escaped quote before either (a state whose
+    string holds that text) sends the line to the regex.
+    """
+    head = line.find(' [label="')
+    if head <= 0:
+        return None
+    start = head + 9
+    for end_mark, initial_state in ((_NODE_END, False), (_INITIAL_END, True)):
+        end = line.find(end_mark, start)
+        if end != -1 and line[end - 1] != "\\":
+            try:
+                return int(line[:head]), line[start:end], initial_state
+            except ValueError:
+                return None
+    m = _NODE.match(line)
+    if not m:
+        return None
+    return int(m.group(1)), m.group(2), line.startswith(",style = filled]", m.end())
+
+
+def open_dot(path: str | Path) -> TextIO:
+    """Open a DOT dump for reading as text, unpacking it on the fly when its name ends in ``.gz``."""
+    p = Path(path)
+    if p.name.endswith(".gz"):
+        return gzip.open(p, "rt", encoding="utf-8")
+    return p.open(encoding="utf-8")
+
+
+def load_dot(path: str | Path, edges: bool = True) -> StateGraph:
+    """Load a DOT dump written by TLC or by ``layout_model.explore`` (gzip when named ``*.gz``)."""
+    with open_dot(path) as f:
+        return parse_dot_lines(f, edges)
 
 
 _LABEL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_!]*)\s*(?:\((.*)\))?\s*$", re.S)

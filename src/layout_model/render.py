@@ -32,7 +32,12 @@ TLC's printing rules followed here:
   ``{ a,\\n  b }``, ``<< a,\\n   b >>``, ``( k :> v @@\\n  l :> w )``. If TLC's little parser of
   printed values fails (for example on an identifier with ``_``), TLC prints the one-line text;
   ``pretty`` does the same.
-- A state is ``/\\ var = value`` lines, one per variable, in the order TLC keeps the variables.
+- A state is ``/\\ var = value`` lines, one per variable, in the order TLC keeps the variables:
+  not the declaration order but the order in which SANY's symbol table (a ``java.util.Hashtable``
+  keyed by the names, ``String.hashCode``) enumerates them, reversed (``sany_variable_order``).
+  That order depends on how many symbols the root module's context holds (the table's capacity),
+  which only a parse of the whole spec tells: ``fit_variable_order`` finds the capacity from a
+  state TLC printed, and ``render_state(..., order=...)`` prints in that order.
 """
 
 from __future__ import annotations
@@ -43,7 +48,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MV", "Fn", "Rec", "pretty", "render_state", "tla", "tlc_key"]
+__all__ = [
+    "MV",
+    "Fn",
+    "Rec",
+    "fit_variable_order",
+    "pretty",
+    "render_state",
+    "reorder_state",
+    "sany_variable_order",
+    "tla",
+    "tlc_key",
+]
 
 WIDTH = 80
 
@@ -334,12 +350,112 @@ def pretty(text: str, width: int = WIDTH) -> str:
         return text
 
 
-def render_state(values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str] = tla) -> str:
-    """A state as TLC prints it: ``/\\ var = value`` lines (no trailing newline)."""
+def render_state(
+    values: Sequence[tuple[str, Any]], text_of: Callable[[Any], str] = tla, order: Sequence[str] | None = None
+) -> str:
+    """A state as TLC prints it: ``/\\ var = value`` lines (no trailing newline).
+
+    ``order``: the variables in TLC's print order (``sany_variable_order``); default: as given.
+    """
+    if order is not None:
+        by_name = dict(values)
+        if set(by_name) != set(order) or len(by_name) != len(values):
+            raise ValueError(f"the print order {list(order)} names other variables than {[n for n, _ in values]}")
+        values = [(name, by_name[name]) for name in order]
     if len(values) == 1:
         name, v = values[0]
         return f"{name} = {pretty(text_of(v))}"
     return "\n".join(f"/\\ {name} = {pretty(text_of(v))}" for name, v in values)
+
+
+def reorder_state(text: str, order: Sequence[str]) -> str:
+    """A printed state (``/\\ var = value`` lines) with its variables in ``order`` (TLC's, say)."""
+    chunks = text.split("\n/\\ ")
+    if len(chunks) != len(order) or not chunks[0].startswith("/\\ "):
+        raise ValueError(f"not a state of the variables {list(order)}: {text[:200]!r}")
+    chunks[0] = chunks[0][3:]
+    by_name = {chunk.partition(" = ")[0]: chunk for chunk in chunks}
+    try:
+        return "\n".join("/\\ " + by_name[name] for name in order)
+    except KeyError as exc:
+        raise ValueError(f"the state has no variable {exc} (it has {sorted(by_name)})") from None
+
+
+# -- the order in which TLC prints the variables --------------------------------------------
+#
+# TLCStateMut.toString prints the variables in the order of its `vars` array, which SpecProcessor
+# takes from ModuleNode.getVariableDecls(): the root module's Context.getVariableDecls() reversed.
+# That one enumerates Context.table, a java.util.Hashtable<UniqueString, Pair>, and
+# UniqueString.hashCode() is String.hashCode() of the name. A Hashtable starts with 11 buckets and
+# grows to 2n+1 when its count reaches 3/4 of n; a new entry goes to the head of its bucket's chain;
+# a rehash walks the old buckets from last to first and each chain from its head, putting each entry
+# at the head of its new chain; elements() walks the buckets from last to first, each chain from its
+# head. The other symbols of the context (operators, constants, the standard modules' definitions)
+# change only how large the table grows, not the variables' order among themselves.
+
+HASHTABLE_INITIAL_CAPACITY = 11  # java.util.Hashtable()
+HASHTABLE_MAX_CAPACITY = 1_572_863  # far beyond any spec's symbol count (11 grown 17 times)
+
+
+def java_string_hash(s: str) -> int:
+    """``String.hashCode()``: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, as a 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def hashtable_capacities(limit: int = HASHTABLE_MAX_CAPACITY) -> list[int]:
+    """The capacities a default ``java.util.Hashtable`` passes through: 11, 23, 47, 95, ..."""
+    out = [HASHTABLE_INITIAL_CAPACITY]
+    while out[-1] * 2 + 1 <= limit:
+        out.append(out[-1] * 2 + 1)
+    return out
+
+
+def _bucket(name: str, capacity: int) -> int:
+    return (java_string_hash(name) & 0x7FFFFFFF) % capacity
+
+
+def sany_variable_order(declared: Sequence[str], capacity: int, inserted_at: int | None = None) -> tuple[str, ...]:
+    """The order TLC prints variables in, for a root-module symbol table that ends at ``capacity``.
+
+    The variables enter the table in declaration order while it has ``inserted_at`` buckets
+    (default: ``capacity``, no rehash after them); the table then grows to ``capacity``. Variables
+    in distinct buckets come out by bucket number; only those that share a bucket depend on
+    ``inserted_at``.
+    """
+    cap = capacity if inserted_at is None else inserted_at
+    if cap not in hashtable_capacities() or capacity not in hashtable_capacities() or cap > capacity:
+        raise ValueError(f"not the capacities of a growing java.util.Hashtable: {cap} then {capacity}")
+    chains: dict[int, list[str]] = {}
+    for name in declared:
+        chains.setdefault(_bucket(name, cap), []).insert(0, name)
+    while cap < capacity:
+        new_cap = cap * 2 + 1
+        grown: dict[int, list[str]] = {}
+        for i in sorted(chains, reverse=True):
+            for name in chains[i]:
+                grown.setdefault(_bucket(name, new_cap), []).insert(0, name)
+        chains, cap = grown, new_cap
+    enumerated = [name for i in sorted(chains, reverse=True) for name in chains[i]]
+    return tuple(reversed(enumerated))
+
+
+def fit_variable_order(declared: Sequence[str], printed: Sequence[str]) -> tuple[int, int] | None:
+    """(capacity, inserted_at) for which ``sany_variable_order`` gives ``printed``, or None.
+
+    The smallest capacity that fits, and for it the largest ``inserted_at`` (the fewest rehashes).
+    """
+    if sorted(declared) != sorted(printed):
+        return None
+    caps = hashtable_capacities()
+    for capacity in caps:
+        for inserted_at in reversed([c for c in caps if c <= capacity]):
+            if sany_variable_order(declared, capacity, inserted_at) == tuple(printed):
+                return capacity, inserted_at
+    return None
 
 
 _BREAK = re.compile(r"\n *")

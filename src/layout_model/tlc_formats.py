@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_model import dot
+from layout_model.compare import canonical_state
 from layout_model.values import (
     Record,
     Value,
@@ -187,13 +188,25 @@ class StateGraph:
             self._out_cache = out
         return self._out_cache
 
-    def _key(self, node: int) -> str:
-        # node ids are TLC fingerprints (or the mirror's own ids): order by the state's text instead,
-        # so the same graph gives the same suite whoever dumped it and in whatever line order
-        return _norm(self.texts[node])
+    def _key(self, node: int) -> int:
+        return self._ranks()[node]
+
+    def _ranks(self) -> dict[int, int]:
+        """Each node's place in the order of the states' canonical texts (`compare.canonical_state`).
+
+        Node ids are TLC fingerprints (or the mirror's own ids), and TLC prints the variables in
+        its own order: ordering by the canonical text (variables sorted by name, values without
+        layout, unordered parts sorted) gives the same suite for the same graph, whoever dumped it
+        and in whatever line order. Ranks, not the texts, are kept: MCFull has 40,194 states.
+        """
+        if not hasattr(self, "_rank_cache"):
+            keys = sorted((canonical_state(text), node) for node, text in self.texts.items())
+            self._rank_cache = {node: i for i, (_, node) in enumerate(keys)}
+        return self._rank_cache
 
     def _ordered_edges(self) -> list[Edge]:
-        return sorted(self.edges, key=lambda e: (self._key(e.src), e.action.label, self._key(e.dst)))
+        rank = self._ranks()
+        return sorted(self.edges, key=lambda e: (rank[e.src], e.action.label, rank[e.dst]))
 
     def depths(self) -> dict[int, int]:
         """Breadth-first distance of each reachable node from the initial states."""
@@ -211,7 +224,7 @@ class StateGraph:
     def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
         """Paths from initial states that together take every reachable edge, deterministically.
 
-        For the first untaken edge (by depth of its source, then text), a path is a shortest path
+        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
         to its source and the edge; then it goes on along untaken edges, and where there is none
         out of the current state, along the shortest bridge to the nearest state that has one,
         until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
@@ -229,7 +242,7 @@ class StateGraph:
                     dist[e.dst] = dist[n] + 1
                     queue.append(e.dst)
         reachable = [e for e in self._ordered_edges() if e.src in dist]
-        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the text order within a depth
+        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the canonical order within a depth
         untaken = dict.fromkeys(reachable)
         remaining: dict[int, int] = {}
         for e in reachable:
@@ -307,10 +320,21 @@ class StateGraph:
 def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     """Read TLC's `-dump dot,actionlabels` output (or the mirror's, same format).
 
-    The DOT text is read by the project's one DOT loader, `layout_model.dot.parse_dot`; this adds
-    the decoded actions, the checks, and the lazily decoded states.
+    The DOT text is read by the project's one DOT loader, `layout_model.dot`; this adds the decoded
+    actions, the checks, and the lazily decoded states.
     """
-    raw = dot.parse_dot(text)
+    return _from_raw(dot.parse_dot(text), source)
+
+
+def load_dot_graph(path: str | Path) -> StateGraph:
+    """Load a DOT dump from a file, line by line (gzip when its name ends in `.gz`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TlcFormatError(f"{p}: no such DOT dump")
+    return _from_raw(dot.load_dot(p), str(p))
+
+
+def _from_raw(raw: dot.StateGraph, source: str) -> StateGraph:
     if not raw.states:
         raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
     labels: dict[str, Action] = {}
@@ -327,12 +351,7 @@ def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     initial = sorted(raw.initial)
     if not initial:
         raise TlcFormatError(f"{source}: no initial state (TLC draws them `style = filled`)")
-    return StateGraph(dict(raw.states), initial, edges)
-
-
-def load_dot_graph(path: str | Path) -> StateGraph:
-    p = Path(path)
-    return parse_dot(p.read_text(), str(p))
+    return StateGraph(raw.states, initial, edges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,14 +545,35 @@ class Suite:
             "format": SUITE_FORMAT,
             "manifest": self.manifest,
             "states": [{"state": t, "enabled": en} for t, en in zip(self.texts, self.enabled, strict=True)],
-            "behaviours": [{"name": n, "init": i, "steps": [list(s) for s in st]} for n, i, st in self.paths],
+            # (label, index) pairs are written as JSON arrays as they are: no copy into lists
+            "behaviours": [{"name": n, "init": i, "steps": st} for n, i, st in self.paths],
         }
 
     def write(self, path: str | Path) -> None:
+        """Write the suite as JSON, gzip when the name ends in `.gz`, encoded and compressed in pieces.
+
+        MCFull's suite is ~110 MB of JSON: json.dumps with an indent builds it from millions of small
+        strings at once (~1 GB); here at most ~1 MB of text is held.
+        """
         p = Path(path)
-        data = (json.dumps(self.to_json(), indent=0, separators=(",", ":")) + "\n").encode()
-        # mtime=0: the same suite gives the same bytes (reviewable, reproducible)
-        p.write_bytes(gzip.compress(data, mtime=0) if p.name.endswith(".gz") else data)
+        encoder = json.JSONEncoder(indent=0, separators=(",", ":"))
+        with p.open("wb") as raw:
+            # mtime=0 and no file name in the header: the same suite gives the same bytes
+            out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if p.name.endswith(".gz") else raw
+            try:
+                pending: list[str] = []
+                size = 0
+                for chunk in encoder.iterencode(self.to_json()):
+                    pending.append(chunk)
+                    size += len(chunk)
+                    if size >= 1 << 20:
+                        out.write("".join(pending).encode())
+                        pending, size = [], 0
+                pending.append("\n")
+                out.write("".join(pending).encode())
+            finally:
+                if out is not raw:
+                    out.close()
 
     @classmethod
     def load(cls, path: str | Path) -> Suite:

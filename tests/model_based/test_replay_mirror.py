@@ -1,8 +1,10 @@
 """Replay every committed behaviour against the mirror (the `layout_sm` machines composed by `layout_model.system`).
 
-After each step the mirror's state, rendered as TLA+, must equal the state in the suite (TLC's,
-or until TLC's graphs arrive the explorer's own), and the actions the mirror enables there must
-be exactly the edges the graph lists out of that state.
+After each step the mirror's state, rendered as TLA+, must equal the state in the suite (TLC's
+text: the suites are derived from TLC's own graphs), and the actions the mirror enables there must
+be exactly the edges the graph lists out of that state. The mirror prints the variables in the
+order TLC does (`layout_model.render.sany_variable_order`, fitted to TLC's graph when the suite is
+derived and recorded in its manifest), so the texts must be equal character for character.
 """
 
 from __future__ import annotations
@@ -14,12 +16,24 @@ from typing import Any
 
 import pytest
 
-from layout_model.system import System, load_model
+from layout_model.dot import load_dot
+from layout_model.render import reorder_state, sany_variable_order
+from layout_model.system import VARIABLES, System, load_model
 from layout_model.tlc_formats import Suite
 from layout_model.values import decode_state_text
-from tests.model_based.suites import MODELS, REGENERATE, SPEC, spec_hashes, suite_path
+from tests.model_based.suites import (
+    MODELS,
+    REGENERATE,
+    SPEC,
+    spec_hashes,
+    suite_path,
+    tlc_dir,
+    tlc_graph,
+    tlc_spec_hashes,
+)
 
 MAX_REPORTED = 8
+MUTANTS = os.environ.get("LAYOUT_TEST_PROFILE") == "mutants"  # `make mutants`: one run per mutant
 
 
 @cache
@@ -49,9 +63,15 @@ def test_suite_covers_every_edge(model: str) -> None:
     assert m["behaviours"] == len(load(model).paths) > 0
 
 
+def render(system: System, state: Any, suite: Suite) -> str:
+    """The mirror's state printed as the suite's graph prints states (TLC's order of the variables)."""
+    order = suite.manifest.get("variable_order") or VARIABLES
+    return reorder_state(system.render(state), order)
+
+
 def _same_state(system: System, state: Any, suite: Suite, i: int) -> tuple[bool, bool]:
     """(equal as values, equal as text): text first, the decoded values decide."""
-    text = system.render(state)
+    text = render(system, state, suite)
     if text == suite.texts[i]:
         return True, True
     return decode_state_text(text) == suite.state(i), False
@@ -104,7 +124,7 @@ def replay(model: str, suite: Suite, limit: int | None = None) -> tuple[list[str
             stats["text_differs"] += not same_text
             if not same:
                 problems.append(
-                    f"{name} step {n + 1} {label}: mirror state\n{system.render(out[label])}\n"
+                    f"{name} step {n + 1} {label}: mirror state\n{render(system, out[label], suite)}\n"
                     f"differs from the suite's\n{suite.texts[j]}"
                 )
                 bad.add(j)
@@ -116,14 +136,21 @@ def replay(model: str, suite: Suite, limit: int | None = None) -> tuple[list[str
     return problems, stats
 
 
+@cache
+def replay_all(model: str) -> tuple[list[str], dict[str, int], float]:
+    """The whole suite replayed once per session (two tests read it: MCFull's replay is ~20 s)."""
+    t0 = time.monotonic()
+    problems, stats = replay(model, load(model))
+    return problems, stats, time.monotonic() - t0
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_replay_every_behaviour_against_the_mirror(model: str) -> None:
-    if model != "MCSmall" and os.environ.get("LAYOUT_TEST_PROFILE") == "mutants":
+    if model != "MCSmall" and MUTANTS:
         pytest.skip("`make mutants` replays MCSmall only against the mirror")
     suite = load(model)
-    t0 = time.monotonic()
-    problems, stats = replay(model, suite)
-    print(f"{model}: replayed {stats} in {time.monotonic() - t0:.1f} s")
+    problems, stats, seconds = replay_all(model)
+    print(f"{model}: replayed {stats} in {seconds:.1f} s")
     assert not problems, f"{len(problems)} behaviour(s) of {model} disagree with the mirror:\n" + "\n".join(
         problems[:MAX_REPORTED]
     )
@@ -134,8 +161,53 @@ def test_replay_every_behaviour_against_the_mirror(model: str) -> None:
 
 @pytest.mark.parametrize("model", MODELS)
 def test_mirror_prints_states_exactly_as_the_graph(model: str) -> None:
+    if model != "MCSmall" and MUTANTS:
+        pytest.skip("`make mutants` replays MCSmall only against the mirror")
     suite = load(model)
     if suite.manifest["source"] != "tlc":
         pytest.skip("the suite comes from the mirror's own dump: its text is the mirror's by construction")
-    _, stats = replay(model, suite)
+    _, stats, _ = replay_all(model)
     assert stats["text_differs"] == 0, f"{stats['text_differs']} states equal as values but printed otherwise"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tlcs_variable_order_is_sanys_symbol_table_order(model: str) -> None:
+    """TLC's print order of the variables is explained by the rule, not only recorded."""
+    m = load(model).manifest
+    if m["source"] != "tlc":
+        pytest.skip("the suite comes from the mirror's own dump, printed in declaration order")
+    assert m["sany_symbol_table"] is not None, (
+        f"TLC printed {model}'s variables in an order that no java.util.Hashtable capacity explains: "
+        f"{m['variable_order']}; see layout_model.render.sany_variable_order"
+    )
+    table = m["sany_symbol_table"]
+    assert (
+        list(sany_variable_order(VARIABLES, table["capacity"], table["variables_inserted_at"])) == m["variable_order"]
+    )
+    printed = [line.split(" = ")[0][3:] for line in load(model).texts[0].split("\n") if line.startswith("/\\ ")]
+    assert printed == m["variable_order"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_suite_states_are_tlcs_graph_as_printed(model: str) -> None:
+    """The suite's states are TLC's real graph's, text for text (../shared/tlc/ beside the clone; CI has it).
+
+    With the replay above (the mirror prints every suite state exactly), the mirror prints every
+    state of TLC's graph exactly as TLC does.
+    """
+    if MUTANTS:
+        pytest.skip("`make mutants`: the committed suite against TLC's graph involves no code a mutant changes")
+    graph = tlc_graph(model)
+    if graph is None:
+        pytest.skip(f"TLC's graph {model}.dot.gz is not in {tlc_dir()} (beside the clone in CI; or set LAYOUT_TLC_DIR)")
+    m = load(model).manifest
+    assert m["source"] == "tlc", f"the {model} suite comes from {m['source']!r}; derive it from TLC's: {REGENERATE}"
+    ran_on = tlc_spec_hashes(graph.parent)
+    assert {f: ran_on.get(f) for f in m["spec_sha256"]} == m["spec_sha256"], (
+        f"{graph} was dumped from another spec than the committed {model} suite (SHA-256 in "
+        f"{graph.parent / 'README.md'}); regenerate the suites with `{REGENERATE}` once TLC's graphs match spec/"
+    )
+    states = set(load_dot(graph, edges=False).states.values())
+    texts = set(load(model).texts)
+    assert len(states) == m["graph_states"] == len(texts), (len(states), m["graph_states"], len(texts))
+    assert texts == states, f"{len(texts - states)} suite states are not printed as in {graph}"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from layout_model.compare import canonical_state
+from layout_model.dot import escape, state_vars, unescape
+from layout_model.render import one_line
 from layout_model.tlc_formats import (
     Action,
     Behaviour,
@@ -166,6 +169,77 @@ def test_edge_cover_is_deterministic_whatever_the_ids_and_line_order(graph: Stat
     for seed in (1, 2):
         other = parse_dot(_relabel(text, seed))
         assert [b.to_json() for b in other.behaviours()] == ref
+
+
+def _reprinted(text: str, seed: int) -> str:
+    """The same graph as another printer would write it: variables in another order, values on one line.
+
+    (TLC prints the variables in its symbol table's order, the mirror in declaration order.)
+    """
+    rng = random.Random(seed)
+    order: list[str] = []
+
+    def label(m: re.Match[str]) -> str:
+        state = state_vars(unescape(m.group(2)))
+        if not order:
+            order.extend(state)
+            rng.shuffle(order)
+        lines = ["/\\ " + n + " = " + one_line(state[n]) for n in order]
+        return m.group(1) + '"' + escape("\n".join(lines)) + '"'
+
+    return re.sub(r'(\[label=|,tooltip=)"((?:[^"\\]|\\.)*)"(?=,style|,tooltip|\])', label, text)
+
+
+def _canonical_behaviours(graph: StateGraph) -> list[tuple[str, list[tuple[str, str]]]]:
+    suite = Suite.from_graph(graph, {"model": "Toy"})
+    key = [canonical_state(t) for t in suite.texts]
+    return [(key[i0], [(a, key[i]) for a, i in steps]) for _, i0, steps in suite.paths]
+
+
+def _random_graph_dot(seed: int, states: int = 300) -> str:
+    """A reachable random graph in TLC's DOT format (the toy sample is too small to tell orders apart)."""
+    rng = random.Random(seed)
+    values: list[tuple[int, frozenset[int], int]] = []
+    while len(values) < states:
+        v = (rng.randrange(9), frozenset(rng.sample(range(6), rng.randrange(4))), rng.randrange(9))
+        if v not in values:
+            values.append(v)
+
+    def node(i: int, first: bool = False) -> str:
+        x, s, z = values[i]
+        text = f"/\\ x = {x}\n/\\ s = {{{', '.join(map(str, sorted(s)))}}}\n/\\ z = {z}"
+        return f'{i + 1} [label="{escape(text)}"' + (",style = filled]" if first else f',tooltip="{escape(text)}"];')
+
+    lines = ["strict digraph DiskGraph {", "node [shape=box,style=rounded]", "nodesep=0.35;"]
+    lines += ["subgraph cluster_graph {", 'color="white";', node(0, True)]
+    edges = {(rng.randrange(i), i) for i in range(1, states)} | {
+        (rng.randrange(states), rng.randrange(states)) for _ in range(states * 2)
+    }
+    for a, b in sorted(edges):
+        lines.append(f'{a + 1} -> {b + 1} [label="Step({rng.randrange(3)})",color="black",fontcolor="black"];')
+    lines += [node(i) for i in range(1, states)] + ["}", "}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("sample", ["toy", "random"])
+def test_suite_is_the_same_for_equal_graphs_printed_otherwise(sample: str) -> None:
+    """TLC's graph and the mirror's are equal but printed otherwise: one suite, not two.
+
+    Before the cover was ordered by canonical states it followed the printed text, and TLC's
+    MCSmall graph gave 6,512 behaviours where the mirror's equal graph gave 6,485.
+    """
+    text = (SAMPLES / "toy_full_graph.dot").read_text() if sample == "toy" else _random_graph_dot(7)
+    graph = parse_dot(text)
+    ref = _canonical_behaviours(graph)
+    suite = Suite.from_graph(graph, {"model": "Toy"})
+    for seed in (1, 2, 3):
+        other = parse_dot(_relabel(_reprinted(text, seed), seed))
+        assert other.texts.keys().isdisjoint(graph.texts)  # other ids
+        assert set(other.texts.values()) != set(graph.texts.values())  # other text
+        assert _canonical_behaviours(other) == ref
+        # only ids and line order differ: the very same suite, byte for byte
+        same = Suite.from_graph(parse_dot(_relabel(text, seed)), {"model": "Toy"})
+        assert same.to_json() == suite.to_json()
 
 
 @pytest.mark.parametrize("name", ["suite.json", "suite.json.gz"])
