@@ -240,6 +240,12 @@ def witness_model(spec_dir: Path, witness: Witness, workdir: Path) -> str:
     return root
 
 
+def scrub(text: str, workdir: Path, jar: Path) -> str:
+    """TLC's stdout without this machine's paths (the work folder, the jar, Java's temp folders)."""
+    text = text.replace(str(workdir), "<workdir>").replace(str(jar), "tla2tools.jar")
+    return re.sub(r"/tmp/tlc-\d+", "<tmpdir>", text)
+
+
 def run_witness(jar: Path, spec_dir: Path, witness: Witness, traces: Path | None, workers: str = "2") -> WitnessRun:
     with tempfile.TemporaryDirectory(prefix=f"witness-{witness.name}-") as tmp:
         work = Path(tmp)
@@ -250,7 +256,7 @@ def run_witness(jar: Path, spec_dir: Path, witness: Witness, traces: Path | None
         cmd += ["-dumpTrace", "json", str(trace), f"{root}.tla"]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-        text = proc.stdout + proc.stderr
+        text = scrub(proc.stdout + proc.stderr, work, jar)
         run = parse_witness_stdout(witness, text, proc.returncode)
         if not run.time:
             run.time = f"{time.monotonic() - start:.0f}s"
