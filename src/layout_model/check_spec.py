@@ -246,7 +246,9 @@ def scrub(text: str, workdir: Path, jar: Path) -> str:
     return re.sub(r"/tmp/tlc-\d+", "<tmpdir>", text)
 
 
-def run_witness(jar: Path, spec_dir: Path, witness: Witness, traces: Path | None, workers: str = "2") -> WitnessRun:
+def run_witness(
+    jar: Path, spec_dir: Path, witness: Witness, traces: Path | None, workers: str = "2", quiet: bool = False
+) -> WitnessRun:
     with tempfile.TemporaryDirectory(prefix=f"witness-{witness.name}-") as tmp:
         work = Path(tmp)
         root = witness_model(spec_dir, witness, work)
@@ -265,7 +267,7 @@ def run_witness(jar: Path, spec_dir: Path, witness: Witness, traces: Path | None
             (traces / f"{witness.name}.stdout.txt").write_text(text)
             if run.found and trace.is_file():
                 shutil.copy(trace, traces / trace.name)
-        if not run.found:
+        if not run.found and not quiet:
             tail = "\n".join(text.strip().splitlines()[-30:])
             print(f"--- TLC output for witness {witness.name} (last lines) ---\n{tail}\n---")
     return run
