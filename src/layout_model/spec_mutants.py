@@ -58,7 +58,7 @@ class SpecMutant:
 
 def _m(
     name: str, rule: str, old: str, new: str, models: tuple[str, ...] = ("MCSmall",), defence: str = ""
-) -> SpecMutant:  # noqa: E501
+) -> SpecMutant:
     return SpecMutant(name, rule, old, new, models, defence)
 
 
@@ -428,17 +428,12 @@ def safety_cfg(cfg: str) -> str:
 def killed_by(text: str) -> str | None:
     """The property TLC reports violated, or None (a parse or run error is not a kill)."""
     m = re.search(
-        r"^Error: (Invariant \w+ is violated|Action property \w+ is violated|Temporal properties were violated)",
+        r"^Error: (Invariant \w+ is violated|Action property \w+ is violated"
+        r"|Temporal property \w+ was violated|Temporal properties were violated)",
         text,
         re.M,
     )
-    if m is None:
-        return None
-    what = m.group(1)
-    if what.startswith("Temporal"):  # name the liveness property when TLC does
-        prop = re.search(r"^Error: The following behavior constitutes a counter-example", text, re.M)
-        return what + ("" if prop is None else " (counter-example behaviour printed)")
-    return what
+    return None if m is None else m.group(1)
 
 
 def _tlc(jar: Path, work: Path, model: str, cfg_name: str, workers: str) -> tuple[str, int]:
