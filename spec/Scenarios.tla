@@ -33,6 +33,8 @@ Gone(e) == P!Gone(e)
 Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 
 (* The events of one step (primed: after it), as tuples.                   *)
+(* <<"started_alone", e>>: e's first rank attached while every other       *)
+(*     plugin engine was gone (a restart);                                  *)
 (* <<"busy_by_standby", m, s>>: a begin of m answered busy while s, running, *)
 (*     is attached to that daemon (a warm standby);                          *)
 (* <<"moved_after_standby", m, s>>: after that, with s gone, m verified a   *)
@@ -44,6 +46,10 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"older_refused", o>>: an older engine's fetch was refused by a clean   *)
 (*     daemon after a move.                                                  *)
 Events ==
+    {<<"started_alone", e>> :
+        e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
+                             /\ \A o \in Newer \ {n} : Gone(o)}}
+    \cup
     {<<"busy_by_standby", p[1], p[2]>> :
         p \in {q \in Newer \X Newer :
                  /\ q[1] # q[2]
@@ -116,9 +122,11 @@ ScenarioNext ==
 (* The scenarios.                                                           *)
 
 (* A restart adopts a moved layout: the engine that moved is dead, and a   *)
-(* new engine runs with the moved map it found on every daemon.            *)
+(* new engine, started after it died, runs with the moved map it found on  *)
+(* every daemon.                                                            *)
 RestartAdoptsMovedLayout ==
     \E e \in Newer :
+        /\ <<"started_alone", e>> \in seen
         /\ ephase[e] = "run"
         /\ \A o \in Newer \ {e} : ephase[o] = "dead"
         /\ \A r \in Ranks : efind[e][r].found = "record"
