@@ -141,11 +141,12 @@ StandbyBusyThenMoverMoves ==
     \E m, s \in Newer : <<"moved_after_standby", m, s>> \in seen
 
 (* A SIGKILL between the chunks of a rebalance leaves the last committed   *)
-(* version (a map moved in only some layers), which the next engine adopts *)
-(* and runs with.                                                           *)
+(* version (a map moved in only some layers), which the next engine,       *)
+(* started after the kill, adopts and runs with.                            *)
 KillBetweenChunksAdopted ==
     \E m, n \in Newer :
         /\ <<"killed_between_chunks", m>> \in seen
+        /\ <<"started_alone", n>> \in seen
         /\ ephase[n] = "run"
         /\ \A r \in Ranks : efind[n][r].found = "record"
         /\ efind[n][1].fver > 0
