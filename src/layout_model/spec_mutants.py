@@ -70,7 +70,7 @@ def _m(
 
 
 # Tests that cover, in code, rules the bounded models never exercise.
-_T_BEGIN = "tests/layout_sm/test_daemon_machine.py (begin precedence)"
+_T_BEGIN = "tests/layout_sm/test_begin_precedence.py::test_each_condition_alone_gives_its_reply"
 
 CATALOG: tuple[SpecMutant, ...] = (
     # --- startup -------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCFull",),
         defence="in MCFull a run where daemon 2 keeps no record never moves (nobody adopts, so nobody "
         "rebalances shared weights); the rule guards a daemon restarted with --enable-eplb off after a move: "
-        "tests/layout_sm/test_engine_decisions.py (startup_decision, mixed record/no_record after a move)",
+        "tests/layout_sm/test_engine.py::test_startup_fails_with_the_reason (mixed_after_move)",
     ),
     _m(
         "startup_records_disagree_ok",
@@ -141,7 +141,8 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCChunks",),
         defence="with a daemon restart only as the way to reset a record, two daemons at one version "
         "always hold one map in these models; the digest decides equality in code: "
-        "tests/layout_sm/test_engine_decisions.py (startup_decision, same version other digest)",
+        "tests/layout_sm/test_engine.py::test_startup_fails_with_the_reason (disagree) and "
+        "tests/layout_sm/test_record.py::test_different_maps_have_different_digests",
     ),
     _m(
         "adopt_keeps_initial_map",
@@ -171,7 +172,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCSmall", "MCChunks"),
         defence="an attached engine keeps every other engine from moving, so the record it adopted is "
         "still the daemon's when it fetches; the daemon's check covers a claim that went stale otherwise: "
-        "tests/daemon_adapter (fetch_state with a stale claim -> layout_refused)",
+        "tests/daemon_adapter/test_requests.py::test_fetch_state_layout_check (digest_mismatch)",
     ),
     _m(
         "fetch_older_after_move",
@@ -208,8 +209,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         'dphase[r] = "clean" /\\ e \\in Older',
         ("MCSmall",),
         defence="a plugin engine always attaches before it fetches and stays attached while alive; "
-        "the daemon sets the flag for an unattached claim: tests/daemon_adapter (fetch with a claim "
-        "but no attachment -> non_following)",
+        "the daemon sets the flag for an unattached claim: "
+        "tests/daemon_adapter/test_requests.py::test_fetch_state_layout_check "
+        "(the right digest without a live attachment)",
     ),
     # --- rebalance: begin ------------------------------------------------------------------------
     _m(
@@ -225,7 +227,8 @@ CATALOG: tuple[SpecMutant, ...] = (
         '    CASE e \\notin datt[r]                                   -> "refused"\n      [] dphase[r]',
         "    CASE dphase[r]",
         defence="the spec's running engines are always attached (Detach needs the engine gone); "
-        f"{_T_BEGIN}: begin without an attachment -> refused not_attached",
+        f"{_T_BEGIN}[not_attached], "
+        "tests/daemon_adapter/test_requests.py::test_session_spoofing_and_stale_sessions_are_refused",
     ),
     _m(
         "begin_own_pending_ok",
@@ -233,7 +236,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         '      [] dphase[r] = "pending" /\\ dpend[r].mover = e        -> "refused"\n',
         "",
         defence="an engine begins only from idle, and its moves end before it is idle again "
-        f"(PendingHasMover); {_T_BEGIN}: a second begin of one session -> refused",
+        f"(PendingHasMover); {_T_BEGIN}[own_move_pending]",
     ),
     _m(
         "begin_on_dirty_or_no_record",
@@ -264,7 +267,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCSmall", "MCChunks"),
         defence="a pending move's engine stays attached until its EOF, and then the daemon is dirty, so "
         "the next rule (another engine attached: busy) already answers; the daemon keeps the check "
-        f"because an attachment and a pending move are separate records: {_T_BEGIN}",
+        f"because an attachment and a pending move are separate records: {_T_BEGIN}[other_move_pending]",
     ),
     _m(
         "begin_ignores_other_attached",
@@ -328,8 +331,8 @@ CATALOG: tuple[SpecMutant, ...] = (
         "commit needs this session's live attachment",
         '    /\\ e \\in datt[r]\n    /\\ dphase[r] = "pending"\n',
         '    /\\ dphase[r] = "pending"\n',
-        defence="a live engine is always attached; tests/layout_sm/test_daemon_machine.py (commit of another "
-        "session -> refused) and tests/model_based/test_defensive_rules.py (on a real daemon)",
+        defence="a live engine is always attached; "
+        "tests/model_based/test_defensive_rules.py::test_another_engine_cannot_abort_or_commit_a_move (a real daemon)",
     ),
     _m(
         "commit_ok_other_layers",
@@ -338,7 +341,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         "",
         ("MCSmall", "MCChunks"),
         defence="the spec's engine commits the chunk it began; the daemon checks a commit naming other "
-        "layers: tests/model_based/test_defensive_rules.py (a commit names its move's layers)",
+        "layers: tests/model_based/test_defensive_rules.py::test_a_commit_must_name_the_layers_of_its_move",
     ),
     _m(
         "verify_always_good",
@@ -348,7 +351,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCSmall", "MCChunks"),
         defence="every commit of a live attached mover is recorded in these models (commit_refused never "
         "happens); the engine's check covers a daemon that answers otherwise: "
-        "tests/layout_sm/test_engine_decisions.py (verify_commits)",
+        "tests/layout_sm/test_engine.py::test_inconsistent_commits_fail_verification",
     ),
     _m(
         "verify_keeps_route",
