@@ -558,7 +558,9 @@ def table(verdicts: list[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(path: Path, verdicts: list[Verdict], total_s: float, partial: bool) -> None:
+def write_doc(
+    path: Path, verdicts: list[Verdict], total_s: float, partial: bool, pending: tuple[str, ...] = ()
+) -> None:
     killed = sum(v.status == "killed" for v in verdicts)
     did = sum(v.status == "defence in depth" for v in verdicts)
     head = (
@@ -572,7 +574,14 @@ def write_doc(path: Path, verdicts: list[Verdict], total_s: float, partial: bool
         f"Last run{' (partial, --only)' if partial else ''}: {len(verdicts)} mutants, {killed} killed, "
         f"{did} defence in depth, {len(verdicts) - killed - did} other; {total_s:.0f} s.\n\n"
     )
-    path.write_text(head + table(verdicts))
+    tail = ""
+    if pending:
+        tail = (
+            f"\nNot judged yet ({len(pending)}; the run was still going): "
+            + ", ".join(f"`{n}`" for n in pending)
+            + "\n"
+        )
+    path.write_text(head + table(verdicts) + tail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -607,6 +616,9 @@ def main(argv: list[str] | None = None) -> int:
             v = fut.result()
             verdicts.append(v)
             print(f"{mu.name}: {v.status}: {v.how} ({v.seconds:.0f} s)", flush=True)
+            if args.doc is not None:  # after each verdict: an interrupted run still leaves its table
+                rest = tuple(m.name for m in mutants[len(verdicts) :])
+                write_doc(args.doc, verdicts, time.monotonic() - start, bool(names), rest)
     total = time.monotonic() - start
     if args.doc is not None:
         write_doc(args.doc, verdicts, total, partial=bool(names))
