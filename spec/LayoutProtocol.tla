@@ -530,7 +530,9 @@ WaitEnds ==
 -----------------------------------------------------------------------------
 (* Purpose (DESIGN §7): safety alone is met by a protocol that refuses      *)
 (* every startup.  These say that the protocol does its job, under the      *)
-(* fairness above (a crash is always allowed: each ends "or gone").         *)
+(* fairness above.  A crash is always allowed, so an engine's property ends *)
+(* "or dead" (crashed), never "or failed": a failed startup or fetch is    *)
+(* what they rule out.                                                      *)
 
 (* An engine that starts while every daemon is clean and holds the same    *)
 (* record, and no other plugin engine lives, ends up running with the       *)
@@ -545,7 +547,7 @@ StartsAlone ==
                              /\ dver[r] = dver[1]
                              /\ dmap[r] = dmap[1]
          /\ \A o \in Newer \ {e} : Gone(o))
-        ~> ((ephase[e] = "run" /\ eroute[e] = dmap[1]) \/ Gone(e))
+        ~> ((ephase[e] = "run" /\ eroute[e] = dmap[1]) \/ ephase[e] = "dead")
 
 (* An engine whose ranks all found the same record (at attach, or by the   *)
 (* poll that saw the move it waited for end) ends up serving that layout:  *)
@@ -556,7 +558,7 @@ FindingsAgreedServes ==
          /\ \A r \in Ranks : /\ efind[e][r].found = "record"
                              /\ efind[e][r].fver = efind[e][1].fver
                              /\ efind[e][r].fmap = efind[e][1].fmap)
-        ~> ((ephase[e] = "run" /\ eroute[e] = efind[e][1].fmap) \/ Gone(e))
+        ~> ((ephase[e] = "run" /\ eroute[e] = efind[e][1].fmap) \/ ephase[e] = "dead")
 
 (* A pending move ends: committed or aborted (the daemon is free again),   *)
 (* or dirty once its gone mover's EOF is noticed.                           *)

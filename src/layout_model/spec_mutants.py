@@ -404,6 +404,10 @@ CATALOG: tuple[SpecMutant, ...] = (
         "a restart starts the record at version 0",
         "/\\ dver' = [dver EXCEPT ![r] = 0]",
         "/\\ dver' = dver",
+        defence="the version is a label: a restarted record keeps the initial map under any version, and "
+        "startup compares digests as well as versions, so nothing wrong is served; in code a restarted "
+        "daemon is a fresh process whose record starts at version 0: "
+        "tests/daemon_adapter/test_requests.py::test_attach_returns_an_unguessable_session_and_the_record",
     ),
 )
 
