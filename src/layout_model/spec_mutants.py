@@ -384,6 +384,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         "a dirty daemon is restarted only once nobody is attached",
         '    /\\ dphase[r] = "dirty"\n    /\\ datt[r] = {}\n',
         '    /\\ dphase[r] = "dirty"\n',
+        defence="an engine still attached to a dirty daemon found it dirty (or waits on it) and its startup "
+        "fails whatever the restart does; the rule is the operator's procedure (restart a dirty daemon once "
+        "its engines are gone: README.md), and a restarted daemon process holds no attachment in code",
     ),
     _m(
         "restart_while_served",

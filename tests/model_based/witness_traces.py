@@ -21,7 +21,7 @@ from typing import Any
 
 from layout_model.check_spec import WITNESSES, Witness
 from layout_model.system import System, load_model, render_projection
-from layout_model.tlc_formats import Behaviour, Step, file_sha256, load_json_trace
+from layout_model.tlc_formats import Action, Behaviour, Step, file_sha256
 from layout_model.values import decode_state_text, json_matches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +49,16 @@ def _raw_states(path: Path) -> list[dict[str, Any]]:
     return states
 
 
+def _raw_actions(path: Path) -> list[tuple[str, list[Any]]]:
+    """Each step's action name and parameter values, in the order of its parameters (JSON values)."""
+    obj = json.loads(path.read_text())
+    out = []
+    for _before, act, _after in obj["counterexample"]["action"]:
+        ctx = act.get("context") or {}
+        out.append((act["name"], [ctx[p] for p in act.get("parameters") or []]))
+    return out
+
+
 def load_witness(name: str, directory: Path = WITNESS_DIR) -> Behaviour:
     """The witness as a typed behaviour, each state the mirror's equal of TLC's."""
     w = witness(name)
@@ -56,7 +66,7 @@ def load_witness(name: str, directory: Path = WITNESS_DIR) -> Behaviour:
     model = load_model(SPEC, w.model)
     system = System(model)
     raw = _raw_states(path)
-    actions = [s.action for s in load_json_trace(path, model_values=[*model.engines, "NONE"]).steps]
+    actions = _raw_actions(path)
     if len(actions) != len(raw) - 1:
         raise ValueError(f"{path}: {len(raw)} states but {len(actions)} actions")
 
@@ -68,15 +78,19 @@ def load_witness(name: str, directory: Path = WITNESS_DIR) -> Behaviour:
         raise ValueError(f"{path}: no initial state of the mirror's {w.model} equals TLC's")
     init = typed(here)
     steps = []
-    for k, (action, want) in enumerate(zip(actions, raw[1:], strict=True), 1):
-        nxt = next(
-            (n for label, n in system.successors(here) if label == action.label and json_matches(typed(n), want)),
-            None,
-        )
-        if nxt is None:
-            raise ValueError(f"{path}: step {k} {action.label}: the mirror has no such successor (TLC's state: {want})")
-        here = nxt
-        steps.append(Step(action, typed(nxt)))
+    for k, ((name, args), want) in enumerate(zip(actions, raw[1:], strict=True), 1):
+        found = [
+            (action, n)
+            for action, n in ((Action.parse(label), n) for label, n in system.successors(here))
+            if action.name == name and json_matches(action.args, args) and json_matches(typed(n), want)
+        ]
+        if len(found) != 1:
+            raise ValueError(
+                f"{path}: step {k} {name}{tuple(args)}: the mirror has {len(found)} such successors, not 1 "
+                f"(TLC's state: {want})"
+            )
+        action, here = found[0]
+        steps.append(Step(action, typed(here)))
     return Behaviour(init, tuple(steps), name=name, source="json")
 
 
