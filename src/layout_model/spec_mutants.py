@@ -346,8 +346,9 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "verify_always_good",
         "the verification checks that every daemon recorded the new version with the engine's map",
-        '    /\\ LET good == /\\ \\A r \\in Ranks : reb[e].replies[r] = "committed"',
-        '    /\\ LET good == TRUE /\\ \\A r \\in Ranks : reb[e].replies[r] = "committed"',
+        "          /\\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]\n"
+        "          /\\ eshare' = [eshare EXCEPT ![e] = good]",
+        "          /\\ ever' = [ever EXCEPT ![e] = @ + 1]\n          /\\ eshare' = [eshare EXCEPT ![e] = TRUE]",
         ("MCSmall", "MCChunks"),
         defence="every commit of a live attached mover is recorded in these models (commit_refused never "
         "happens); the engine's check covers a daemon that answers otherwise: "
