@@ -220,6 +220,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         '    /\\ eshare[e]\n    /\\ reb[e].step = "idle"',
         '    /\\ reb[e].step = "idle"',
         ("MCSmall", "MCFull"),
+        defence="the daemons refuse every begin the engine's own gate skips (no record, non-following seen, "
+        "stale base version), so the gate only saves requests: "
+        "tests/layout_sm/test_engine.py::test_rebalance_machine_turns_off_for_good",
     ),
     _m(
         "begin_unattached_ok",
@@ -244,6 +247,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         '      [] dphase[r] \\in {"no_record", "dirty"}               -> "refused"\n',
         "",
         ("MCSmall", "MCFull"),
+        defence="an engine that shares weights adopted a record on every daemon, and a daemon it is attached "
+        "to cannot go dirty (only a gone mover's pending move does, and the engine's attachment makes that "
+        f"begin busy): {_T_BEGIN}[no_record] and [dirty]",
     ),
     _m(
         "begin_ignores_nonfollowing",
@@ -258,6 +264,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         '      [] ever[e] # dver[r]                                  -> "refused"\n',
         "",
         ("MCSmall", "MCChunks"),
+        defence="while an engine is attached nobody else commits, and its own commits are verified, so its "
+        f"version is the record's: {_T_BEGIN}[stale_base_version], "
+        "tests/daemon_adapter/test_requests.py::test_begin_precedence_permanent_before_transient",
     ),
     _m(
         "begin_ignores_foreign_pending",
