@@ -309,6 +309,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         '/\\ eshare\' = [eshare EXCEPT ![e] = "refused" \\notin replies]',
         "/\\ eshare' = eshare",
         ("MCSmall", "MCFull"),
+        defence="a refusal is permanent: the daemons refuse every later begin for the same reason, so turning "
+        "shared rebalancing off only saves requests: "
+        "tests/layout_sm/test_engine.py::test_rebalance_machine_turns_off_for_good",
     ),
     _m(
         "abort_keeps_pending",
