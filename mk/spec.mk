@@ -1,23 +1,38 @@
-# The spec, TLC and the mirror (issue 3). Included by the main Makefile.
-#   make check-spec   TLC on every model (needs Java and tla2tools.jar: TLA2TOOLS_JAR or the cached release)
+# The spec, TLC and the mirror (issues 3, 12). Included by the main Makefile.
+#   make check-spec   TLC on every model and every witness of spec/Scenarios.tla (needs Java and
+#                     tla2tools.jar: TLA2TOOLS_JAR); exit 2, saying what was not checked, without them
+#   make witnesses    the witnesses again, their -dumpTrace json written to tests/model_based/witnesses/
+#   make spec-mutants each named rule of the spec broken in a temporary copy, TLC on the small models;
+#                     the table goes to docs/spec-mutants.md (SPEC_MUTANTS=a,b runs some only)
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
 #   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs: dumped here
 #                     when TLC runs here, else ../shared/tlc/<Model>.dot.gz (refused when stale)
-SPEC_MODELS := MCSmall MCFull
+SPEC_MODELS := MCSmall MCFull MCChunks
+TRACE_MODELS := MCSmall MCFull  # the models with committed suites (tests/model_based/suites.py)
+SPEC_MUTANTS ?=
 
-.PHONY: check-spec check-model traces
+.PHONY: check-spec check-model traces witnesses spec-mutants
 
 check-spec: $(STAMP)
-	$(PY) -m layout_model.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m))
+	$(PY) -m layout_model.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m)) \
+	  --witnesses --traces build/witnesses
+
+witnesses: $(STAMP)
+	$(PY) -m layout_model.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses
+	$(PY) -m tests.model_based.witness_traces --from build/witnesses
+
+spec-mutants: $(STAMP)
+	$(PY) -m layout_model.spec_mutants --spec-dir spec --doc docs/spec-mutants.md \
+	  $(if $(SPEC_MUTANTS),--only $(SPEC_MUTANTS))
 
 check-model: $(STAMP)
 	$(PY) -m layout_model.explore $(SPEC_MODELS) --spec-dir spec --dot-dir build/mirror
 
 traces: $(STAMP)
 	@rc=0; $(PY) -m layout_model.check_spec --spec-dir spec --dump build/tlc --no-fetch \
-	  $(foreach m,$(SPEC_MODELS),--model $(m)) || rc=$$?; \
+	  $(foreach m,$(TRACE_MODELS),--model $(m)) || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
-	  for m in $(SPEC_MODELS); do $(PY) -m tests.model_based.suites --model $$m --dot build/tlc/$$m.dot || exit 1; done; \
+	  for m in $(TRACE_MODELS); do $(PY) -m tests.model_based.suites --model $$m --dot build/tlc/$$m.dot || exit 1; done; \
 	elif [ $$rc -eq 2 ]; then \
 	  echo "traces: no TLC here; deriving from TLC's graphs in ../shared/tlc/"; \
 	  $(PY) -m tests.model_based.suites; \

@@ -391,12 +391,37 @@ Next ==
 
 Spec == Init /\ [][Next]_vars
 
-(* The daemon noticing EOF, and a waiting rank's poll/timeout and the       *)
-(* agreement, eventually happen.                                            *)
+(* An engine's own steps: what its processes do by themselves once started  *)
+(* (BeginChunk, the decision to rebalance, is not one of them).             *)
+EngineSteps(e) ==
+    \/ \E r \in Ranks : \/ Attach(e, r) \/ Poll(e, r) \/ Timeout(e, r) \/ Fetch(e, r)
+                       \/ Begin(e, r) \/ Abort(e, r) \/ Commit(e, r)
+    \/ Agree(e) \/ Decide(e) \/ Verify(e)
+    \/ \E r \in Ranks, l \in Layers : MoveLayer(e, r, l)
+
+(* Fairness: exactly what the real system guarantees, no more.              *)
+(*  - A daemon notices the EOF of a gone engine's attach connection: its    *)
+(*    watcher thread blocks reading that connection, and the kernel closes  *)
+(*    it when the process exits or is killed (SIGKILL included): weak       *)
+(*    fairness on each Detach(r, e).                                        *)
+(*  - An engine process keeps running its own code unless it crashes: its   *)
+(*    startup (attach, a wait that ends by a poll or by the timeout, the    *)
+(*    agreement, the fetches) and a rebalance it has begun (the begin       *)
+(*    replies, the decision, the aborts, the layer moves, the commits, the  *)
+(*    verification) run to their end: weak fairness on EngineSteps(e).  The *)
+(*    ranks of an engine step in rank order in this spec, so one condition  *)
+(*    per engine is the guarantee of all its rank processes.                *)
+(*  - Nothing else is fair: an engine may never start a rebalance (EPLB     *)
+(*    decides; BeginChunk), may crash at any time or never (Crash), and an  *)
+(*    operator may never restart a dirty daemon (Restart).                  *)
+(*  - The spec has no clock: a waiting rank's Timeout stays enabled after   *)
+(*    the move it waits for has ended (in the code the timeout and the poll *)
+(*    race at the 300 s mark).  The properties about waiting therefore      *)
+(*    start where the waits have ended (FindingsAgreedServes), and WaitEnds *)
+(*    says only that a wait ends.                                           *)
 Fairness ==
     /\ \A r \in Ranks, e \in Engines : WF_vars(Detach(r, e))
-    /\ \A e \in Engines, r \in Ranks : WF_vars(Attach(e, r)) /\ WF_vars(Timeout(e, r))
-    /\ \A e \in Engines : WF_vars(Agree(e))
+    /\ \A e \in Engines : WF_vars(EngineSteps(e))
 
 FairSpec == Spec /\ Fairness
 
@@ -449,7 +474,29 @@ AgreedVersions ==
                 /\ efind[e][r].fver = efind[e][q].fver
                 /\ efind[e][r].fmap = efind[e][q].fmap
 
+(* A pending move belongs to its mover, mid-rebalance on that chunk with   *)
+(* this daemon's begin answered ok, or to a gone mover (whose EOF makes the *)
+(* daemon dirty): a live engine that is idle never leaves a move pending.   *)
+PendingHasMover ==
+    \A r \in Ranks : dphase[r] = "pending" =>
+        LET m == dpend[r].mover IN
+        \/ Gone(m)
+        \/ /\ reb[m].step \in {"begin", "abort", "move", "commit"}
+           /\ reb[m].chunk = dpend[r].layers
+           /\ reb[m].replies[r] = "ok"
+
+(* An engine that loads (or runs) found every daemon readable: no dirty    *)
+(* daemon, no wait that timed out, no wait still going on.                  *)
+LoadsOnCleanFindings ==
+    \A e \in Newer : ephase[e] \in {"load", "run"} =>
+        \A r \in Ranks : efind[e][r].found \in {"record", "no_record"}
+
+(* An engine rebalances shared weights only from the records it adopted.   *)
+SharesOnlyAdopted ==
+    \A e \in Newer : eshare[e] => \A r \in Ranks : efind[e][r].found = "record"
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
+              /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
 
 (* Dirty is sticky until the daemon restarts.                               *)
 DirtySticky ==
@@ -479,5 +526,51 @@ WaitEnds ==
     \A e \in Engines :
         (ephase[e] = "start" /\ \E r \in Ranks : efind[e][r].found = "wait")
             ~> (ephase[e] # "start")
+
+-----------------------------------------------------------------------------
+(* Purpose (DESIGN §7): safety alone is met by a protocol that refuses      *)
+(* every startup.  These say that the protocol does its job, under the      *)
+(* fairness above.  A crash is always allowed, so an engine's property ends *)
+(* "or dead" (crashed), never "or failed": a failed startup or fetch is    *)
+(* what they rule out.                                                      *)
+
+(* An engine that starts while every daemon is clean and holds the same    *)
+(* record, and no other plugin engine lives, ends up running with the       *)
+(* daemons' layout (the initial one, or the moved one: a restart after a    *)
+(* move adopts it).  Nobody else can change the daemons meanwhile, so the   *)
+(* layout it runs with is the daemons' then.                                *)
+StartsAlone ==
+    \A e \in Newer :
+        (/\ ephase[e] = "start"
+         /\ \A r \in Ranks : efind[e][r].found = "nothing"
+         /\ \A r \in Ranks : /\ dphase[r] = "clean"
+                             /\ dver[r] = dver[1]
+                             /\ dmap[r] = dmap[1]
+         /\ \A o \in Newer \ {e} : Gone(o))
+        ~> ((ephase[e] = "run" /\ eroute[e] = dmap[1]) \/ ephase[e] = "dead")
+
+(* An engine whose ranks all found the same record (at attach, or by the   *)
+(* poll that saw the move it waited for end) ends up serving that layout:  *)
+(* being attached, it keeps every other engine from moving experts.        *)
+FindingsAgreedServes ==
+    \A e \in Newer :
+        (/\ ephase[e] = "start"
+         /\ \A r \in Ranks : /\ efind[e][r].found = "record"
+                             /\ efind[e][r].fver = efind[e][1].fver
+                             /\ efind[e][r].fmap = efind[e][1].fmap)
+        ~> ((ephase[e] = "run" /\ eroute[e] = efind[e][1].fmap) \/ ephase[e] = "dead")
+
+(* A pending move ends: committed or aborted (the daemon is free again),   *)
+(* or dirty once its gone mover's EOF is noticed.                           *)
+PendingEnds ==
+    \A r \in Ranks : (dphase[r] = "pending") ~> (dphase[r] \in {"clean", "dirty"})
+
+(* A live mover's move frees the daemon: it ends clean (committed or       *)
+(* aborted), unless its mover goes away first.                              *)
+LiveMoveFreesDaemon ==
+    \A r \in Ranks :
+        (dphase[r] = "pending" /\ ~Gone(dpend[r].mover))
+            ~> (\/ dphase[r] = "clean"
+                \/ dphase[r] = "pending" /\ Gone(dpend[r].mover))
 
 =============================================================================

@@ -79,12 +79,43 @@ def AgreedVersions(m: Model, s: Vars) -> bool:
     return True
 
 
+def _gone(s: Vars, e: str) -> bool:
+    return s.ephase[e] in ("failed", "dead")
+
+
+def PendingHasMover(m: Model, s: Vars) -> bool:
+    for r in m.ranks:
+        if s.dphase[r - 1] != "pending":
+            continue
+        pend = s.dpend[r - 1]
+        mover = pend["mover"].name
+        if _gone(s, mover):
+            continue
+        reb = s.reb[mover]
+        if reb["step"] == "idle" or reb["chunk"] != pend["layers"] or reb["replies"][r - 1] != "ok":
+            return False
+    return True
+
+
+def LoadsOnCleanFindings(m: Model, s: Vars) -> bool:
+    return all(
+        f["found"] in ("record", "no_record") for e in m.newer if s.ephase[e] in ("load", "run") for f in s.efind[e]
+    )
+
+
+def SharesOnlyAdopted(m: Model, s: Vars) -> bool:
+    return all(f["found"] == "record" for e in m.newer if s.eshare[e] for f in s.efind[e])
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
     "CleanRecordIsTruth": CleanRecordIsTruth,
     "OneMover": OneMover,
     "AgreedVersions": AgreedVersions,
+    "PendingHasMover": PendingHasMover,
+    "LoadsOnCleanFindings": LoadsOnCleanFindings,
+    "SharesOnlyAdopted": SharesOnlyAdopted,
 }
 
 
@@ -119,4 +150,11 @@ ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] =
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
-LIVENESS = ("DeadMoverEndsDirty", "WaitEnds")
+LIVENESS = (
+    "DeadMoverEndsDirty",
+    "WaitEnds",
+    "StartsAlone",
+    "FindingsAgreedServes",
+    "PendingEnds",
+    "LiveMoveFreesDaemon",
+)

@@ -8,7 +8,7 @@ import pytest
 
 from layout_model import check_spec
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "tlc-samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"  # real TLC output
 
 
 @pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/tlc-samples absent")
@@ -77,3 +77,87 @@ def test_runs_tlc_per_model_and_keeps_its_outputs(monkeypatch: pytest.MonkeyPatc
     assert "tlc2.TLC" in args and "-config MCSmall.cfg" in args and "-dump dot,actionlabels" in args
     assert args.strip().endswith("MCSmall.tla")
     assert (tmp_path / "out" / "MCSmall.dot").exists() and (tmp_path / "out" / "MCSmall.stdout.txt").exists()
+
+
+# --- witnesses -------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TOY = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"
+SPEC = Path(__file__).resolve().parents[2] / "spec"
+MID_MOVE = next(w for w in check_spec.WITNESSES if w.name == "KillMidMoveNextFails")
+
+
+def test_reads_a_found_witness_and_its_length() -> None:
+    """TLC's real stdout of the KillMidMoveNextFails witness run: 16 states, so 15 steps."""
+    run = check_spec.parse_witness_stdout(MID_MOVE, (FIXTURES / "witness-KillMidMoveNextFails.stdout.txt").read_text())
+    assert run.found and (run.states, run.steps) == (16, 15)
+    assert run.distinct == 1643
+    assert "witness KillMidMoveNextFails on MCSmall: found, 15 steps (16 states)" in run.line()
+
+
+def test_a_witness_whose_invariant_holds_is_not_found() -> None:
+    """TLC completing without error means the scenario is unreachable: the witness is missing."""
+    run = check_spec.parse_witness_stdout(MID_MOVE, (TOY / "toy_full_stdout.txt").read_text())
+    assert not run.found and run.states is None
+    assert "invariant NoKillMidMoveNextFails holds" in run.result and "NOT FOUND" in run.line()
+
+
+def test_another_violation_is_not_the_witness() -> None:
+    """A counterexample of another invariant (here the toy's NotDirty) does not count as found."""
+    run = check_spec.parse_witness_stdout(MID_MOVE, (TOY / "toy_tlc_stdout.txt").read_text())
+    assert not run.found and run.result == "VIOLATION: Invariant NotDirty is violated."
+
+
+def test_witness_model_extends_scenarios_with_the_models_constants(tmp_path: Path) -> None:
+    chunks = next(w for w in check_spec.WITNESSES if w.model == "MCChunks")
+    root = check_spec.witness_model(SPEC, chunks, tmp_path)
+    tla = (tmp_path / f"{root}.tla").read_text()
+    cfg = (tmp_path / f"{root}.cfg").read_text()
+    assert f"MODULE {root}" in tla and "EXTENDS Scenarios" in tla and "MCChunks == {{1}, {2}}" in tla
+    assert "MaxMoves = 3" in cfg and "Chunks <- MCChunks" in cfg
+    assert cfg.rstrip().endswith(f"INIT ScenarioInit\nNEXT ScenarioNext\nINVARIANT {chunks.invariant}")
+    assert "FairSpec" not in cfg and "PROPERTIES" not in cfg  # reachability only: no liveness
+    assert (tmp_path / "Scenarios.tla").exists() and (tmp_path / "LayoutProtocol.tla").exists()
+
+
+def test_main_runs_each_witness_and_keeps_its_trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A stand-in ``java`` that answers with the real witness stdout and writes the JSON trace."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    java = bin_dir / "java"
+    java.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {tmp_path}/args.txt\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = "-dumpTrace" ]; then shift 2; echo "{}" > "$1"; fi; shift; done\n'
+        f"cat {FIXTURES / 'witness-KillMidMoveNextFails.stdout.txt'}\n"
+    )
+    java.chmod(0o755)
+    jar = tmp_path / "tla2tools.jar"
+    jar.write_bytes(b"not really a jar")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("TLA2TOOLS_JAR", str(jar))
+    traces = tmp_path / "traces"
+    argv = ["--spec-dir", str(SPEC), "--no-models", "--witness", MID_MOVE.name, "--traces", str(traces)]
+    rc = check_spec.main(argv)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "witness KillMidMoveNextFails on MCSmall: found, 15 steps (16 states)" in out
+    args = (tmp_path / "args.txt").read_text()
+    assert "-config W_KillMidMoveNextFails.cfg" in args and "-dumpTrace json" in args
+    assert (traces / "KillMidMoveNextFails.json").exists()
+    assert (traces / "KillMidMoveNextFails.stdout.txt").exists()
+
+
+def test_main_without_tlc_names_what_was_not_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("TLA2TOOLS_JAR", raising=False)
+    monkeypatch.setattr(check_spec, "CACHE", tmp_path / "none" / "tla2tools.jar")
+    assert check_spec.main(["--witnesses"]) == 2
+    out = capsys.readouterr().out
+    assert "TLC is missing" in out
+    assert "not checked: models MCSmall, MCFull, MCChunks" in out
+    assert all(w.name in out for w in check_spec.WITNESSES)
+
+
+def test_an_unknown_witness_is_refused(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert check_spec.main(["--witness", "NoSuchScenario"]) == 2
+    assert "unknown witness NoSuchScenario" in capsys.readouterr().out

@@ -59,6 +59,13 @@ def test_explorer_passes_on_mcsmall() -> None:
     assert (res.states, res.edges) == (7051, 21610)
 
 
+def test_explorer_passes_on_mcchunks() -> None:
+    """Single-layer chunks: TLC's graph has 27,647 states and 87,486 edges, depth 41 (spec/README.md)."""
+    res = explore(SPEC, "MCChunks", None, progress=None)
+    assert res.ok, res.violations[0]
+    assert (res.states, res.edges, res.depth) == (27647, 87486, 41)
+
+
 def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant of layout_sm: begin ignores the other attached engines."""
     original = daemon_module.begin_reply

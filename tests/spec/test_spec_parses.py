@@ -13,8 +13,9 @@ import pytest
 import tla
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
-MODULES = ("LayoutProtocol", "MCSmall", "MCFull")
-MODELS = ("MCSmall", "MCFull")
+TEXT = (SPEC / "LayoutProtocol.tla").read_text()
+MODULES = ("LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks")
+MODELS = ("MCSmall", "MCFull", "MCChunks")
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -52,12 +53,35 @@ def test_required_properties_are_named_operators() -> None:
     required = {
         "TypeOK", "SafeRouting", "CleanRecordIsTruth", "OneMover", "AgreedVersions",
         "DirtySticky", "VersionMonotonic", "DeadMoverEndsDirty", "WaitEnds", "FairSpec",
+        "PendingHasMover", "LoadsOnCleanFindings", "SharesOnlyAdopted",
+        "StartsAlone", "FindingsAgreedServes", "PendingEnds", "LiveMoveFreesDaemon",
     }  # fmt: skip
     assert required <= defs, sorted(required - defs)
 
 
-def test_spec_uses_standard_modules_only() -> None:
-    text = (SPEC / "LayoutProtocol.tla").read_text()
+def test_every_witness_is_a_scenario_with_its_invariant() -> None:
+    from layout_model.check_spec import WITNESSES
+
+    defs = _definitions((SPEC / "Scenarios.tla").read_text())
+    for w in WITNESSES:
+        assert {w.name, w.invariant} <= defs, w.name
+        assert (SPEC / f"{w.model}.cfg").exists(), w.model
+
+
+def test_scenarios_wrap_every_protocol_action() -> None:
+    """Scenarios.tla's actions are the protocol's, under the same names, each tracking ``seen``."""
+    scen = (SPEC / "Scenarios.tla").read_text()
+    nxt = re.search(r"^Next ==\n(.*?)\n\n", TEXT, re.M | re.S)
+    assert nxt is not None
+    actions = re.findall(r"^\s*\\/ .*?(\w+)\(([^)]*)\)\s*$", nxt[1], re.M)
+    assert actions
+    for name, params in actions:
+        assert re.search(rf"^{name}\({params}\) == P!{name}\({params}\) /\\ Track$", scen, re.M), name
+
+
+@pytest.mark.parametrize("name", ("LayoutProtocol", "Scenarios"))
+def test_spec_uses_standard_modules_only(name: str) -> None:
+    text = (SPEC / f"{name}.tla").read_text()
     extends = re.search(r"^EXTENDS (.*)$", text, re.M)
     assert extends is not None
     used = {m.strip() for m in extends.group(1).split(",")}

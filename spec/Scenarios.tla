@@ -1,0 +1,184 @@
+----------------------------- MODULE Scenarios -----------------------------
+(***************************************************************************)
+(* The seed's scenarios as reachability witnesses (see README.md).         *)
+(*                                                                         *)
+(* This module is LayoutProtocol with one history variable, `seen`: the    *)
+(* events that the scenarios name, recorded as they happen.  Each action   *)
+(* is the protocol's action of the same name (so TLC's traces name the     *)
+(* protocol's actions) plus the update of `seen`; `seen` never restricts a *)
+(* step, so the other variables reach exactly the protocol's states.       *)
+(*                                                                         *)
+(* Each scenario S is a state predicate; the invariant No<S> == ~S is       *)
+(* expected to be violated, and TLC's counterexample is the witness: the   *)
+(* shortest behaviour (breadth-first) that reaches S.  `make check-spec`   *)
+(* runs one TLC per witness, on the model named in check_spec.WITNESSES,   *)
+(* with a root module that EXTENDS this one and the model's definitions.   *)
+(***************************************************************************)
+EXTENDS Naturals, FiniteSets, Sequences, TLC
+
+CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
+          DaemonRestarts, NONE
+
+VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
+          eserv, eshare, reb, moves,
+          seen    \* events so far: tuples, see Events below
+
+P == INSTANCE LayoutProtocol
+
+Ranks == P!Ranks
+Layers == P!Layers
+Newer == P!Newer
+InitialMap == P!InitialMap
+Gone(e) == P!Gone(e)
+Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
+
+(* The events of one step (primed: after it), as tuples.                   *)
+(* <<"started_alone", e>>: e's first rank attached while every other       *)
+(*     plugin engine was gone (a restart);                                  *)
+(* <<"busy_by_standby", m, s>>: a begin of m answered busy while s, running, *)
+(*     is attached to that daemon (a warm standby);                          *)
+(* <<"moved_after_standby", m, s>>: after that, with s gone, m verified a   *)
+(*     committed chunk;                                                      *)
+(* <<"killed_mid_move", m>>: m crashed while moving or committing;          *)
+(* <<"killed_between_chunks", m>>: m crashed idle, its last chunk verified, *)
+(*     with the daemons' map moved in only some layers;                      *)
+(* <<"failed_on_dirty", n>>: n's startup failed on a dirty daemon;          *)
+(* <<"older_refused", o>>: an older engine's fetch was refused by a clean   *)
+(*     daemon after a move.                                                  *)
+Events ==
+    {<<"started_alone", e>> :
+        e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
+                             /\ \A o \in Newer \ {n} : Gone(o)}}
+    \cup
+    {<<"busy_by_standby", p[1], p[2]>> :
+        p \in {q \in Newer \X Newer :
+                 /\ q[1] # q[2]
+                 /\ \E r \in Ranks : /\ reb[q[1]].replies[r] = "none"
+                                    /\ reb'[q[1]].replies[r] = "busy"
+                                    /\ q[2] \in datt[r]
+                                    /\ ephase[q[2]] = "run"}}
+    \cup
+    {<<"moved_after_standby", p[1], p[2]>> :
+        p \in {q \in Newer \X Newer :
+                 /\ <<"busy_by_standby", q[1], q[2]>> \in seen
+                 /\ Gone(q[2])
+                 /\ reb[q[1]].step = "commit" /\ reb'[q[1]].step = "idle"
+                 /\ ever'[q[1]] = ever[q[1]] + 1}}
+    \cup
+    {<<"killed_mid_move", m>> :
+        m \in {e \in Newer : ephase'[e] = "dead" /\ reb[e].step \in {"move", "commit"}}}
+    \cup
+    {<<"killed_between_chunks", m>> :
+        m \in {e \in Newer : /\ ephase[e] = "run" /\ ephase'[e] = "dead"
+                             /\ reb[e].step = "idle" /\ ever[e] > 0
+                             /\ \A r \in Ranks : dphase[r] = "clean" /\ Partial(dmap[r])}}
+    \cup
+    {<<"failed_on_dirty", n>> :
+        n \in {e \in Newer : /\ ephase[e] = "start" /\ ephase'[e] = "failed"
+                             /\ \E r \in Ranks : efind[e][r].found = "dirty"}}
+    \cup
+    {<<"older_refused", o>> :
+        o \in {e \in Older : /\ ephase[e] = "load" /\ ephase'[e] = "failed"
+                             /\ \A r \in Ranks : dphase[r] = "clean" /\ dver[r] > 0}}
+
+Track == seen' = seen \cup Events
+
+Attach(e, r) == P!Attach(e, r) /\ Track
+Poll(e, r) == P!Poll(e, r) /\ Track
+Timeout(e, r) == P!Timeout(e, r) /\ Track
+Agree(e) == P!Agree(e) /\ Track
+Fetch(e, r) == P!Fetch(e, r) /\ Track
+BeginChunk(e, c) == P!BeginChunk(e, c) /\ Track
+Begin(e, r) == P!Begin(e, r) /\ Track
+Decide(e) == P!Decide(e) /\ Track
+Abort(e, r) == P!Abort(e, r) /\ Track
+MoveLayer(e, r, l) == P!MoveLayer(e, r, l) /\ Track
+Commit(e, r) == P!Commit(e, r) /\ Track
+Verify(e) == P!Verify(e) /\ Track
+Crash(e) == P!Crash(e) /\ Track
+Detach(r, e) == P!Detach(r, e) /\ Track
+Restart(r) == P!Restart(r) /\ Track
+
+(* The same disjuncts, in the same order, as LayoutProtocol's Next.        *)
+ScenarioInit == P!Init /\ seen = {}
+ScenarioNext ==
+    \/ \E e \in Engines, r \in Ranks : Attach(e, r)
+    \/ \E e \in Engines, r \in Ranks : Poll(e, r)
+    \/ \E e \in Engines, r \in Ranks : Timeout(e, r)
+    \/ \E e \in Engines : Agree(e)
+    \/ \E e \in Engines, r \in Ranks : Fetch(e, r)
+    \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
+    \/ \E e \in Engines, r \in Ranks : Begin(e, r)
+    \/ \E e \in Engines : Decide(e)
+    \/ \E e \in Engines, r \in Ranks : Abort(e, r)
+    \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
+    \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines : Verify(e)
+    \/ \E e \in Engines : Crash(e)
+    \/ \E r \in Ranks, e \in Engines : Detach(r, e)
+    \/ \E r \in Ranks : Restart(r)
+
+-----------------------------------------------------------------------------
+(* The scenarios.                                                           *)
+
+(* A restart adopts a moved layout: the engine that moved is dead, and a   *)
+(* new engine, started after it died, runs with the moved map it found on  *)
+(* every daemon.                                                            *)
+RestartAdoptsMovedLayout ==
+    \E e \in Newer :
+        /\ <<"started_alone", e>> \in seen
+        /\ ephase[e] = "run"
+        /\ \A o \in Newer \ {e} : ephase[o] = "dead"
+        /\ \A r \in Ranks : efind[e][r].found = "record"
+        /\ efind[e][1].fver > 0
+        /\ efind[e][1].fmap # InitialMap
+        /\ eroute[e] = efind[e][1].fmap
+        /\ ever[e] = efind[e][1].fver
+
+(* A warm standby makes a move busy; after the standby leaves, the mover's *)
+(* next move commits and verifies.                                          *)
+StandbyBusyThenMoverMoves ==
+    \E m, s \in Newer : <<"moved_after_standby", m, s>> \in seen
+
+(* A SIGKILL between the chunks of a rebalance leaves the last committed   *)
+(* version (a map moved in only some layers), which the next engine,       *)
+(* started after the kill, adopts and runs with.                            *)
+KillBetweenChunksAdopted ==
+    \E m, n \in Newer :
+        /\ <<"killed_between_chunks", m>> \in seen
+        /\ <<"started_alone", n>> \in seen
+        /\ ephase[n] = "run"
+        /\ \A r \in Ranks : efind[n][r].found = "record"
+        /\ efind[n][1].fver > 0
+        /\ Partial(efind[n][1].fmap)
+        /\ eroute[n] = efind[n][1].fmap
+
+(* A SIGKILL mid-move leaves the daemons dirty, and the next engine fails  *)
+(* at startup.                                                              *)
+KillMidMoveNextFails ==
+    /\ \A r \in Ranks : dphase[r] = "dirty"
+    /\ \E m, n \in Newer : /\ <<"killed_mid_move", m>> \in seen
+                           /\ <<"failed_on_dirty", n>> \in seen
+
+(* An older engine (no layout plugin) is refused after a move.             *)
+OlderRefusedAfterMove ==
+    \E o \in Older : <<"older_refused", o>> \in seen
+
+(* A rebalance of several chunks: an engine that started at version 0      *)
+(* moved every layer, one chunk after the other, and runs with it.         *)
+SeveralChunksMoved ==
+    \E m \in Newer :
+        /\ ephase[m] = "run"
+        /\ efind[m][1].fver = 0
+        /\ ever[m] >= 2
+        /\ \A l \in Layers : eroute[m][l] = 1
+        /\ \A r \in Ranks : dphase[r] = "clean" /\ dver[r] = ever[m]
+
+(* The witness invariants: each expected to be violated.                   *)
+NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout
+NoStandbyBusyThenMoverMoves == ~StandbyBusyThenMoverMoves
+NoKillBetweenChunksAdopted == ~KillBetweenChunksAdopted
+NoKillMidMoveNextFails == ~KillMidMoveNextFails
+NoOlderRefusedAfterMove == ~OlderRefusedAfterMove
+NoSeveralChunksMoved == ~SeveralChunksMoved
+=============================================================================
