@@ -294,6 +294,6 @@ def init_location(rows: Sequence[Sequence[int]]) -> str:
     return json.dumps({"physical_to_logical_map": [list(r) for r in rows]})
 
 
-def summary(value: Any, limit: int = 160) -> str:
-    text = str(value).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def summary(value: Any) -> str:
+    """``value`` on one line, in full (table cells wrap; they are never cut)."""
+    return " ".join(str(value).split())
