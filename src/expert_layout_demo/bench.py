@@ -17,6 +17,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
    exported tensors.
 5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
    against 1.
+6. real servers (``expert_layout_demo.real.bench``): ``python -m sglang.launch_server`` ready time
+   with and without the plugin on the same daemons, and EPLB's rebalance wall time with and
+   without the protocol; a few minutes on 2 cores (``--no-real`` skips it).
 """
 
 from __future__ import annotations
@@ -412,6 +415,12 @@ def markdown(data: dict[str, Any]) -> str:
         f"{yes(fe['overhead'] <= t['fetch_overhead_max'])} |",
         f"| query throughput, 16 attached engines polling | {tp['queries_per_s_16_engines']} /s | "
         f"{tp['queries_per_s_1_engine']} /s (1 engine) | {tp['ratio_16_to_1']}x | none |",
+    ]
+    if data.get("real_servers"):
+        from expert_layout_demo.real.bench import markdown_rows
+
+        lines += markdown_rows(data["real_servers"])
+    lines += [
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()),
         "",
@@ -424,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("-n", type=int, default=200, help="repetitions per figure")
     parser.add_argument("--seconds", type=float, default=2.0, help="throughput window per client count")
+    parser.add_argument("--no-real", action="store_true", help="skip the real-server part (a few minutes)")
+    parser.add_argument("--real-repeats", type=int, default=1, help="real servers per side for the ready time")
+    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="expert-layout-bench-")
     t0 = time.monotonic()
@@ -446,12 +458,20 @@ def main(argv: list[str] | None = None) -> int:
     step("throughput: query with 1 and with 16 attached engines polling")
     tput = bench_throughput(workdir, args.seconds)
     step(f"  {tput}")
+    real = None
+    if not args.no_real:
+        from expert_layout_demo.real.bench import bench_real_servers
+
+        real = bench_real_servers(workdir, args.real_repeats, args.real_rebalances, step)
+        step(f"  {real['ready']}")
+        step(f"  {real['rebalance']}")
     data = {
         "chunk_1_rank": one,
         "chunk_2_ranks": two,
         "scale": scale,
         "fetch": fetch,
         "throughput": tput,
+        "real_servers": real,
         "targets": TARGETS,
         "met": {
             "chunk_1_rank": one["chunk_ratio"] <= TARGETS["chunk_ratio_max"],

@@ -27,6 +27,7 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     meta: dict[str, Any] = field(default_factory=dict)
+    intro: tuple[str, ...] = ()  # the Markdown's opening paragraph; the harness's when empty
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -78,14 +79,20 @@ def _numbers(numbers: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in numbers.items())
 
 
+HARNESS_INTRO = (
+    "Real daemon processes (one per rank) and 2-rank engine processes over gloo, sglang 0.5.23's",
+    "EPLBManager and ExpertLocationUpdater, weights shared zero-copy through sglang's torch_ipc",
+    "transport on CPU. A slot is *wrong* when its memory holds another logical expert than the",
+    "engine's map says; outputs are the toy MoE's greedy tokens for fixed prompts.",
+)
+
+
 def markdown(results: Results) -> str:
+    intro = results.intro or HARNESS_INTRO
     lines = [
         "# Expert-layout demo: results",
         "",
-        "Real daemon processes (one per rank) and 2-rank engine processes over gloo, sglang 0.5.23's",
-        "EPLBManager and ExpertLocationUpdater, weights shared zero-copy through sglang's torch_ipc",
-        "transport on CPU. A slot is *wrong* when its memory holds another logical expert than the",
-        "engine's map says; outputs are the toy MoE's greedy tokens for fixed prompts.",
+        *intro,
         "",
         "| case | scenario | expected (DESIGN) | observed | numbers | ok |",
         "| --- | --- | --- | --- | --- | --- |",
