@@ -44,7 +44,7 @@ def model_dir() -> str:
     """The tiny Qwen3-MoE checkpoint (built once, cached under ``build/``)."""
     from expert_layout_real.model import build_tiny_qwen3_moe
 
-    return str(build_tiny_qwen3_moe())
+    return str(build_tiny_qwen3_moe().resolve())
 
 
 def timings() -> list[dict[str, Any]]:
@@ -175,8 +175,13 @@ def _wait_group_gone(pgid: int, timeout: float) -> None:
 
 
 def _last_error(log: str) -> str:
-    for pattern in (r"[^\n]*\[expert-layout\][^\n]*", r"[^\n]*(Error|error)[^\n]*"):
-        found = re.findall(pattern, log)
+    """The line that says why a server failed: an exception's message, or a refusal of this project."""
+    patterns = (
+        r"[^\n]*\[expert-layout\][^\n]*(fail|refus|dirty|cannot|must)[^\n]*",
+        r"[^\n]*\b[A-Z]\w+(Error|Exception): [^\n]*",
+    )
+    for pattern in patterns:
+        found = [m.group(0) for m in re.finditer(pattern, log)]
         if found:
             return " ".join(found[-1].split())
     return ""
