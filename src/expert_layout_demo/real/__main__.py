@@ -37,13 +37,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from expert_layout_demo import picture, results
     from expert_layout_demo.procmon import ResourceMeter
-    from expert_layout_demo.real import cases, servers
+    from expert_layout_demo.real import cases
     from expert_layout_demo.real.lab import Lab
 
     meter = ResourceMeter().start()
     os.makedirs(args.out, exist_ok=True)
-    lab = Lab(args.out, servers.model_dir())
-    lab.step(f"expert-layout demo on real sglang servers: model {lab.model_dir}; logs in {lab.logs}/")
+    lab = Lab(args.out)
+    lab.step(f"expert-layout demo on real sglang servers: model {lab.model.name}; sglang's logs in {lab.logs}/")
     try:
         rows, ev = cases.run_all(lab)
     finally:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     res.meta["usage"] = usage
-    res.meta["servers"] = servers.timings()
+    res.meta["servers"] = lab.timings()
     files = results.write(res, args.out)
     files.append(os.path.join(args.out, "status.md"))
     if not args.no_picture and {"before", "after"} <= set(ev):
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     print(results.text_table(res))
     print()
     lab.step(f"wrote {', '.join(files)}")
+    lab.step(
+        f"wall {usage['wall_s']} s, peak RSS {usage['peak_rss_gb']} GB (limits {LIMIT_S:.0f} s, {LIMIT_GB:.0f} GB)"
+    )
     lab.step("every case as designed" if res.all_passed else "SOME CASES DID NOT GO AS DESIGNED")
     return 0 if res.all_passed else 1
 

@@ -17,16 +17,17 @@ Servers need about 30 s each to be ready on 2 cores: this part takes a few minut
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
-from expert_layout_demo.real import servers
-from expert_layout_demo.real.lab import PROMPTS, Chain
+from expert_layout_real import server as rs
+from expert_layout_real.model import PROMPTS, build_tiny_qwen3_moe
 
-REBALANCE_TIME = r"\[EPLBManager\] rebalance end time=([0-9.]+)s"
+REBALANCE_TIME = r"TP0[^\]\n]*\] \[EPLBManager\] rebalance end time=([0-9.]+)s"
+ITERATIONS = 20
 
 
 def _median(values: list[float]) -> float:
@@ -37,30 +38,32 @@ def _ratio(on: float, off: float) -> float:
     return round(on / off, 3) if off else float("nan")
 
 
-def ready_times(model: str, workdir: str, repeats: int, step: Any) -> dict[str, Any]:
-    chain = Chain("bench-ready", os.path.join(workdir, "sockets-ready"))
-    os.makedirs(chain.socket_dir, exist_ok=True)
-    daemons = servers.start_daemons(
-        model, layout_aware=True, enable_eplb=True, env=chain.env, log_path=os.path.join(workdir, "daemons-ready.log")
-    )
+def _topology(model: Path) -> rs.Topology:
+    return rs.Topology(model, tp_size=2, ep_size=2, redundant_experts=2, enable_eplb=True)
+
+
+def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str, Any]:
+    run = rs.RunDir(workdir / "ready")
+    daemons = rs.StandaloneDaemons(run, _topology(model)).start()
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     try:
+        daemons.wait_ready()
         order = [("on", "off") if i % 2 == 0 else ("off", "on") for i in range(repeats)]
         for i, pair in enumerate(order):
             for side in pair:
-                server = servers.start_server(
-                    f"bench-ready-{side}-{i}",
-                    model,
-                    plugin=side == "on",
-                    weight_cache="client",
-                    enable_eplb=True,
-                    init_expert_location=None,
-                    env=chain.env,
-                    log_path=os.path.join(workdir, f"server-ready-{side}-{i}.log"),
+                spec = rs.ServerSpec(
+                    f"ready-{side}-{i}",
+                    weight_cache_mode="client",
+                    rebalance_iterations=ITERATIONS,
+                    layers_per_chunk=1,
+                    plugins=None if side == "on" else rs.PROTOCOL_OFF,
                 )
-                seconds[side].append(round(server.ready_s, 2))
-                step(f"  ready time, plugin {side}: {server.ready_s:.1f} s")
-                server.stop()
+                server = rs.RealServer(run, _topology(model), spec).start()
+                try:
+                    seconds[side].append(round(server.wait_ready(), 2))
+                finally:
+                    server.stop()
+                step(f"  ready time, plugin {side}: {seconds[side][-1]:.1f} s")
     finally:
         daemons.stop()
     on, off = _median(seconds["on"]), _median(seconds["off"])
@@ -73,28 +76,24 @@ def ready_times(model: str, workdir: str, repeats: int, step: Any) -> dict[str, 
     }
 
 
-def rebalance_times(model: str, workdir: str, rebalances: int, step: Any) -> dict[str, Any]:
+def rebalance_times(model: Path, workdir: Path, rebalances: int, step: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for side in ("on", "off"):
-        chain = Chain(f"bench-rebalance-{side}", os.path.join(workdir, f"sockets-rebalance-{side}"))
-        os.makedirs(chain.socket_dir, exist_ok=True)
-        server = servers.start_server(
-            f"bench-rebalance-{side}",
-            model,
-            plugin=side == "on",
-            weight_cache="daemon",
-            enable_eplb=True,
-            init_expert_location=None,
-            env=chain.env,
-            log_path=os.path.join(workdir, f"server-rebalance-{side}.log"),
-            chunked=False,  # one chunk: sglang then times the whole rebalance itself
+        run = rs.RunDir(workdir / f"rebalance-{side}")
+        # One chunk (no --eplb-rebalance-layers-per-chunk): sglang then times the whole rebalance.
+        spec = rs.ServerSpec(
+            f"rebalance-{side}",
+            weight_cache_mode="daemon",
+            rebalance_iterations=ITERATIONS,
+            plugins=None if side == "on" else rs.PROTOCOL_OFF,
         )
+        server = rs.RealServer(run, _topology(model), spec).start()
         try:
-            deadline = time.monotonic() + 180
-            i = 0
-            while len(re.findall(REBALANCE_TIME, server.log_text())) < rebalances and time.monotonic() < deadline:
-                server.generate(PROMPTS[i % len(PROMPTS)], 16)
-                i += 1
+            server.wait_ready()
+            for _ in range(4 * rebalances):
+                if len(re.findall(REBALANCE_TIME, server.log_text())) >= rebalances:
+                    break
+                server.generate(list(PROMPTS), 16)
             times = [float(t) for t in re.findall(REBALANCE_TIME, server.log_text())]
         finally:
             server.stop()
@@ -106,18 +105,14 @@ def rebalance_times(model: str, workdir: str, rebalances: int, step: Any) -> dic
 
 
 def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -> dict[str, Any]:
-    model = servers.model_dir()
+    model = build_tiny_qwen3_moe().resolve()
+    root = Path(workdir) / "real"
     t0 = time.monotonic()
     step("real servers: ready time with and without the plugin, on the same standalone daemons")
-    ready = ready_times(model, workdir, repeats, step)
+    ready = ready_times(model, root, repeats, step)
     step("real servers: EPLB rebalance wall time with and without the protocol (spawned daemons)")
-    rebalance = rebalance_times(model, workdir, rebalances, step)
-    return {
-        "ready": ready,
-        "rebalance": rebalance,
-        "seconds": round(time.monotonic() - t0, 1),
-        "servers": servers.timings(),
-    }
+    rebalance = rebalance_times(model, root, rebalances, step)
+    return {"ready": ready, "rebalance": rebalance, "seconds": round(time.monotonic() - t0, 1)}
 
 
 def markdown_rows(data: dict[str, Any]) -> list[str]:
