@@ -33,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m expert_layout_demo.real", description=__doc__)
     parser.add_argument("--out", default="demo-results", help="results, picture and logs go here")
     parser.add_argument("--no-picture", action="store_true")
+    parser.add_argument("--chains", default="off,noeplb,aware", help="a subset of off,noeplb,aware (debugging)")
     args = parser.parse_args(argv)
+    chains = [c.strip() for c in args.chains.split(",") if c.strip()]
+    unknown = sorted(set(chains) - {"off", "noeplb", "aware"})
+    if unknown:
+        parser.error(f"unknown chains {unknown}; known: off, noeplb, aware")
 
     from expert_layout_demo import picture, results
     from expert_layout_demo.procmon import ResourceMeter
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     lab = Lab(args.out)
     lab.step(f"expert-layout demo on real sglang servers: model {lab.model.name}; sglang's logs in {lab.logs}/")
     try:
-        rows, ev = cases.run_all(lab)
+        rows, ev = cases.run_all(lab, chains)
     finally:
         lab.close()
         meter.stop()

@@ -54,6 +54,15 @@ def _first(pattern: str, text: str) -> str:
     return " ".join(found.group(0).split()) if found else ""
 
 
+def reference_outputs(lab: Lab, ev: dict[str, Any]) -> list[list[int]]:
+    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout."""
+    if "ref_out" not in ev:
+        ref = lab.server("ref-disk", None, plugin=False)
+        ev["ref_out"] = ref.generate()
+        lab.stop(ref)
+    return ev["ref_out"]
+
+
 def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     chain = lab.chain("off")
     a = lab.server("0-A", chain, plugin=False, mode="daemon")
@@ -81,10 +90,7 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     a_wrong = memory_probe.wrong_slots(a_believed, held)
     lab.stop(b, a)
 
-    ref = lab.server("ref-disk", None, plugin=False)
-    ref_out = ref.generate()
-    lab.stop(ref)
-    ev["ref_out"] = ref_out
+    ref_out = reference_outputs(lab, ev)
     ev["before"] = (b_believed, held)
     diff = differing(b_out, ref_out)
     slots = len(held) * len(held[0])
@@ -128,7 +134,7 @@ def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     assert chain.daemons is not None
     chain.daemons.stop()
     n = len(out)
-    same = n - differing(out, ev["ref_out"])
+    same = n - differing(out, reference_outputs(lab, ev))
     lab.step(f"matrix M3: M3-R on daemons without a record: keep_own on {keep} ranks; {same}/{n} outputs as ref-disk")
     no_record = all(s.get("version") is None for s in states)
     return [
@@ -298,14 +304,17 @@ def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
     )
 
 
-def run_all(lab: Lab) -> tuple[list[Row], dict[str, Any]]:
+CHAINS = {"off": case0_and_m1, "noeplb": m3_no_eplb, "aware": aware_chain}
+
+
+def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
     ev: dict[str, Any] = {}
     rows: list[Row] = []
-    for name, fn in (("0", case0_and_m1), ("M3", m3_no_eplb), ("1", aware_chain)):
+    for name in chains or list(CHAINS):
         try:
-            rows.extend(fn(lab, ev))
+            rows.extend(CHAINS[name](lab, ev))
         except Exception as exc:  # one broken chain must not hide the others' rows
             first = str(exc).splitlines()[0] if str(exc) else ""
-            lab.step(f"chain of case {name}: could not run: {type(exc).__name__}: {first}")
+            lab.step(f"chain {name}: could not run: {type(exc).__name__}: {first}")
             rows.append(Row(name, "could not run", "", f"{type(exc).__name__}: {first}", {}, False))
     return rows, ev
