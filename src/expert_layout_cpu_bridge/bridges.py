@@ -25,14 +25,21 @@ class Bridge(NamedTuple):
 
 # --- layers/moe/fused_moe_native.py:77: moe_forward_native indexes with EP's -1 expert ids ---
 def skip_other_rank_experts(original: Any, layer: Any, x: Any, topk_output: Any, *args: Any, **kwargs: Any) -> Any:
-    """Ids of experts on another EP rank are -1: send them to slot 0 with weight 0 (adds nothing)."""
+    """Ids of experts on another EP rank are -1. sglang's function counts tokens per expert with
+    ``scatter_`` (one count per token and expert), so the -1 ids cannot all become one id in a
+    row: each top-k column is run alone, its -1 ids sent to expert 0 with weight 0 (they add
+    nothing), and the columns' outputs summed."""
     other_rank = topk_output.topk_ids < 0
-    if bool(other_rank.any()):
-        topk_output = topk_output._replace(
-            topk_ids=topk_output.topk_ids.masked_fill(other_rank, 0),
-            topk_weights=topk_output.topk_weights.masked_fill(other_rank, 0),
-        )
-    return original(layer, x, topk_output, *args, **kwargs)
+    if not bool(other_rank.any()):
+        return original(layer, x, topk_output, *args, **kwargs)
+    ids = topk_output.topk_ids.masked_fill(other_rank, 0)
+    weights = topk_output.topk_weights.masked_fill(other_rank, 0)
+    total = None
+    for k in range(ids.shape[1]):
+        column = topk_output._replace(topk_ids=ids[:, k : k + 1], topk_weights=weights[:, k : k + 1])
+        out = original(layer, x, column, *args, **kwargs)
+        total = out if total is None else total + out
+    return total
 
 
 # --- eplb_manager.py:120,182, expert_location_updater.py:59, expert_distribution.py:992 ---
