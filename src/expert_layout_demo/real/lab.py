@@ -32,6 +32,9 @@ REBALANCE_ITERATIONS = 20
 NO_REBALANCE_ITERATIONS = 10**9  # the disk references keep their layout
 LAYERS_PER_CHUNK = 1  # two chunks per rebalance: a point between them to SIGKILL at
 READY_TIMEOUT_S = 300.0
+# sglang's crash diagnostics (a py-spy dump, then a 60 s wait for CUDA coredumps) have nothing to
+# collect on this CPU machine without py-spy; off, so a failed server exits when it fails.
+NO_CRASH_DIAGNOSTICS = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
 # sglang logs each line once per rank: count rank 0's.
 RANK0 = r"TP0[^\]\n]*\] "
 REBALANCE_END = RANK0 + r"\[EPLBManager\] rebalance end"
@@ -144,6 +147,7 @@ class Lab:
             init_expert_location=init,
             plugins=None if plugin else rs.PROTOCOL_OFF,
             stop_at=stop_at,
+            extra_env=dict(NO_CRASH_DIAGNOSTICS),
         )
         launched = Launched(name, rs.RealServer(run, self.topology(), spec).start())
         self.launched.append(launched)
