@@ -18,6 +18,7 @@ from the daemons' memory (``memory_probe``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from expert_layout_demo import memory_probe
@@ -55,11 +56,14 @@ def _first(pattern: str, text: str) -> str:
 
 
 def reference_outputs(lab: Lab, ev: dict[str, Any]) -> list[list[int]]:
-    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout."""
+    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout (started in
+    the background by ``run_all``); stopped once it answered."""
     if "ref_out" not in ev:
-        ref = lab.server("ref-disk", None, plugin=False)
+        started = ev.pop("ref-disk", None)
+        ref = started.result() if started is not None else lab.server("ref-disk", None, plugin=False)
         ev["ref_out"] = ref.generate()
         lab.stop(ref)
+        lab.step(f"ref-disk (loaded from disk, sglang's initial layout) answered; ready in {ref.ready_s:.0f}s")
     return ev["ref_out"]
 
 
@@ -68,6 +72,7 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     a = lab.server("0-A", chain, plugin=False, mode="daemon")
     lab.step(f"case 0: 0-A (SGLANG_PLUGINS=none) ready in {a.ready_s:.0f}s, spawned plain sglang daemons")
     lab.status(chain, "case 0: 0-A's spawned daemons")
+    ref_out = reference_outputs(lab, ev)
 
     # M1: a layout-aware engine on plain sglang daemons, before any move.
     p = lab.server("M1-P", chain)
@@ -90,7 +95,6 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     a_wrong = memory_probe.wrong_slots(a_believed, held)
     lab.stop(b, a)
 
-    ref_out = reference_outputs(lab, ev)
     ev["before"] = (b_believed, held)
     diff = differing(b_out, ref_out)
     slots = len(held) * len(held[0])
@@ -153,11 +157,13 @@ def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 
 def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
-    chain = lab.chain("aware", standalone=True)
+    started = ev.pop("aware", None)
+    chain = started.result() if started is not None else lab.chain("aware", standalone=True)
     lab.status(chain, "case 1: layout-aware daemons up")
-    rows.append(case1_restart(lab, chain, ev))
+    finish_case1 = case1_restart(lab, chain, ev)
     b: Launched = ev["1-B"]
-    rows.append(m2_older_engine(lab, chain))
+    row_m2 = m2_older_engine(lab, chain)  # while ref-map starts in the background
+    rows += [finish_case1(), row_m2]
     rows.append(case2_standby(lab, chain, b))
     row3a, d = case3a_between_chunks(lab, chain, b)
     rows.append(row3a)
@@ -165,7 +171,9 @@ def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Row:
+def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
+    """Case 1 up to 1-B's outputs; returns what finishes it once ref-map (started in the
+    background) has answered."""
     a = lab.server("1-A", chain)
     moved = lab.rebalance(a, 3)
     st_a = lab.status(chain, f"case 1: 1-A rebalanced {moved} times")
@@ -180,16 +188,32 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Row:
     st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {versions(b)})")
     held = lab.held(chain)
     wrong = memory_probe.wrong_slots(b_believed, held)
-    ref = lab.server("ref-map", None, plugin=False, init_map=b_believed)
+    ev["after"] = (b_believed, held)
+    version = st_b[0].get("version")
+    slots = len(held) * len(held[0])
+    lab.step(f"case 1: 1-B adopted version {version}; {wrong}/{slots} slots hold another expert than 1-B believes")
+    ref_started = lab.background(lab.server, "ref-map", None, plugin=False, init_map=b_believed)
+    return lambda: _case1_row(lab, ref_started.result(), b, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+
+
+def _case1_row(
+    lab: Lab,
+    ref: Launched,
+    b: Launched,
+    b_believed: list[list[int]],
+    b_out: list[list[int]],
+    st_a: list[dict[str, Any]],
+    st_b: list[dict[str, Any]],
+    moved: int,
+    adopted: int,
+    wrong: int,
+) -> Row:
     ref_out = ref.generate()
     lab.stop(ref)
     diff = differing(b_out, ref_out)
-    ev["after"] = (b_believed, held)
     version = st_b[0].get("version")
-    slots, n = len(held) * len(held[0]), len(b_out)
-    lab.step(
-        f"case 1: 1-B adopted version {version}; {wrong}/{slots} slots wrong; {n - diff}/{n} outputs equal ref-map's"
-    )
+    slots, n = len(b_believed) * len(b_believed[0]), len(b_out)
+    lab.step(f"case 1: {n - diff}/{n} of 1-B's outputs equal ref-map's (disk, --init-expert-location = 1-B's map)")
     return Row(
         "1",
         "restart with the protocol on",
@@ -310,7 +334,12 @@ CHAINS = {"off": case0_and_m1, "noeplb": m3_no_eplb, "aware": aware_chain}
 def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
     ev: dict[str, Any] = {}
     rows: list[Row] = []
-    for name in chains or list(CHAINS):
+    chains = chains or list(CHAINS)
+    if {"off", "noeplb"} & set(chains):
+        ev["ref-disk"] = lab.background(lab.server, "ref-disk", None, plugin=False)
+    if "aware" in chains:
+        ev["aware"] = lab.background(lab.chain, "aware", standalone=True)
+    for name in chains:
         try:
             rows.extend(CHAINS[name](lab, ev))
         except Exception as exc:  # one broken chain must not hide the others' rows

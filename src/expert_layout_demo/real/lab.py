@@ -10,19 +10,21 @@ daemons' socket and ready files, the engines' belief probes). Its daemons are st
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from expert_layout_demo import memory_probe
 from expert_layout_real import server as rs
 from expert_layout_real.engine_probes import StopPoint
 from expert_layout_real.model import PROMPTS, build_tiny_qwen3_moe
 
+T = TypeVar("T")
 WORLD = 2
 NUM_LOGICAL = 8
 MAX_NEW_TOKENS = 16
@@ -91,6 +93,9 @@ class Lab:
     chains: list[Chain] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        # Starts that nothing waits for yet (a reference server, the next chain's daemons) run
+        # beside the current step: on 2 cores shared with other work they overlap its idle waits.
+        self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="demo-start")
         self.out = Path(self.out).resolve()
         self.logs = self.out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -104,6 +109,10 @@ class Lab:
 
     def step(self, message: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {message}", flush=True)
+
+    def background(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        """``fn(*args, **kwargs)`` in a background thread; ``.result()`` waits for it."""
+        return self._background.submit(fn, *args, **kwargs)
 
     # -- daemons ----------------------------------------------------------------------------
 
@@ -239,6 +248,7 @@ class Lab:
         return [[e for rank in per_rank for e in rank[layer]] for layer in range(len(self._gates))]
 
     def close(self) -> None:
+        self._background.shutdown(wait=True)
         for launched in self.launched:
             if not launched.stopped:
                 launched.server.kill()
