@@ -31,12 +31,11 @@ MAX_NEW_TOKENS = 16
 # EPLB's interval in forward passes: one round of the prompts (one batch, 16 tokens) stays below
 # it, so each server's outputs come from one layout; the demo drives more rounds to rebalance.
 REBALANCE_ITERATIONS = 20
-NO_REBALANCE_ITERATIONS = 10**9  # the disk references keep their layout
+# The disk references keep their layout. sglang sizes the recorder's buffer by this number too
+# (the library passes it as --expert-distribution-recorder-buffer-size): 10**9 asked for 80 GB.
+NO_REBALANCE_ITERATIONS = 10_000
 LAYERS_PER_CHUNK = 1  # two chunks per rebalance: a point between them to SIGKILL at
 READY_TIMEOUT_S = 300.0
-# sglang's schedulers poll while idle (a core each here); the demo keeps servers idle while
-# others start, so they sleep instead (sglang's own switch).
-SERVER_ARGS = ("--sleep-on-idle",)
 # sglang's crash diagnostics (a py-spy dump, then a 60 s wait for CUDA coredumps) have nothing to
 # collect on this CPU machine without py-spy; off, so a failed server exits when it fails.
 NO_CRASH_DIAGNOSTICS = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
@@ -159,7 +158,6 @@ class Lab:
             init_expert_location=init,
             plugins=None if plugin else rs.PROTOCOL_OFF,
             stop_at=stop_at,
-            extra_args=SERVER_ARGS,
             extra_env=dict(NO_CRASH_DIAGNOSTICS),
         )
         launched = Launched(name, rs.RealServer(run, self.topology(), spec).start())
