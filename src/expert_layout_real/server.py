@@ -109,13 +109,22 @@ class RunDir:
 
 class StandaloneDaemons:
     """``python -m daemon_adapter`` for every local rank (sglang's all-ranks launcher mode), in its
-    own process group: a server's SIGKILL does not reach it."""
+    own process group: a server's SIGKILL does not reach it. ``layout_aware=False``: sglang's own
+    daemons instead (``expert_layout_real.plain_daemons``)."""
 
-    def __init__(self, run: RunDir, topology: Topology, name: str = "daemons", extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        topology: Topology,
+        name: str = "daemons",
+        extra_args: Sequence[str] = (),
+        layout_aware: bool = True,
+    ) -> None:
         self.run = run
         self.topology = topology
         self.name = name
-        argv = [sys.executable, "-m", "daemon_adapter", *topology.args(), *extra_args]
+        module = "daemon_adapter" if layout_aware else "expert_layout_real.plain_daemons"
+        argv = [sys.executable, "-m", module, *topology.args(), *extra_args]
         self.tree = ProcessTree(name, argv, run.env(topology.tp_size), run.log(name))
 
     def start(self) -> StandaloneDaemons:
