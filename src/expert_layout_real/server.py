@@ -144,7 +144,7 @@ class StandaloneDaemons:
             if not self.tree.alive():
                 raise ServerFailed(
                     f"{self.name} exited with code {self.tree.exit_code()} before they were ready; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"{self.tree.failure_report()}"
                 )
             if time.monotonic() > deadline:
                 raise ServerFailed(
@@ -228,7 +228,7 @@ class RealServer:
             if not self.tree.alive():
                 raise ServerFailed(
                     f"server {self.spec.name} exited with code {self.tree.exit_code()} before it was ready; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"{self.tree.failure_report()}"
                 )
             try:
                 if self._get("/health", timeout=2.0) == 200:
@@ -238,8 +238,7 @@ class RealServer:
                 pass
             if time.monotonic() > deadline:
                 raise ServerFailed(
-                    f"server {self.spec.name} not ready after {timeout_s:.0f}s; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"server {self.spec.name} not ready after {timeout_s:.0f}s; {self.tree.failure_report()}"
                 )
             time.sleep(0.5)
 
