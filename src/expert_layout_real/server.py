@@ -189,6 +189,8 @@ class RealServer:
             old.unlink()
         argv = [sys.executable, "-m", "sglang.launch_server", *topology.args()]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--skip-server-warmup", "--random-seed", "0"]
+        # An idle scheduler otherwise polls and takes a core each: on 2 cores that slows everything.
+        argv.append("--sleep-on-idle")
         argv += ["--weight-cache-mode", spec.weight_cache_mode]
         argv += ["--eplb-rebalance-num-iterations", str(spec.rebalance_iterations)]
         argv += ["--expert-distribution-recorder-buffer-size", str(spec.rebalance_iterations)]
