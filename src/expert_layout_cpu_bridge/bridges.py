@@ -42,10 +42,28 @@ def skip_other_rank_experts(original: Any, layer: Any, x: Any, topk_output: Any,
     return total
 
 
-# --- eplb_manager.py:120,182, expert_location_updater.py:59, expert_distribution.py:992 ---
+# --- eplb_manager.py:120,182, expert_location_updater.py:59 (synchronize) and
+#     expert_distribution.py:992 (empty_cache) on torch.get_device_module() ---
+class CpuDeviceModule:
+    """``torch.cpu`` plus the ``empty_cache`` it lacks (sglang's CPU platform: a GC pass)."""
+
+    def empty_cache(self) -> None:
+        from sglang.srt.platforms import current_platform
+
+        current_platform.empty_cache()
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch.cpu, name)
+
+
+CPU_DEVICE_MODULE = CpuDeviceModule()
+
+
 def default_device_module_is_cpu(original: Any, device: Any = None) -> Any:
     """``torch.get_device_module()`` without a device is ``torch.cuda`` here (no driver): use CPU's."""
-    return original("cpu" if device is None else device)
+    return CPU_DEVICE_MODULE if device is None else original(device)
 
 
 # --- platforms/cpu.py:79: CpuDeviceMixin.get_device_uuid is platform.machine() for every rank ---

@@ -14,7 +14,8 @@ imports ``engine_probes`` in every server process):
   ``run.socket_path(rank)``; ``run.env(tp_size, plugins=None, extra=None)``.
 - ``server.Topology(model_path, tp_size=2, ep_size=2, redundant_experts=2, enable_eplb=True)``:
   the flags servers and daemons share.
-- ``server.StandaloneDaemons(run, topology, name="daemons", extra_args=()).start()``;
+- ``server.StandaloneDaemons(run, topology, name="daemons", extra_args=(), layout_aware=True)
+  .start()`` (``layout_aware=False``: sglang's own daemons, ``plain_daemons``);
   ``.wait_ready(timeout_s) -> seconds``; ``.kill()`` (SIGKILL tree); ``.stop()``; ``.tree``.
 - ``server.ServerSpec(name, weight_cache_mode="client"|"daemon", rebalance_iterations=20,
   layers_per_chunk=None, init_expert_location=None, plugins=None | server.PROTOCOL_OFF,

@@ -89,6 +89,24 @@ class ProcessTree:
             psutil.wait_procs(members, timeout=max(1.0, grace_s / 4))
         self.kill()
 
+    def error_lines(self, most: int = 20, width: int = 400) -> list[str]:
+        """The log's error lines (an ``ERROR`` level or an exception's last line), last ``most``."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        found = [
+            line if len(line) <= width else line[:width] + " …"
+            for line in text.splitlines()
+            if " ERROR " in line or line.startswith(("RuntimeError", "ValueError", "Exception")) or "Error: " in line
+        ]
+        return found[-most:]
+
+    def failure_report(self) -> str:
+        """What a person who launched the command needs: its error lines, then the end of its log."""
+        errors = "\n".join(self.error_lines()) or "(none)"
+        return f"log {self.log_path}\n--- error lines:\n{errors}\n--- last lines:\n{self.log_tail()}"
+
     def log_tail(self, lines: int = 40, width: int = 400) -> str:
         """The end of the log, long lines cut (sglang prints its server_args on one line)."""
         try:

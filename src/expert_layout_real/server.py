@@ -109,13 +109,22 @@ class RunDir:
 
 class StandaloneDaemons:
     """``python -m daemon_adapter`` for every local rank (sglang's all-ranks launcher mode), in its
-    own process group: a server's SIGKILL does not reach it."""
+    own process group: a server's SIGKILL does not reach it. ``layout_aware=False``: sglang's own
+    daemons instead (``expert_layout_real.plain_daemons``)."""
 
-    def __init__(self, run: RunDir, topology: Topology, name: str = "daemons", extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        topology: Topology,
+        name: str = "daemons",
+        extra_args: Sequence[str] = (),
+        layout_aware: bool = True,
+    ) -> None:
         self.run = run
         self.topology = topology
         self.name = name
-        argv = [sys.executable, "-m", "daemon_adapter", *topology.args(), *extra_args]
+        module = "daemon_adapter" if layout_aware else "expert_layout_real.plain_daemons"
+        argv = [sys.executable, "-m", module, *topology.args(), *extra_args]
         self.tree = ProcessTree(name, argv, run.env(topology.tp_size), run.log(name))
 
     def start(self) -> StandaloneDaemons:
@@ -135,7 +144,7 @@ class StandaloneDaemons:
             if not self.tree.alive():
                 raise ServerFailed(
                     f"{self.name} exited with code {self.tree.exit_code()} before they were ready; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"{self.tree.failure_report()}"
                 )
             if time.monotonic() > deadline:
                 raise ServerFailed(
@@ -180,6 +189,8 @@ class RealServer:
             old.unlink()
         argv = [sys.executable, "-m", "sglang.launch_server", *topology.args()]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--skip-server-warmup", "--random-seed", "0"]
+        # An idle scheduler otherwise polls and takes a core each: on 2 cores that slows everything.
+        argv.append("--sleep-on-idle")
         argv += ["--weight-cache-mode", spec.weight_cache_mode]
         argv += ["--eplb-rebalance-num-iterations", str(spec.rebalance_iterations)]
         argv += ["--expert-distribution-recorder-buffer-size", str(spec.rebalance_iterations)]
@@ -219,7 +230,7 @@ class RealServer:
             if not self.tree.alive():
                 raise ServerFailed(
                     f"server {self.spec.name} exited with code {self.tree.exit_code()} before it was ready; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"{self.tree.failure_report()}"
                 )
             try:
                 if self._get("/health", timeout=2.0) == 200:
@@ -229,8 +240,7 @@ class RealServer:
                 pass
             if time.monotonic() > deadline:
                 raise ServerFailed(
-                    f"server {self.spec.name} not ready after {timeout_s:.0f}s; "
-                    f"log {self.tree.log_path}:\n{self.tree.log_tail()}"
+                    f"server {self.spec.name} not ready after {timeout_s:.0f}s; {self.tree.failure_report()}"
                 )
             time.sleep(0.5)
 

@@ -78,7 +78,10 @@ def test_every_rank_gets_its_own_device_uuid() -> None:
 
 
 def test_default_device_module_is_cpu_and_explicit_devices_pass_through() -> None:
-    assert bridges.default_device_module_is_cpu(torch.get_device_module) is torch.cpu
+    module = bridges.default_device_module_is_cpu(torch.get_device_module)
+    module.synchronize()  # eplb_manager.py:120,182, expert_location_updater.py:59
+    module.empty_cache()  # expert_distribution.py:992
+    assert module.synchronize is torch.cpu.synchronize
     assert bridges.default_device_module_is_cpu(torch.get_device_module, "cpu") is torch.cpu
 
 
