@@ -82,6 +82,8 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     p_off = _first(REBALANCE_OFF, p.log_text())
     lab.step(f"matrix M1: layout-aware M1-P on plain daemons: keep_own on {p_keep} ranks; {p_off or 'no off line'}")
     lab.stop(p)
+    # M3's daemons start now, beside 0-A's rebalances and 0-B's start.
+    ev["noeplb"] = lab.background(lab.chain, "noeplb", standalone=True, enable_eplb=False)
 
     moved = lab.rebalance(a, 3)
     a_believed = believed_map(a.beliefs())
@@ -127,7 +129,8 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 
 
 def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
-    chain = lab.chain("noeplb", standalone=True, enable_eplb=False)
+    started = ev.pop("noeplb", None)
+    chain = started.result() if started is not None else lab.chain("noeplb", standalone=True, enable_eplb=False)
     states = lab.status(chain, "matrix M3: layout-aware daemons without --enable-eplb")
     r = lab.server("M3-R", chain)
     out = r.generate()
