@@ -131,6 +131,9 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     started = ev.pop("noeplb", None)
     chain = started.result() if started is not None else lab.chain("noeplb", standalone=True, enable_eplb=False)
+    aware = ev.get("aware")
+    if aware is not None:  # case 1's first server starts beside M3 (other daemons)
+        ev["1-A"] = lab.background(lambda: lab.server("1-A", aware.result()))
     states = lab.status(chain, "matrix M3: layout-aware daemons without --enable-eplb")
     r = lab.server("M3-R", chain)
     out = r.generate()
@@ -177,7 +180,8 @@ def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
     """Case 1 up to 1-B's outputs; returns what finishes it once ref-map (started in the
     background) has answered."""
-    a = lab.server("1-A", chain)
+    started = ev.pop("1-A", None)
+    a = started.result() if started is not None else lab.server("1-A", chain)
     moved = lab.rebalance(a, 3)
     st_a = lab.status(chain, f"case 1: 1-A rebalanced {moved} times")
     lab.stop(a)
