@@ -126,3 +126,40 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
         f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | none |",
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m expert_layout_demo.real.bench``: this part alone (``make bench`` runs it after the others)."""
+    import argparse
+    import json
+    import tempfile
+
+    from expert_layout_demo.results import machine
+
+    parser = argparse.ArgumentParser(prog="python -m expert_layout_demo.real.bench", description=__doc__)
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--real-repeats", type=int, default=1, help="servers per side for the ready time")
+    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+
+    def step(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+    data = bench_real_servers(
+        tempfile.mkdtemp(prefix="expert-layout-bench-"), args.real_repeats, args.real_rebalances, step
+    )
+    data["machine"] = machine()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "real_servers.json").write_text(json.dumps(data, indent=2) + "\n")
+    header = ["| what | with the protocol | without | ratio | target |", "| --- | --- | --- | --- | --- |"]
+    text = "\n".join(["# Real servers: the protocol's cost", "", *header, *markdown_rows(data), ""])
+    (Path(args.out) / "real_servers.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
