@@ -10,6 +10,7 @@ timeout, and its log (its launcher's output) must say the daemons are dirty and 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from expert_layout_real.engine_probes import StopPoint
 from expert_layout_real.model import PROMPTS
 from expert_layout_real.server import RealServer, RunDir, ServerFailed, ServerSpec, StandaloneDaemons, Topology
 
+# B's SGLANG_PLUGINS can be set from outside, to run the test with the plugin's startup check off.
+B_PLUGINS = os.environ.get("EXPERT_LAYOUT_TEST_B_PLUGINS") or None
 PROMPT_TIMEOUT_S = 240.0
 # The engine-side wait for another engine's move; B must fail well before it.
 WAIT_TIMEOUT_S = 300.0
@@ -50,7 +53,7 @@ def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(tiny_model: Path
         dirty = _wait_dirty(run_dir, topology.tp_size, timeout_s=30.0)
         assert all(dirty), f"daemons are not dirty after the mover's SIGKILL: {dirty}"
 
-        b = RealServer(run_dir, topology, ServerSpec("B", rebalance_iterations=100_000)).start()
+        b = RealServer(run_dir, topology, ServerSpec("B", rebalance_iterations=100_000, plugins=B_PLUGINS)).start()
         started = time.monotonic()
         try:
             with pytest.raises(ServerFailed) as failed:
