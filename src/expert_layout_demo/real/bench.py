@@ -2,7 +2,7 @@
 
 Measured side by side in one run, each as a ratio with the protocol on against off:
 
-1. **ready time**: seconds from launching a server to its first answered ``/health_generate``,
+1. **ready time**: seconds from launching a server to its first 200 from ``/health`` (a 1-token generation),
    with the plugin and with ``SGLANG_PLUGINS=none``, on the *same* standalone layout-aware
    daemons (``python -m daemon_adapter --enable-eplb``) and the same flags, alternated
    (on, off, off, on, ...) so drift on a shared machine hits both alike;
@@ -118,7 +118,8 @@ def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -
 def markdown_rows(data: dict[str, Any]) -> list[str]:
     r, b = data["ready"], data["rebalance"]
     return [
-        f"| real server ready time (launch to first `/health_generate`), TP2/EP2, same standalone daemons | "
+        "| real server ready time (launch to the first 200 of `/health`, which generates a token), "
+        f"TP2/EP2, same standalone daemons | "
         f"{r['median_on_s']} s with the plugin ({r['ready_s_plugin_on']}) | "
         f"{r['median_off_s']} s with `SGLANG_PLUGINS=none` ({r['ready_s_plugin_off']}) | "
         f"{r['ratio_on_to_off']}x | none |",
