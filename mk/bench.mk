@@ -1,6 +1,10 @@
-# `make bench` (issue 7): the expert-layout protocol's costs, each as a ratio to a floor measured in
-# the same run, with the absolute numbers beside it; results and the machine in bench-results/.
-#   make bench BENCH_ARGS="-n 500"   more repetitions per figure
+# `make bench` (issues 7 and 10): the expert-layout protocol's costs, each as a ratio to a floor measured
+# in the same run, with the absolute numbers beside it; results and the machine in bench-results/.
+# The last part starts real sglang servers (ready time with/without the plugin, EPLB rebalance wall
+# time with/without the protocol): a few minutes on 2 cores.
+#   make bench BENCH_ARGS="-n 500"              more repetitions per figure
+#   make bench BENCH_ARGS="--real-repeats 2"    two servers per side for the ready time (on, off, off, on)
+#   make bench BENCH_ARGS=--no-real             skip the real-server part
 # Included by the main Makefile (PY, STAMP and PYTHONPATH=src come from it).
 BENCH_ARGS ?=
 

@@ -1,10 +1,15 @@
-# `make demo` (issue 7): the upstream GPU cases of the expert-layout protocol, reproduced on CPU
-# with real daemon processes, real 2-rank engine processes over gloo and sglang's real EPLB code.
-#   make demo                       every case; table + picture in demo-results/ (< 5 min on 2 cores)
-#   make demo DEMO_ARGS=--quick     the reduced run the CI test uses
+# `make demo` (issue 10): the upstream GPU cases of the expert-layout protocol on real sglang servers
+# (`python -m sglang.launch_server`, TP2/EP2, a tiny Qwen3-MoE built under build/), on CPU through the
+# test-only CPU bridge; results table, `expert-layout status` runs, picture and sglang's logs in
+# demo-results/ (within 10 minutes and 16 GB on 2 cores, both measured and reported).
+#   make demo                 every case on real servers
+#   make demo-harness         the same cases on the in-process harness (rank processes over gloo, no HTTP)
+#   make demo-harness DEMO_ARGS=--quick   the reduced harness run the CI test uses
 # Included by the main Makefile (PY, PIP, VENV, STAMP and PYTHONPATH=src come from it).
 DEMO_STAMP := $(VENV)/.demo-installed
 DEMO_ARGS ?=
+
+.PHONY: demo-harness
 
 # matplotlib draws the picture only; python-dateutil stays below 3 because sglang 0.5.23 pins it.
 $(DEMO_STAMP): $(STAMP) mk/demo.mk
@@ -13,4 +18,7 @@ $(DEMO_STAMP): $(STAMP) mk/demo.mk
 	@touch $@
 
 demo: $(DEMO_STAMP)
-	$(PY) -m expert_layout_demo --out demo-results $(DEMO_ARGS)
+	$(PY) -m expert_layout_demo.real --out demo-results $(DEMO_ARGS)
+
+demo-harness: $(DEMO_STAMP)
+	$(PY) -m expert_layout_demo --out demo-results/harness $(DEMO_ARGS)

@@ -16,7 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="demo-results", help="where results.md/.json and the picture go")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--no-picture", action="store_true")
-    parser.add_argument("--keep-workdir", action="store_true", help="keep the daemons' logs for a post-mortem")
+    parser.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep the work folder (sockets) for a post-mortem; logs are in OUT/logs",
+    )
     args = parser.parse_args(argv)
     selected = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = set(selected) - set(CASES)

@@ -20,6 +20,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 6. request check: the daemon's check of a request's pickle before unpickling it
    (``daemon_adapter.wire.request_pickle_problem``) on a full-map commit and on a one-layer chunk;
    floor: unpickling the same bytes.
+7. real servers (``expert_layout_demo.real.bench``): ``python -m sglang.launch_server`` ready time
+   with and without the plugin on the same daemons, and EPLB's rebalance wall time with and
+   without the protocol; a few minutes on 2 cores (``--no-real`` skips it).
 """
 
 from __future__ import annotations
@@ -445,6 +448,10 @@ def markdown(data: dict[str, Any]) -> str:
             f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | none |"
             for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
         ]
+    if data.get("real_servers"):
+        from expert_layout_demo.real.bench import markdown_rows
+
+        lines += markdown_rows(data["real_servers"])
     lines += [
         "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()),
@@ -458,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("-n", type=int, default=200, help="repetitions per figure")
     parser.add_argument("--seconds", type=float, default=2.0, help="throughput window per client count")
+    parser.add_argument("--no-real", action="store_true", help="skip the real-server part (a few minutes)")
+    parser.add_argument("--real-repeats", type=int, default=1, help="real servers per side for the ready time")
+    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="expert-layout-bench-")
     t0 = time.monotonic()
@@ -483,6 +493,13 @@ def main(argv: list[str] | None = None) -> int:
     step("request check: the daemon's pickle check before unpickling, against unpickling")
     request_check = bench_request_check(args.n)
     step(f"  {request_check}")
+    real = None
+    if not args.no_real:
+        from expert_layout_demo.real.bench import bench_real_servers
+
+        real = bench_real_servers(workdir, args.real_repeats, args.real_rebalances, step)
+        step(f"  {real['ready']}")
+        step(f"  {real['rebalance']}")
     data = {
         "chunk_1_rank": one,
         "chunk_2_ranks": two,
@@ -490,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         "fetch": fetch,
         "throughput": tput,
         "request_check": request_check,
+        "real_servers": real,
         "targets": TARGETS,
         "met": {
             "chunk_1_rank": one["chunk_ratio"] <= TARGETS["chunk_ratio_max"],

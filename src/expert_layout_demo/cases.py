@@ -255,7 +255,7 @@ def case3_kill(demo: Demo) -> list[Row]:
                 "3b",
                 "SIGKILL with a move pending",
                 "the daemons become dirty; a new engine fails at startup with the reason",
-                f"daemons {states[0]['phase']}; F failed at startup: {not f.ok}: {summary(f.error(), 120)}",
+                f"daemons {states[0]['phase']}; F failed at startup: {not f.ok}: {summary(f.error())}",
                 {"phases": "/".join(s["phase"] for s in states), "engine_started": f.ok},
                 dirty and not f.ok and "dirty" in f.error().lower(),
             )
@@ -328,7 +328,7 @@ def matrix_old_engine_after_move(demo: Demo) -> Row:
     states = demo.query("P1")
     # sglang's loader reports any non-ok reply as a config mismatch; the daemon's reply says why.
     raw = demo.raw_fetch("P1", 0)
-    demo.step(f"matrix M2b: O loaded: {o.loaded}: {summary(reason, 100)}")
+    demo.step(f"matrix M2b: O loaded: {o.loaded}: {summary(reason)}")
     demo.step(
         f"matrix M2b: the daemon's reply to O: {raw.get('status')} ({raw.get('reason')}): {summary(raw.get('message'))}"
     )
@@ -338,7 +338,7 @@ def matrix_old_engine_after_move(demo: Demo) -> Row:
             "older engine on a new daemon, after a move",
             "fetch_state refused (layout_refused): upgrade the engine or restart the daemons",
             f"loaded: {o.loaded}; daemon replied {raw.get('status')} ({raw.get('reason')}): "
-            f"{summary(raw.get('message'), 140)}",
+            f"{summary(raw.get('message'))}",
             {"loaded": o.loaded, "version": versions(states)[0], "reply": raw.get("status")},
             not o.loaded and raw.get("status") == "layout_refused",
         )

@@ -27,6 +27,7 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     meta: dict[str, Any] = field(default_factory=dict)
+    intro: tuple[str, ...] = ()  # the Markdown's opening paragraph; the harness's when empty
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -78,14 +79,20 @@ def _numbers(numbers: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in numbers.items())
 
 
+HARNESS_INTRO = (
+    "Real daemon processes (one per rank) and 2-rank engine processes over gloo, sglang 0.5.23's",
+    "EPLBManager and ExpertLocationUpdater, weights shared zero-copy through sglang's torch_ipc",
+    "transport on CPU. A slot is *wrong* when its memory holds another logical expert than the",
+    "engine's map says; outputs are the toy MoE's greedy tokens for fixed prompts.",
+)
+
+
 def markdown(results: Results) -> str:
+    intro = results.intro or HARNESS_INTRO
     lines = [
         "# Expert-layout demo: results",
         "",
-        "Real daemon processes (one per rank) and 2-rank engine processes over gloo, sglang 0.5.23's",
-        "EPLBManager and ExpertLocationUpdater, weights shared zero-copy through sglang's torch_ipc",
-        "transport on CPU. A slot is *wrong* when its memory holds another logical expert than the",
-        "engine's map says; outputs are the toy MoE's greedy tokens for fixed prompts.",
+        *intro,
         "",
         "| case | scenario | expected (DESIGN) | observed | numbers | ok |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -100,19 +107,30 @@ def markdown(results: Results) -> str:
 
 
 def text_table(results: Results, width: int = 60) -> str:
-    """The table printed at the end of the run (a terminal's width)."""
+    """The table printed at the end of the run: every cell in full, wrapped to its column."""
+    import textwrap
 
-    def cut(s: str, n: int) -> str:
-        return s if len(s) <= n else s[: n - 1] + "…"
-
-    header = f"{'case':<4} {'ok':<3} {'scenario':<34} {'observed':<{width}} numbers"
-    out = [header, "-" * len(header)]
-    for r in results.rows:
-        ok = "yes" if r.passed else "NO"
-        out.append(
-            f"{r.case:<4} {ok:<3} {cut(r.title, 34):<34} {cut(r.observed, width):<{width}} {_numbers(r.numbers)}"
-        )
-    return "\n".join(out)
+    widths = {"case": 4, "ok": 3, "scenario": 30, "observed": width, "numbers": 44}
+    header = {k: k for k in widths}
+    rows = [header] + [
+        {
+            "case": r.case,
+            "ok": "yes" if r.passed else "NO",
+            "scenario": r.title,
+            "observed": r.observed,
+            "numbers": _numbers(r.numbers),
+        }
+        for r in results.rows
+    ]
+    rule = "-" * (sum(widths.values()) + 2 * (len(widths) - 1))
+    out = []
+    for i, row in enumerate(rows):
+        cells = {k: textwrap.wrap(str(row[k]), widths[k], break_on_hyphens=False) or [""] for k in widths}
+        for line in range(max(len(c) for c in cells.values())):
+            parts = [(cells[k][line] if line < len(cells[k]) else "").ljust(widths[k]) for k in widths]
+            out.append("  ".join(parts).rstrip())
+        out.append(rule if i == 0 else "")
+    return "\n".join(out).rstrip()
 
 
 def write(results: Results, outdir: str) -> list[str]:

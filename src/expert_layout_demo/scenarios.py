@@ -32,7 +32,7 @@ from expert_layout_demo.results import Results
 from layout_sm.messages import query_request
 from layout_testkit import toy_moe
 from layout_testkit.daemon_proc import DaemonProcess, default_cache_config, request, start_daemon
-from layout_testkit.engine_ranks import EngineRanks, EngineSpec, write_model_dir
+from layout_testkit.engine_ranks import RANK_LOG_DIR_ENV, EngineRanks, EngineSpec, write_model_dir
 
 WORLD = 2
 # A pool's rank processes each import sglang (4-7 s of CPU alone); generous for a loaded machine.
@@ -53,7 +53,7 @@ class Options:
     num_tokens: int = 64
     picture: bool = True
     timeout: float = 180.0
-    keep_workdir: bool = False  # keep the daemons' logs (and the sockets' folder) for a post-mortem
+    keep_workdir: bool = False  # keep the sockets' folder for a post-mortem (logs are in <outdir>/logs)
 
 
 @dataclass
@@ -88,6 +88,10 @@ class Demo:
         self.tokens = toy_moe.prompts(self.cfg, options.num_tokens)
         self.t0 = time.monotonic()
         self.workdir = tempfile.mkdtemp(prefix="expert-layout-demo-")
+        # sglang's and the plugin's logs (engine ranks and daemons) go to files, not the terminal.
+        self.logs = os.path.abspath(os.path.join(options.outdir, "logs"))
+        os.makedirs(self.logs, exist_ok=True)
+        os.environ[RANK_LOG_DIR_ENV] = self.logs
         self.model_dir = write_model_dir(self.cfg, self.workdir)
         self.results = Results()
         self.pairs: dict[str, list[DaemonProcess]] = {}
@@ -148,7 +152,7 @@ class Demo:
                     config=self._daemon_config(rank),
                     plain_sglang=kind == "plain",
                     transport_backend=CPU_TRANSPORT,
-                    log_path=os.path.join(self.workdir, f"{name}-rank{rank}.log"),
+                    log_path=os.path.join(self.logs, f"daemon-{name}-rank{rank}.log"),
                     wait=False,
                 )
             )
@@ -294,6 +298,6 @@ def init_location(rows: Sequence[Sequence[int]]) -> str:
     return json.dumps({"physical_to_logical_map": [list(r) for r in rows]})
 
 
-def summary(value: Any, limit: int = 160) -> str:
-    text = str(value).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def summary(value: Any) -> str:
+    """``value`` on one line, in full (table cells wrap; they are never cut)."""
+    return " ".join(str(value).split())

@@ -63,6 +63,18 @@ from typing import Any
 
 from layout_testkit.toy_moe import ToyMoEConfig
 
+# When set, each rank process writes its stdout and stderr (sglang's and the plugin's logs) to
+# ``<dir>/engine-rank<r>.log`` instead of the caller's terminal (the demo sets it).
+RANK_LOG_DIR_ENV = "EXPERT_LAYOUT_RANK_LOG_DIR"
+
+
+def _output_to_file(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for std in (1, 2):
+        os.dup2(fd, std)
+    os.close(fd)
+
+
 __all__ = ["EngineRank", "EngineRanks", "EngineSpec", "FakeExpertDistributionRecorder", "RankResult"]
 
 
@@ -404,6 +416,8 @@ class EngineRank:
 
 
 def _rank_main(rank: int, world_size: int, init_method: str, workdir: str, conn: Any) -> None:
+    if os.environ.get(RANK_LOG_DIR_ENV):
+        _output_to_file(os.path.join(os.environ[RANK_LOG_DIR_ENV], f"engine-rank{rank}.log"))
     os.environ.setdefault("SGLANG_PLUGINS", "expert_layout")  # only this project's plugin
     er = EngineRank(rank, world_size, workdir)
     try:

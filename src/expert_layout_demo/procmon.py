@@ -1,0 +1,91 @@
+"""Wall time and peak memory of a run: the resident set of this process and all its descendants.
+
+The demo's limits (10 minutes, 16 GB on 2 cores) are measured, not assumed: a thread samples
+the RSS of the process tree every ``interval`` seconds with psutil and keeps the peak. Servers
+started with ``python -m sglang.launch_server`` and the weight cache daemons they spawn (or that
+the demo starts with ``python -m daemon_adapter``) are all descendants of the demo process, so
+the sum covers every process the demo is responsible for. Shared pages (the daemons' weights
+mapped by the engines) are counted in each process that maps them, so the figure is an upper
+bound of the real footprint.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+
+def tree_rss_bytes(root_pid: int) -> tuple[int, int]:
+    """(sum of RSS over ``root_pid`` and its descendants, number of processes)."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    total = 0
+    count = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+            count += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # exited between the listing and the read
+    return total, count
+
+
+@dataclass
+class ResourceMeter:
+    """Samples the process tree of ``root_pid`` in a background thread until ``stop``."""
+
+    root_pid: int = field(default_factory=os.getpid)
+    interval: float = 0.5
+    peak_bytes: int = 0
+    peak_processes: int = 0
+    peak_at_s: float = 0.0
+    samples: int = 0
+    started: float = field(default_factory=time.monotonic)
+    stopped: float | None = None
+    _halt: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> ResourceMeter:
+        self._thread = threading.Thread(target=self._run, name="resource-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval)
+
+    def sample(self) -> None:
+        rss, count = tree_rss_bytes(self.root_pid)
+        self.samples += 1
+        if rss > self.peak_bytes:
+            self.peak_bytes, self.peak_at_s = rss, time.monotonic() - self.started
+        self.peak_processes = max(self.peak_processes, count)
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.sample()
+        self.stopped = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return (self.stopped or time.monotonic()) - self.started
+
+    def to_json(self) -> dict[str, float | int]:
+        return {
+            "wall_s": round(self.seconds, 1),
+            "peak_rss_gb": round(self.peak_bytes / 2**30, 2),
+            "peak_rss_at_s": round(self.peak_at_s, 1),
+            "peak_processes": self.peak_processes,
+            "rss_samples": self.samples,
+            "rss_interval_s": self.interval,
+        }

@@ -1,0 +1,356 @@
+"""The demo's cases on real ``python -m sglang.launch_server`` servers (TP2/EP2, CPU).
+
+Three chains of daemons, one after the other (at most two servers alive at once):
+
+* ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns plain
+  sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
+  before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). A server loaded
+  from disk (``ref-disk``) gives the right outputs.
+* ``noeplb``: standalone layout-aware daemons without ``--enable-eplb`` (M3).
+* ``aware``: standalone layout-aware daemons (``python -m daemon_adapter --enable-eplb``),
+  servers in ``client`` mode: case 1 (restart), the older engine (M2), case 2 (warm standby),
+  3a (SIGKILL between chunks), 3b (SIGKILL mid-move, which leaves the daemons dirty).
+
+What an engine believes is what its ranks route with (the real-server library's belief probe:
+each rank's ``physical_to_logical_map``, version and startup outcome). What memory holds is read
+from the daemons' memory (``memory_probe``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from expert_layout_demo import memory_probe
+from expert_layout_demo.real.lab import (
+    PAUSED,
+    WORLD,
+    Chain,
+    Lab,
+    Launched,
+    believed_map,
+    differing,
+    record_map,
+    same_record,
+)
+from expert_layout_demo.results import Row
+from expert_layout_real.engine_probes import StopPoint
+
+REBALANCE_OFF = r"\[EPLBManager\] rebalance disabled: [^\n]*|\[expert-layout\] [^\n]*rebalancing[^\n]* off[^\n]*"
+
+
+def startups(launched: Launched, kind: str) -> int:
+    """Ranks whose plugin reported this startup outcome (adopt, keep_own...)."""
+    return sum(1 for b in launched.beliefs().values() if b.get("startup") == kind)
+
+
+def versions(launched: Launched) -> list[Any]:
+    return [b.get("version") for _, b in sorted(launched.beliefs().items())]
+
+
+def _first(pattern: str, text: str) -> str:
+    import re
+
+    found = re.search(pattern, text)
+    return " ".join(found.group(0).split()) if found else ""
+
+
+def reference_outputs(lab: Lab, ev: dict[str, Any]) -> list[list[int]]:
+    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout (started in
+    the background by ``run_all``); stopped once it answered."""
+    if "ref_out" not in ev:
+        started = ev.pop("ref-disk", None)
+        ref = started.result() if started is not None else lab.server("ref-disk", None, plugin=False)
+        ev["ref_out"] = ref.generate()
+        lab.stop(ref)
+        lab.step(f"ref-disk (loaded from disk, sglang's initial layout) answered; ready in {ref.ready_s:.0f}s")
+    return ev["ref_out"]
+
+
+def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    chain = lab.chain("off")
+    a = lab.server("0-A", chain, plugin=False, mode="daemon")
+    lab.step(f"case 0: 0-A (SGLANG_PLUGINS=none) ready in {a.ready_s:.0f}s, spawned plain sglang daemons")
+    lab.status(chain, "case 0: 0-A's spawned daemons")
+    ref_out = reference_outputs(lab, ev)
+
+    # M1: a layout-aware engine on plain sglang daemons, before any move.
+    p = lab.server("M1-P", chain)
+    p_keep = startups(p, "keep_own")
+    p_out = p.generate()
+    lab.rounds(p, 2)  # past EPLB's interval: its rebalance meets the off switch
+    p_off = _first(REBALANCE_OFF, p.log_text())
+    lab.step(f"matrix M1: layout-aware M1-P on plain daemons: keep_own on {p_keep} ranks; {p_off or 'no off line'}")
+    lab.stop(p)
+    # M3's daemons start now, beside 0-A's rebalances and 0-B's start.
+    ev["noeplb"] = lab.background(lab.chain, "noeplb", standalone=True, enable_eplb=False)
+
+    moved = lab.rebalance(a, 3)
+    a_believed = believed_map(a.beliefs())
+    lab.step(f"case 0: 0-A rebalanced {moved} times (EPLB moved experts in the daemons' memory)")
+    b = lab.server("0-B", chain, plugin=False)
+    lab.step(f"case 0: 0-B (SGLANG_PLUGINS=none) started on the same daemons without error in {b.ready_s:.0f}s")
+    b_believed = believed_map(b.beliefs())
+    b_out = b.generate()
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(b_believed, held)
+    a_wrong = memory_probe.wrong_slots(a_believed, held)
+    lab.stop(b, a)
+
+    ev["before"] = (b_believed, held)
+    diff = differing(b_out, ref_out)
+    slots = len(held) * len(held[0])
+    lab.step(
+        f"case 0: {wrong}/{slots} slots hold another expert than 0-B believes; {diff}/{len(ref_out)} outputs differ"
+    )
+    p_diff = differing(p_out, ref_out)
+    n = len(ref_out)
+    return [
+        Row(
+            "0",
+            "protocol off: a second server on moved daemons",
+            "B starts without error on A's daemons, believes sglang's initial layout and serves wrong outputs",
+            f"0-A rebalanced {moved} times ({a_wrong} of {slots} slots differ from 0-A's own map); 0-B started "
+            f"without error; {wrong} of {slots} slots hold another expert than 0-B believes; {diff} of {n} "
+            f"prompts' outputs differ from ref-disk (a server loaded from disk)",
+            {"rebalances": moved, "wrong_slots": f"{wrong}/{slots}", "outputs_differ": f"{diff}/{n}"},
+            b.ready and moved > 0 and a_wrong == 0 and wrong > 0 and diff > 0,
+        ),
+        Row(
+            "M1",
+            "layout-aware engine on plain sglang daemons",
+            "keeps its own layout; rebalancing of shared weights off",
+            f"M1-P started with keep_own on {p_keep} of {WORLD} ranks; {p_off or 'no rebalancing-off line'}; "
+            f"{n - p_diff} of {n} outputs equal ref-disk's",
+            {"keep_own_ranks": p_keep, "outputs_equal": f"{n - p_diff}/{n}"},
+            p.ready and p_keep == WORLD and bool(p_off) and p_diff == 0,
+        ),
+    ]
+
+
+def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    started = ev.pop("noeplb", None)
+    chain = started.result() if started is not None else lab.chain("noeplb", standalone=True, enable_eplb=False)
+    aware = ev.get("aware")
+    if aware is not None:  # case 1's first server starts beside M3 (other daemons)
+        ev["1-A"] = lab.background(lambda: lab.server("1-A", aware.result()))
+    states = lab.status(chain, "matrix M3: layout-aware daemons without --enable-eplb")
+    r = lab.server("M3-R", chain)
+    out = r.generate()
+    keep = startups(r, "keep_own")
+    lab.rounds(r, 2)
+    r_off = _first(REBALANCE_OFF, r.log_text())
+    lab.stop(r)
+    assert chain.daemons is not None
+    chain.daemons.stop()
+    n = len(out)
+    same = n - differing(out, reference_outputs(lab, ev))
+    lab.step(f"matrix M3: M3-R on daemons without a record: keep_own on {keep} ranks; {same}/{n} outputs as ref-disk")
+    no_record = all(s.get("version") is None for s in states)
+    return [
+        Row(
+            "M3",
+            "daemons without --enable-eplb",
+            "no record; they serve as sglang does",
+            f"status: {', '.join(str(s.get('phase')) for s in states)}; M3-R started with its own layout "
+            f"(keep_own on {keep} ranks); {r_off or 'no rebalancing-off line'}; {same} of {n} outputs equal "
+            f"ref-disk's",
+            {"keep_own_ranks": keep, "outputs_equal": f"{same}/{n}"},
+            r.ready and no_record and keep == WORLD and same == n,
+        )
+    ]
+
+
+def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    started = ev.pop("aware", None)
+    chain = started.result() if started is not None else lab.chain("aware", standalone=True)
+    lab.status(chain, "case 1: layout-aware daemons up")
+    finish_case1 = case1_restart(lab, chain, ev)
+    b: Launched = ev["1-B"]
+    row_m2 = m2_older_engine(lab, chain)  # while ref-map starts in the background
+    rows += [finish_case1(), row_m2]
+    rows.append(case2_standby(lab, chain, b))
+    row3a, d = case3a_between_chunks(lab, chain, b)
+    rows.append(row3a)
+    rows.append(case3b_mid_move(lab, chain, d))
+    return rows
+
+
+def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
+    """Case 1 up to 1-B's outputs; returns what finishes it once ref-map (started in the
+    background) has answered."""
+    started = ev.pop("1-A", None)
+    a = started.result() if started is not None else lab.server("1-A", chain)
+    moved = lab.rebalance(a, 3)
+    st_a = lab.status(chain, f"case 1: 1-A rebalanced {moved} times")
+    lab.stop(a)
+    # 1-B is the mover of cases 2 and 3a: its 3rd commit (the first chunk of its 2nd rebalance,
+    # after case 2's) is where it is parked and SIGKILLed, between two chunks.
+    b = lab.server("1-B", chain, stop_at=StopPoint("after_commit", 3))
+    ev["1-B"] = b
+    adopted = startups(b, "adopt")
+    b_believed = believed_map(b.beliefs())
+    b_out = b.generate()
+    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {versions(b)})")
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(b_believed, held)
+    ev["after"] = (b_believed, held)
+    version = st_b[0].get("version")
+    slots = len(held) * len(held[0])
+    lab.step(f"case 1: 1-B adopted version {version}; {wrong}/{slots} slots hold another expert than 1-B believes")
+    ref_started = lab.background(lab.server, "ref-map", None, plugin=False, init_map=b_believed)
+    return lambda: _case1_row(lab, ref_started.result(), b, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+
+
+def _case1_row(
+    lab: Lab,
+    ref: Launched,
+    b: Launched,
+    b_believed: list[list[int]],
+    b_out: list[list[int]],
+    st_a: list[dict[str, Any]],
+    st_b: list[dict[str, Any]],
+    moved: int,
+    adopted: int,
+    wrong: int,
+) -> Row:
+    ref_out = ref.generate()
+    lab.stop(ref)
+    diff = differing(b_out, ref_out)
+    version = st_b[0].get("version")
+    slots, n = len(b_believed) * len(b_believed[0]), len(b_out)
+    lab.step(f"case 1: {n - diff}/{n} of 1-B's outputs equal ref-map's (disk, --init-expert-location = 1-B's map)")
+    return Row(
+        "1",
+        "restart with the protocol on",
+        "B adopts A's version on every rank; its outputs equal a disk server started with "
+        "--init-expert-location set to that map",
+        f"1-A rebalanced {moved} times (daemons at version {st_a[0].get('version')}); 1-B adopted version "
+        f"{version} on {adopted} of {WORLD} ranks (versions {versions(b)}); its map is the record's: "
+        f"{b_believed == record_map(st_b)}; {wrong} of {slots} slots wrong; {n - diff} of {n} outputs equal "
+        f"ref-map's (loaded from disk with --init-expert-location set to that map)",
+        {
+            "version": version,
+            "adopt_ranks": adopted,
+            "wrong_slots": f"{wrong}/{slots}",
+            "outputs_equal": f"{n - diff}/{n}",
+        },
+        moved > 0
+        and adopted == WORLD
+        and same_record(st_b)
+        and b_believed == record_map(st_b)
+        and wrong == 0
+        and diff == 0,
+    )
+
+
+def m2_older_engine(lab: Lab, chain: Chain) -> Row:
+    o = lab.server("M2-older", chain, plugin=False, expect_ready=False)
+    assert chain.daemons is not None
+    daemon_log = chain.daemons.tree.log_path.read_text(errors="replace")
+    reason = _first(r"fetch_state refused: experts have moved[^\n]*", daemon_log)
+    lab.step(f"matrix M2: older server (SGLANG_PLUGINS=none) failed after {o.failed_s:.0f}s: {o.failure}")
+    lab.step(f"matrix M2: the daemons' reason: {reason}")
+    return Row(
+        "M2",
+        "older engine (plugins off) after a move",
+        "refused with the reason on screen",
+        f"M2-older {'became ready' if o.ready else 'failed at startup'} after {o.failed_s:.0f}s "
+        f"(exit {o.returncode}); sglang's loader says: {o.failure}; the daemons logged: {reason}",
+        {"ready": o.ready, "exit": o.returncode, "fail_s": round(o.failed_s, 1)},
+        not o.ready and bool(reason),
+    )
+
+
+def case2_standby(lab: Lab, chain: Chain, b: Launched) -> Row:
+    c = lab.server("2-C", chain)
+    c_adopt = startups(c, "adopt")
+    st_c = lab.status(chain, "case 2: standby 2-C attached next to 1-B")
+    paused = lab.until(b, PAUSED, 1)
+    st_busy = lab.status(chain, f"case 2: 1-B's rebalance paused {paused} times (busy)")
+    unchanged = same_record(st_busy) and st_busy[0].get("digest") == st_c[0].get("digest")
+    lab.stop(c)
+    lab.status(chain, "case 2: 2-C stopped")
+    again = lab.rebalance(b, 1)
+    st_again = lab.status(chain, f"case 2: 1-B rebalanced {again} times after 2-C stopped")
+    v_before, v_after = st_busy[0].get("version"), st_again[0].get("version")
+    return Row(
+        "2",
+        "warm standby",
+        "while B is attached A's rebalances are busy and the record does not change; after B stops A rebalances again",
+        f"2-C adopted on {c_adopt} ranks; 1-B's rebalance paused {paused} times with 2-C attached; record "
+        f"{'unchanged' if unchanged else 'CHANGED'} at version {v_before}; after 2-C stopped, 1-B rebalanced "
+        f"{again} times: version {v_before} -> {v_after}",
+        {"paused": paused, "version_busy": v_before, "version_after": v_after},
+        c_adopt == WORLD and paused > 0 and unchanged and again > 0 and (v_after or 0) > (v_before or 0),
+    )
+
+
+def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Launched]:
+    took = lab.kill_at_stop(b)
+    lab.step(f"case 3a: 1-B parked after its 3rd commit (between two chunks) in {took:.0f}s and was SIGKILLed")
+    st_k = lab.wait_detached(chain, "case 3a: after the SIGKILL")
+    # 3a-D is 3b's mover: parked after its first begin (a move pending) and SIGKILLed there.
+    d = lab.server("3a-D", chain, stop_at=StopPoint("mid_move", 1))
+    d_adopt = startups(d, "adopt")
+    d_believed = believed_map(d.beliefs())
+    st_d = lab.status(chain, f"case 3a: 3a-D started (adopt on {d_adopt} ranks, versions {versions(d)})")
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(d_believed, held)
+    clean = not any(s.get("dirty") or s.get("pending") for s in st_k)
+    v_kill, v_d = st_k[0].get("version"), versions(d)
+    slots = len(held) * len(held[0])
+    row = Row(
+        "3a",
+        "SIGKILL between chunks",
+        "the next server adopts the last committed version",
+        f"1-B SIGKILLed between two chunks of a rebalance; the daemons stayed "
+        f"{'clean' if clean else 'NOT clean'} at version {v_kill}; 3a-D adopted versions {v_d} on {d_adopt} "
+        f"ranks; {wrong} of {slots} slots hold another expert than 3a-D believes",
+        {"version": v_kill, "adopt_ranks": d_adopt, "wrong_slots": f"{wrong}/{slots}"},
+        clean and d_adopt == WORLD and wrong == 0 and all(v == v_kill for v in v_d) and d_believed == record_map(st_d),
+    )
+    return row, d
+
+
+def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
+    took = lab.kill_at_stop(d)
+    lab.step(f"case 3b: 3a-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
+    st = lab.wait_detached(chain, "case 3b: after the SIGKILL")
+    dirty = all(s.get("dirty") for s in st)
+    e = lab.server("3b-E", chain, expect_ready=False)
+    ready = [s.ready_s for s in lab.launched if s.ready]
+    typical = sorted(ready)[len(ready) // 2] if ready else 0.0
+    lab.step(f"case 3b: 3b-E failed at startup after {e.failed_s:.0f}s (exit {e.returncode}): {e.failure}")
+    return Row(
+        "3b",
+        "SIGKILL mid-move",
+        "daemons dirty; the next server fails at startup, promptly, with the reason",
+        f"daemons {'dirty' if dirty else 'NOT dirty'} after the SIGKILL; 3b-E "
+        f"{'became ready' if e.ready else 'exited'} after {e.failed_s:.0f}s (exit {e.returncode}; a server "
+        f"is ready after {typical:.0f}s here) with: {e.failure}",
+        {"dirty": dirty, "fail_s": round(e.failed_s, 1), "typical_ready_s": round(typical, 1), "exit": e.returncode},
+        dirty and not e.ready and e.returncode not in (None, 0) and "dirty" in e.failure.lower(),
+    )
+
+
+CHAINS = {"off": case0_and_m1, "noeplb": m3_no_eplb, "aware": aware_chain}
+
+
+def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
+    ev: dict[str, Any] = {}
+    rows: list[Row] = []
+    chains = chains or list(CHAINS)
+    if {"off", "noeplb"} & set(chains):
+        ev["ref-disk"] = lab.background(lab.server, "ref-disk", None, plugin=False)
+    if "aware" in chains:
+        ev["aware"] = lab.background(lab.chain, "aware", standalone=True)
+    for name in chains:
+        try:
+            rows.extend(CHAINS[name](lab, ev))
+        except Exception as exc:  # one broken chain must not hide the others' rows
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            lab.step(f"chain {name}: could not run: {type(exc).__name__}: {first}")
+            rows.append(Row(name, "could not run", "", f"{type(exc).__name__}: {first}", {}, False))
+    return rows, ev

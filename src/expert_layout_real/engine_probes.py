@@ -1,0 +1,154 @@
+"""Test-only probes in a real server's engine (scheduler) processes: what each rank believes,
+and a stop at a chosen protocol point. Loaded by the CPU bridge's sitecustomize, so only in
+processes our launchers start; each probe is on only when its environment variable is set.
+
+- ``EXPERT_LAYOUT_TEST_DIR``: after the model loads and after every forward pass in which it
+  changed, each rank writes ``rank{r}.belief.json`` there (atomically): the
+  ``physical_to_logical_map`` it routes with, its pid, and the version and startup outcome the
+  plugin holds (``null`` with the plugin off). A HookRegistry AFTER hook on sglang's
+  ``ModelRunner.load_model`` and ``EPLBManager.on_forward_pass_end``.
+- ``EXPERT_LAYOUT_TEST_STOP=POINT:N`` (with the directory above): a rank that reaches the point
+  writes ``rank{r}.stopped`` and blocks until it is killed (the test SIGKILLs the server's
+  process tree once every rank has stopped). Points, counted per rank:
+  ``after_commit:N`` the rank's daemon has answered ok to its N-th commit (between two chunks,
+  the committed layout is the daemon's record); ``mid_move:N`` the rank's daemon has answered ok
+  to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move).
+  An AROUND hook on ``engine_adapter.daemon_link.request``: it reads the request type and the
+  reply status only, and changes neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DIR_ENV = "EXPERT_LAYOUT_TEST_DIR"
+STOP_ENV = "EXPERT_LAYOUT_TEST_STOP"
+BLOCK_S = 600.0
+STOP_REQUEST = {"after_commit": "expert_layout_commit", "mid_move": "expert_layout_begin"}
+
+
+@dataclass(frozen=True)
+class StopPoint:
+    name: str  # a key of STOP_REQUEST
+    count: int  # stop at the count-th ok reply to that request
+
+    @classmethod
+    def parse(cls, text: str) -> StopPoint:
+        name, _, n = text.partition(":")
+        if name not in STOP_REQUEST or not n.isdigit() or int(n) < 1:
+            raise ValueError(
+                f"{STOP_ENV}={text!r}: expected one of {sorted(STOP_REQUEST)} and a count >= 1, e.g. after_commit:1"
+            )
+        return cls(name, int(n))
+
+    def env_value(self) -> str:
+        return f"{self.name}:{self.count}"
+
+
+def _rank() -> int:
+    from sglang.srt.runtime_context import get_parallel
+
+    return int(get_parallel().tp_rank)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+class BeliefWriter:
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self._last: str | None = None
+
+    def write_if_changed(self) -> None:
+        from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+        metadata = get_global_expert_location_metadata()
+        rows = None if metadata is None else metadata.physical_to_logical_map_cpu.tolist()
+        version, startup = None, None
+        try:  # the plugin's state in this process, when the plugin is loaded
+            from engine_adapter import state
+
+            st = state.get()
+            version = st.version
+            startup = None if st.startup is None else getattr(st.startup, "kind", None)
+        except ImportError:
+            pass
+        key = hashlib.sha256(json.dumps([rows, version, startup]).encode()).hexdigest()
+        if key == self._last:
+            return
+        self._last = key
+        rank = _rank()
+        _write_json(
+            self.out_dir / f"rank{rank}.belief.json",
+            {
+                "rank": rank,
+                "pid": os.getpid(),
+                "map": rows,
+                "version": version,
+                "startup": startup,
+                "time": time.time(),
+            },
+        )
+
+
+class StopAt:
+    def __init__(self, point: StopPoint, out_dir: Path) -> None:
+        self.point = point
+        self.out_dir = out_dir
+        self._seen = 0
+        self._lock = threading.Lock()
+
+    def after_reply(self, msg: Any, reply: Any) -> None:
+        if not (isinstance(msg, dict) and msg.get("type") == STOP_REQUEST[self.point.name]):
+            return
+        if not (isinstance(reply, dict) and reply.get("status") == "ok"):
+            return
+        with self._lock:
+            self._seen += 1
+            if self._seen != self.point.count:
+                return
+        rank = _rank()
+        (self.out_dir / f"rank{rank}.stopped").write_text(f"{os.getpid()} {self.point.env_value()}\n")
+        time.sleep(BLOCK_S)
+        raise TimeoutError(f"rank {rank} stopped at {self.point.env_value()} for {BLOCK_S}s and was not killed")
+
+
+_registered = False
+
+
+def register_if_asked() -> None:
+    """Register the probes asked for by the environment (called by the bridge's sitecustomize)."""
+    global _registered
+    out = os.environ.get(DIR_ENV)
+    if _registered or not out:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    out_dir = Path(out)
+    writer = BeliefWriter(out_dir)
+
+    def after_write_belief(result: Any, *args: Any, **kwargs: Any) -> None:
+        writer.write_if_changed()
+
+    HookRegistry.register("sglang.srt.model_executor.model_runner.ModelRunner.load_model", after_write_belief)
+    HookRegistry.register("sglang.srt.eplb.eplb_manager.EPLBManager.on_forward_pass_end", after_write_belief)
+    if os.environ.get(STOP_ENV):
+        stop = StopAt(StopPoint.parse(os.environ[STOP_ENV]), out_dir)
+
+        def around_request(original: Any, path: str, msg: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = original(path, msg, *args, **kwargs)
+            stop.after_reply(msg, reply)
+            return reply
+
+        HookRegistry.register("engine_adapter.daemon_link.request", around_request, HookType.AROUND)
+    _registered = True

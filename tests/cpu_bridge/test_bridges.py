@@ -1,0 +1,97 @@
+"""The CPU bridge's hooks, each against the sglang function it wraps (no server)."""
+
+from __future__ import annotations
+
+import platform
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from expert_layout_cpu_bridge import bridges
+
+
+def _moe_inputs(tokens: int = 6, experts: int = 5, hidden: int = 8, inter: int = 4):
+    from sglang.srt.layers.moe.moe_runner import MoeRunnerConfig
+
+    g = torch.Generator().manual_seed(0)
+    layer = SimpleNamespace(
+        num_experts=experts,
+        w13_weight=torch.randn(experts, 2 * inter, hidden, generator=g),
+        w2_weight=torch.randn(experts, hidden, inter, generator=g),
+    )
+    x = torch.randn(tokens, hidden, generator=g)
+    return layer, x, MoeRunnerConfig(activation="silu")
+
+
+def test_other_rank_expert_ids_add_nothing() -> None:
+    from sglang.srt.layers.moe.fused_moe_native import moe_forward_native
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    layer, x, config = _moe_inputs()
+    ids = torch.tensor([[0, -1], [-1, 3], [2, 4], [-1, -1], [1, 0], [4, -1]])
+    weights = torch.tensor([[0.6, 0.4], [0.3, 0.7], [0.5, 0.5], [0.2, 0.8], [0.9, 0.1], [0.25, 0.75]])
+    with pytest.raises(
+        RuntimeError, match="out of bounds"
+    ):  # sglang's own function, unbridged (fused_moe_native.py:77)
+        moe_forward_native(layer, x, StandardTopKOutput(weights, ids, None), config)
+    out = bridges.skip_other_rank_experts(moe_forward_native, layer, x, StandardTopKOutput(weights, ids, None), config)
+
+    # Expected: each local expert's output, weighted, for the ids on this rank only.
+    def expert(e: int, v: torch.Tensor) -> torch.Tensor:
+        gate, up = (layer.w13_weight[e] @ v).chunk(2)
+        return layer.w2_weight[e] @ (torch.nn.functional.silu(gate) * up)
+
+    expected = torch.stack(
+        [
+            sum((w * expert(int(e), x[t]) for e, w in zip(ids[t], weights[t], strict=True) if e >= 0), torch.zeros(8))
+            for t in range(len(ids))
+        ]
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_without_other_rank_ids_the_original_runs_unchanged() -> None:
+    from sglang.srt.layers.moe.fused_moe_native import moe_forward_native
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    layer, x, config = _moe_inputs()
+    topk = StandardTopKOutput(
+        torch.full((6, 2), 0.5), torch.tensor([[0, 1], [2, 3], [4, 0], [1, 2], [3, 4], [0, 2]]), None
+    )
+    torch.testing.assert_close(
+        bridges.skip_other_rank_experts(moe_forward_native, layer, x, topk, config),
+        moe_forward_native(layer, x, topk, config),
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_every_rank_gets_its_own_device_uuid() -> None:
+    from sglang.srt.platforms.cpu import CpuSRTPlatform
+
+    cpu = CpuSRTPlatform()
+    assert cpu.get_device_uuid(0) == cpu.get_device_uuid(1) == platform.machine()  # platforms/cpu.py:79
+    original = type(cpu).get_device_uuid
+    uuids = {bridges.device_uuid_per_rank(original, cpu, rank) for rank in range(4)}
+    assert len(uuids) == 4
+
+
+def test_default_device_module_is_cpu_and_explicit_devices_pass_through() -> None:
+    module = bridges.default_device_module_is_cpu(torch.get_device_module)
+    module.synchronize()  # eplb_manager.py:120,182, expert_location_updater.py:59
+    module.empty_cache()  # expert_distribution.py:992
+    assert module.synchronize is torch.cpu.synchronize
+    assert bridges.default_device_module_is_cpu(torch.get_device_module, "cpu") is torch.cpu
+
+
+def test_bridge_env_turns_the_bridge_on_and_refuses_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    import expert_layout_cpu_bridge as bridge
+
+    env = bridge.bridge_env({"PYTHONPATH": "/elsewhere"}, tp_size=2)
+    assert env[bridge.ENABLE_ENV] == "1" and env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert env["PYTHONPATH"].split(":")[0] == str(bridge.SITE_DIR)
+    assert env["PYTHONPATH"].endswith("/elsewhere")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(bridge.BridgeRefused, match="CPU-only"):
+        bridge.bridge_env({}, tp_size=2)

@@ -1,0 +1,88 @@
+"""The real demo's own parts that need no server: the memory probe's slot identification, the
+results table (full cells, wrapped), the process-tree meter and the failure line a launcher shows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from expert_layout_demo import memory_probe, results
+from expert_layout_demo.procmon import ResourceMeter, tree_rss_bytes
+from expert_layout_demo.real.lab import failure_line
+
+
+def _gates(num_experts: int = 8, inter: int = 4, hidden: int = 6) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randn(inter, hidden, generator=g) for _ in range(num_experts)]
+
+
+def test_identify_slots_reads_each_slot_even_with_padding() -> None:
+    gates = _gates()
+    placed = [3, 0, 7, 3, 5]  # a redundant copy of expert 3
+    inter, hidden = gates[0].shape
+    # sglang's fused w13 = [gate; up], padded after each part on CPU TP (here to 2*inter + 4 rows)
+    w13 = torch.zeros(len(placed), 2 * inter + 4, hidden)
+    for slot, expert in enumerate(placed):
+        w13[slot, :inter] = gates[expert]
+        w13[slot, inter + 2 : 2 * inter + 2] = torch.randn(inter, hidden)
+    assert memory_probe.identify_slots(w13, gates) == placed
+
+
+def test_identify_slots_says_unknown_for_weights_of_no_expert() -> None:
+    gates = _gates()
+    w13 = torch.zeros(2, 8, 6)
+    w13[0, :4] = gates[1]
+    w13[1, :4] = gates[2] + 0.5  # no expert's weights
+    assert memory_probe.identify_slots(w13, gates) == [1, memory_probe.UNKNOWN]
+
+
+def test_wrong_slots_and_sglang_initial_layout() -> None:
+    trivial = memory_probe.trivial_map(2, 10, 8)
+    assert trivial[0] == [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]
+    held = [row[:] for row in trivial]
+    held[1][3], held[1][4] = held[1][4], held[1][3]
+    assert memory_probe.wrong_slots(trivial, held) == 2
+    assert memory_probe.wrong_slots(trivial, trivial) == 0
+
+
+def test_text_table_keeps_every_cell_whole() -> None:
+    res = results.Results()
+    observed = " ".join(f"word{i}" for i in range(60))
+    res.add(results.Row("3b", "SIGKILL mid-move " * 4, "x", observed, {"reason": "dirty " * 20}, True))
+    table = results.text_table(res)
+    assert "…" not in table
+    words = table.split()
+    for i in range(60):
+        assert f"word{i}" in words, f"word{i} was cut from the table:\n{table}"
+    assert max(len(line) for line in table.splitlines()) <= 4 + 3 + 30 + 60 + 44 + 8
+
+
+def test_meter_sees_a_child_process_memory() -> None:
+    before, _ = tree_rss_bytes(os.getpid())
+    meter = ResourceMeter(interval=0.05).start()
+    # A child that holds ~200 MB for a moment: the tree's peak must include it.
+    code = "b = bytearray(200 * 2**20); import time; time.sleep(1.0)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    time.sleep(0.1)
+    meter.stop()
+    assert meter.peak_bytes >= before + 150 * 2**20
+    assert meter.peak_processes >= 2
+    assert meter.to_json()["wall_s"] >= 1.0
+
+
+def test_failure_line_prefers_the_protocol_reason_over_noise() -> None:
+    log = "\n".join(
+        [
+            "[2026-12-01 10:30:11] Pyspy failed (py-spy dump --pid 1). Error: /bin/sh: 1: py-spy: not found",
+            "[2026-12-01 10:30:11 TP0 EP0] [expert-layout] rank 0 startup: keep_own (daemons at version 0)",
+            "[2026-12-01 10:30:12 TP0 EP0] [expert-layout] every rank fails: rank 0: daemon dirty: engine e left",
+            "RuntimeError: scheduler died",
+        ]
+    )
+    assert "daemon dirty" in failure_line(log)
+    assert failure_line("x\nRuntimeError: shape mismatch\n") == "RuntimeError: shape mismatch"
+    assert failure_line("nothing here") == ""
