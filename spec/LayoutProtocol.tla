@@ -1,6 +1,7 @@
 -------------------------- MODULE LayoutProtocol --------------------------
 (***************************************************************************)
-(* The expert-layout protocol of the SGLang weight cache (DESIGN.md §3-§7). *)
+(* The expert-layout protocol of the SGLang weight cache                  *)
+(* (docs/protocol.md §3-§7).                                              *)
 (*                                                                         *)
 (* One daemon per rank keeps the layout record of the weights it serves:   *)
 (* no record, clean (map + version), pending (a move in flight) or dirty   *)
@@ -117,7 +118,7 @@ Snapshot(r) ==
 ForeignPending(e, r) == dphase[r] = "pending" /\ dpend[r].mover # e
 
 -----------------------------------------------------------------------------
-(* Startup (DESIGN §5).                                                     *)
+(* Startup (docs/protocol.md §5).                                          *)
 
 Init ==
     /\ \E S \in SUBSET MayLackRecord :
@@ -198,7 +199,7 @@ Agree(e) ==
     /\ UNCHANGED <<daemonVars, moves>>
 
 (* fetch_state on daemon r, with the engine's claim (version, digest);      *)
-(* older engines send no claim.  The check of DESIGN §4.                    *)
+(* older engines send no claim.  The check of docs/protocol.md §4.         *)
 FetchServes(e, r) ==
     \/ dphase[r] = "no_record"
     \/ /\ dphase[r] = "clean"
@@ -220,7 +221,7 @@ Fetch(e, r) ==
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves>>
 
 -----------------------------------------------------------------------------
-(* Rebalance, one chunk at a time (DESIGN §6).                              *)
+(* Rebalance, one chunk at a time (docs/protocol.md §6).                   *)
 
 BeginChunk(e, c) ==
     /\ ephase[e] = "run"
@@ -232,7 +233,7 @@ BeginChunk(e, c) ==
     /\ moves' = moves + 1
     /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare>>
 
-(* begin on daemon r: the precedence of DESIGN §4.                          *)
+(* begin on daemon r: the precedence of docs/protocol.md §4.               *)
 BeginReply(e, r) ==
     CASE e \notin datt[r]                                   -> "refused"
       [] dphase[r] = "pending" /\ dpend[r].mover = e        -> "refused"
@@ -426,7 +427,7 @@ Fairness ==
 FairSpec == Spec /\ Fairness
 
 -----------------------------------------------------------------------------
-(* Properties (DESIGN §7).                                                  *)
+(* Properties (docs/protocol.md §7).                                       *)
 
 Moving(e) == reb[e].step \in {"move", "commit"}
 
@@ -509,7 +510,8 @@ VersionMonotonic ==
        /\ \A e \in Engines : ephase'[e] \notin {"failed", "dead"} => ever'[e] >= ever[e]]_vars
 
 (* A move begins only while its engine is alone on the daemon: no other     *)
-(* engine attached, none serving from it (DESIGN §4, begin rule 3).         *)
+(* engine attached, none serving from it (docs/protocol.md §4, begin      *)
+(* rule 3).                                                                *)
 BeginsAlone ==
     [][\A r \in Ranks :
          (dphase[r] # "pending" /\ dphase'[r] = "pending") =>
@@ -528,9 +530,10 @@ WaitEnds ==
             ~> (ephase[e] # "start")
 
 -----------------------------------------------------------------------------
-(* Purpose (DESIGN §7): safety alone is met by a protocol that refuses      *)
-(* every startup.  These say that the protocol does its job, under the      *)
-(* fairness above.  A crash is always allowed, so an engine's property ends *)
+(* Purpose (docs/protocol.md §7): safety alone is met by a protocol that  *)
+(* refuses every startup.  These say that the protocol does its job,      *)
+(* under the fairness above.                                              *)
+(* A crash is always allowed, so an engine's property ends *)
 (* "or dead" (crashed), never "or failed": a failed startup or fetch is    *)
 (* what they rule out.                                                      *)
 

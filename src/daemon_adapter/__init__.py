@@ -1,4 +1,4 @@
-"""The expert-layout record inside sglang 0.5.23's real weight cache daemon (DESIGN §4).
+"""The expert-layout record inside sglang 0.5.23's real weight cache daemon (docs/protocol.md §4).
 
 Public API:
 

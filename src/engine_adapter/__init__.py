@@ -1,4 +1,4 @@
-"""The engine side of the expert-layout protocol (DESIGN §5, §6), as an sglang plugin.
+"""The engine side of the expert-layout protocol (docs/protocol.md §5, §6), as an sglang plugin.
 
 Installing the distribution registers ``engine_adapter.plugin:register`` in sglang's
 ``sglang.srt.plugins`` entry-point group; sglang's ``load_plugins()`` runs it in every engine

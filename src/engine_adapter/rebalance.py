@@ -1,4 +1,4 @@
-"""EPLB rebalance (DESIGN §6): every chunk sglang moves goes through the daemons' two phases.
+"""EPLB rebalance (docs/protocol.md §6): every chunk sglang moves goes through the daemons' two phases.
 
 Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``:
 

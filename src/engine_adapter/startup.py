@@ -1,4 +1,4 @@
-"""Engine startup (DESIGN §5): attach, wait out another engine's move, agree over all ranks, adopt.
+"""Engine startup (docs/protocol.md §5): attach, wait out another engine's move, agree over all ranks, adopt.
 
 Runs AROUND sglang's ``ModelRunner.maybe_init_expert_location_metadata``, after it, before the
 model loads. sglang has then built the engine's own initial metadata (``--init-expert-location``

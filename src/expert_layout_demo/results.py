@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass
 class Row:
-    """One case: what DESIGN expects, what was observed, the numbers, and whether they agree."""
+    """One case: what docs/protocol.md expects, what was observed, the numbers, and whether they agree."""
 
     case: str  # "0", "1", "2", "3a", "3b", "M1"...
     title: str
@@ -94,7 +94,7 @@ def markdown(results: Results) -> str:
         "",
         *intro,
         "",
-        "| case | scenario | expected (DESIGN) | observed | numbers | ok |",
+        "| case | scenario | expected (docs/protocol.md) | observed | numbers | ok |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results.rows:

@@ -1,6 +1,6 @@
 """The demo's cases, run with real processes: daemons (one per rank) and 2-rank engines over gloo.
 
-Every case follows DESIGN §4-§6 and reads its evidence from the real parts: the daemons'
+Every case follows docs/protocol.md §4-§6 and reads its evidence from the real parts: the daemons'
 records through ``expert_layout_query``, each engine's map from its ``ExpertLocationMetadata``,
 and what each slot holds from the shared memory itself (``toy_moe.ExpertIdentifier``).
 

@@ -1,4 +1,4 @@
-"""The daemon side of the protocol (DESIGN §4): pure reply functions and the daemon machine.
+"""The daemon side of the protocol (docs/protocol.md §4): pure reply functions and the daemon machine.
 
 Every reply the daemon gives is decided here, once:
 
@@ -172,7 +172,7 @@ def attach_reply(view: DaemonView, req: AttachRequest, session: str) -> Reply:
 
 
 def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
-    """The begin precedence of DESIGN §4: permanent refusals, then transient ``busy``."""
+    """The begin precedence of docs/protocol.md §4: permanent refusals, then transient ``busy``."""
     # 1. the request itself
     if not view.holds(req.engine_id, req.session):
         return refused(

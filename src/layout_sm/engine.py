@@ -1,4 +1,4 @@
-"""The engine side of the protocol (DESIGN §5 and §6): pure decisions and phase machines.
+"""The engine side of the protocol (docs/protocol.md §5 and §6): pure decisions and phase machines.
 
 Every rank all-gathers what it saw, then calls the same pure function on the same list, so
 every rank reaches the same outcome without another round of messages: no rank can be left
@@ -178,7 +178,7 @@ def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
 
 
 def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
-    """DESIGN §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
+    """docs/protocol.md §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
     for kind, reason, what in (
         ("unreadable", "unreadable", "could not read its daemon's layout"),
         ("timeout", "wait_timeout", "timed out waiting for another engine's move"),
@@ -273,7 +273,7 @@ def rebalance_mode(
     *,
     elastic_ep: bool = False,
 ) -> RebalanceMode:
-    """DESIGN §6: rebalance as sglang does, through the daemons, or not at all (and why).
+    """docs/protocol.md §6: rebalance as sglang does, through the daemons, or not at all (and why).
 
     ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
     """
@@ -324,7 +324,7 @@ def _as_reply(reply: Reply | Mapping[str, Any] | None) -> Reply | None:
 
 
 def chunk_decision(begin_replies: Sequence[Reply | Mapping[str, Any] | None]) -> ChunkDecision:
-    """DESIGN §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
+    """docs/protocol.md §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
 
     A rank with no readable reply counts as refused: its daemon's state is unknown.
     """
@@ -360,7 +360,7 @@ def verify_commits(
     engine_rows: Sequence[Sequence[int]],
     expected_version: int | None = None,
 ) -> CommitVerdict:
-    """DESIGN §6 step 4: every daemon recorded the engine's whole map at one new version.
+    """docs/protocol.md §6 step 4: every daemon recorded the engine's whole map at one new version.
 
     The engine computes its own digest of its own map: a daemon's word for it is never taken.
     """
@@ -424,7 +424,7 @@ class StartupMachine(StateMachine):
 
 
 class RebalanceMachine(StateMachine):
-    """The engine's rebalancing phase; ``off`` is for good (DESIGN §6)."""
+    """The engine's rebalancing phase; ``off`` is for good (docs/protocol.md §6)."""
 
     starting = State(initial=True)
     local = State()  # weights from disk: sglang's own rebalance, no protocol

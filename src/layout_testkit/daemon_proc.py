@@ -4,7 +4,7 @@ The daemon is ``daemon_adapter.LayoutAwareDaemon`` (a subclass of sglang 0.5.23'
 ``WeightCacheDaemon``) made with ``object.__new__`` instead of ``load()``: no model, no GPU.
 Its state entries are CPU tensors exported by sglang's real ``TorchIpcTransportBackend``
 with torch's ``file_system`` sharing strategy, so a client that sets the same strategy maps
-the daemon's memory zero-copy (DESIGN §9). It runs sglang's real ``serve()`` loop on a real
+the daemon's memory zero-copy (docs/protocol.md §9). It runs sglang's real ``serve()`` loop on a real
 Unix socket.
 
 API (this module imports neither sglang nor torch; only the daemon process does)::
@@ -113,7 +113,7 @@ def _run_daemon(spec: DaemonSpec) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     # sglang's torch_ipc transport shares CPU tensors between unrelated processes only with
-    # the file_system strategy (DESIGN §9); clients must set it too.
+    # the file_system strategy (docs/protocol.md §9); clients must set it too.
     torch.multiprocessing.set_sharing_strategy("file_system")
     tensors: dict[str, torch.Tensor] = {}
     if spec.tensors_path:

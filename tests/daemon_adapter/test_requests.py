@@ -1,4 +1,4 @@
-"""Every request and reply of DESIGN §4, over a real Unix socket to a real layout-aware
+"""Every request and reply of docs/protocol.md §4, over a real Unix socket to a real layout-aware
 sglang daemon process (the adapter translates; layout_sm decides)."""
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def sglang_engine_side(short_tmp, monkeypatch):
     server_args = prepare_server_args(["--model-path", model_dir, "--device", "cpu", "--skip-tokenizer-init"])
     reset_context()
     publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
-    torch.multiprocessing.set_sharing_strategy("file_system")  # DESIGN §9: CPU tensors over torch_ipc
+    torch.multiprocessing.set_sharing_strategy("file_system")  # docs/protocol.md §9: CPU tensors over torch_ipc
     sent: list[dict] = []
     real_send_msg = ipc_loader.send_msg
 

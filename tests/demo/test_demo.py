@@ -1,5 +1,5 @@
 """The reduced ``make demo`` (``--quick``) in CI: every row of its table must show the outcome
-DESIGN §4-§6 defines, with the numbers behind it, so the table cannot silently go wrong.
+docs/protocol.md §4-§6 defines, with the numbers behind it, so the table cannot silently go wrong.
 
 One run of real processes (daemons, 2-rank engines over gloo, sglang's EPLB code), a few minutes
 on 2 cores; the assertions read the JSON the demo wrote. No timings are asserted.

@@ -1,4 +1,4 @@
-"""DESIGN §6 with sglang's real EPLBManager and ExpertLocationUpdater moving the daemons' own
+"""docs/protocol.md §6 with sglang's real EPLBManager and ExpertLocationUpdater moving the daemons' own
 memory (mapped zero-copy through sglang's torch_ipc transport) between 2 ranks over gloo."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN §5 on real processes: 2 engine ranks over gloo, each attached to its own real daemon."""
+"""docs/protocol.md §5 on real processes: 2 engine ranks over gloo, each attached to its own real daemon."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §4's begin precedence, over every pair of conditions that can hold together.
+"""docs/protocol.md §4's begin precedence, over every pair of conditions that can hold together.
 
 Conditions are listed in precedence order: for any two that hold at once, the earlier one
 decides the reply. Permanent refusals come before transient ``busy``, so an engine is never

@@ -1,4 +1,4 @@
-"""DESIGN §5 and §6: the engine's pure decisions and its phase machines."""
+"""docs/protocol.md §5 and §6: the engine's pure decisions and its phase machines."""
 
 from __future__ import annotations
 

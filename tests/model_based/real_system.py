@@ -42,7 +42,7 @@ from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
 PERMS = ROWS  # the mirror's binding of the spec's two permutations (layout_model.system)
 NOTICE_TIMEOUT_S = 5.0
-WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (DESIGN §5), reported in a timed-out finding
+WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (docs/protocol.md §5), reported in a timed-out finding
 
 # spec reply names (reb[e].replies) -> wire status
 _BEGIN_STATUS = {"ok": "ok", "busy": "busy", "refused": "refused"}

@@ -24,7 +24,7 @@ ENV = "LAYOUT_MUTANT"
 class Mutant:
     name: str
     target: str  # the module patched when it is imported
-    rule: str  # the rule of DESIGN §4-§6 that it breaks
+    rule: str  # the rule of docs/protocol.md §4-§6 that it breaks
     patch: Callable[[ModuleType], None]
     tests: tuple[str, ...] = ()  # tests outside tests/model_based that exercise this rule (run too)
 
