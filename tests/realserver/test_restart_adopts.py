@@ -6,8 +6,9 @@ Server A (``python -m sglang.launch_server``, TP2/EP2, 2 redundant experts, ``--
 adopt the daemons' version and map, and B's greedy outputs must equal those of a reference
 server that loads the weights from disk with ``--init-expert-location`` set to that map.
 
-Run with the plugin off in B (``SGLANG_PLUGINS=none``) this test fails: B keeps the trivial
-layout while memory holds A's, and its outputs differ from the reference's.
+Run with the plugin off in B (``EXPERT_LAYOUT_TEST_B_PLUGINS=none``: B with ``SGLANG_PLUGINS=none``)
+this test fails: B never becomes ready, because the layout-aware daemons refuse its ``fetch_state``
+after A's moves (an engine that does not send its expert layout).
 """
 
 from __future__ import annotations
