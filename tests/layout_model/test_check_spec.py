@@ -52,22 +52,28 @@ def test_main_exits_2_without_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 
 @pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/tlc-samples absent")
-def test_runs_tlc_per_model_and_keeps_its_outputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    """A stand-in ``java`` that answers like TLC: the runner's command line, dump and verdict."""
+def stand_in_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str) -> None:
+    """Put a stand-in ``java`` (a shell script printing TLC's real output) and a jar path in place."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     java = bin_dir / "java"
-    java.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {tmp_path}/args.txt\n'
-        'while [ $# -gt 0 ]; do if [ "$1" = "-dump" ]; then shift 2; touch "$1"; fi; shift; done\n'
-        f"cat {SAMPLES / 'toy_full_stdout.txt'}\n"
-    )
+    java.write_text("#!/bin/sh\n" + script)
     java.chmod(0o755)
     jar = tmp_path / "tla2tools.jar"
     jar.write_bytes(b"not really a jar")
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("TLA2TOOLS_JAR", str(jar))
+
+
+def test_runs_tlc_per_model_and_keeps_its_outputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A stand-in ``java`` that answers like TLC: the runner's command line, dump and verdict."""
+    stand_in_tlc(
+        monkeypatch,
+        tmp_path,
+        f'echo "$@" > {tmp_path}/args.txt\n'
+        'while [ $# -gt 0 ]; do if [ "$1" = "-dump" ]; then shift 2; touch "$1"; fi; shift; done\n'
+        f"cat {SAMPLES / 'toy_full_stdout.txt'}\n",
+    )
     spec = Path(__file__).resolve().parents[2] / "spec"
     rc = check_spec.main(["--spec-dir", str(spec), "--model", "MCSmall", "--dump", str(tmp_path / "out")])
     out = capsys.readouterr().out
@@ -122,20 +128,13 @@ def test_witness_model_extends_scenarios_with_the_models_constants(tmp_path: Pat
 
 def test_main_runs_each_witness_and_keeps_its_trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """A stand-in ``java`` that answers with the real witness stdout and writes the JSON trace."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    java = bin_dir / "java"
-    java.write_text(
-        "#!/bin/sh\n"
+    stand_in_tlc(
+        monkeypatch,
+        tmp_path,
         f'echo "$@" >> {tmp_path}/args.txt\n'
         'while [ $# -gt 0 ]; do if [ "$1" = "-dumpTrace" ]; then shift 2; echo "{}" > "$1"; fi; shift; done\n'
-        f"cat {FIXTURES / 'witness-KillMidMoveNextFails.stdout.txt'}\n"
+        f"cat {FIXTURES / 'witness-KillMidMoveNextFails.stdout.txt'}\n",
     )
-    java.chmod(0o755)
-    jar = tmp_path / "tla2tools.jar"
-    jar.write_bytes(b"not really a jar")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("TLA2TOOLS_JAR", str(jar))
     traces = tmp_path / "traces"
     argv = ["--spec-dir", str(SPEC), "--no-models", "--witness", MID_MOVE.name, "--traces", str(traces)]
     rc = check_spec.main(argv)
