@@ -29,7 +29,7 @@ check-model: $(STAMP)
 	$(PY) -m layout_model.explore $(SPEC_MODELS) --spec-dir spec --dot-dir build/mirror
 
 traces: $(STAMP)
-	@rc=0; $(PY) -m layout_model.check_spec --spec-dir spec --dump build/tlc --no-fetch \
+	@rc=0; $(PY) -m layout_model.check_spec --spec-dir spec --dump build/tlc \
 	  $(foreach m,$(TRACE_MODELS),--model $(m)) || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
 	  for m in $(TRACE_MODELS); do $(PY) -m tests.model_based.suites --model $$m --dot build/tlc/$$m.dot || exit 1; done; \

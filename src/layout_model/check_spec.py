@@ -283,7 +283,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--witness", action="append", default=[], help="one witness by name (repeatable)")
     ap.add_argument("--traces", type=Path, default=None, help="write each witness's -dumpTrace json here")
     ap.add_argument("--workers", default="2", help="TLC's -workers (default 2)")
-    ap.add_argument("--no-fetch", action="store_true", help="ignored: nothing is ever downloaded")
     args = ap.parse_args(argv)
     by_name = {w.name: w for w in WITNESSES}
     unknown = [n for n in args.witness if n not in by_name]

@@ -47,7 +47,7 @@ def test_missing_jar_says_what_and_how(monkeypatch: pytest.MonkeyPatch, tmp_path
 def test_main_exits_2_without_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("TLA2TOOLS_JAR", raising=False)
     monkeypatch.setattr(check_spec, "CACHE", tmp_path / "none" / "tla2tools.jar")
-    assert check_spec.main(["--no-fetch"]) == 2
+    assert check_spec.main(["--spec-dir", str(SPEC)]) == 2
     assert "missing" in capsys.readouterr().out
 
 
