@@ -29,7 +29,7 @@ from layout_sm.messages import (
     LayoutRequest,
     QueryRequest,
 )
-from layout_sm.reasons import Reason, Reply, busy, layout_refused, ok, refused
+from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
 from layout_sm.record import LayoutError, LayoutRecord
 
 NO_RECORD = "no_record"
@@ -126,8 +126,6 @@ class DaemonView:
 
 # -- pure reply functions ----------------------------------------------------------------
 
-_RESTART = "restart the weight cache daemons (the engines reload the weights from disk)"
-
 
 def _invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str | None:
     if not layers:
@@ -197,13 +195,13 @@ def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
             "daemon), so shared weights cannot be rebalanced; start the daemons with --enable-eplb.",
         )
     if view.dirty is not None:
-        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {_RESTART}.")
+        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}.")
     if view.non_following_seen:
         return refused(
             Reason.NON_FOLLOWING_SEEN,
             "an engine that does not follow layout moves (an older engine, or one without a live "
             "attachment) maps these weights; moving experts would corrupt its outputs. Rebalancing of "
-            f"shared weights stays off until the daemons restart; to rebalance, {_RESTART}.",
+            f"shared weights stays off until the daemons restart; to rebalance, {RESTART_DAEMONS}.",
         )
     if req.base_version != view.record.version:
         return refused(
@@ -248,7 +246,7 @@ def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, Layout
             f"engine {req.engine_id!r} holds no live attachment with this session; commit refused.",
         ), None
     if view.dirty is not None:
-        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {_RESTART}."), None
+        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}."), None
     move = view.pending
     if move is None or move.engine_id != req.engine_id or move.session != req.session:
         return refused(
@@ -302,7 +300,7 @@ def fetch_reply(view: DaemonView, claim: FetchLayoutField | None) -> Reply:
         return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
     if view.dirty is not None:
         return layout_refused(
-            Reason.DIRTY, f"fetch_state refused: the layout is unknown: {view.dirty.describe()}; {_RESTART}."
+            Reason.DIRTY, f"fetch_state refused: the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}."
         )
     if view.pending is not None:
         return layout_refused(
@@ -322,7 +320,7 @@ def fetch_reply(view: DaemonView, claim: FetchLayoutField | None) -> Reply:
             Reason.OLDER_ENGINE_AFTER_MOVE,
             f"fetch_state refused: experts have moved (layout version {record.version}) and this engine "
             f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
-            f"expert-layout plugin in the engine, or {_RESTART}.",
+            f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
             version=record.version,
         )
     if claim.digest != record.digest:
@@ -330,7 +328,7 @@ def fetch_reply(view: DaemonView, claim: FetchLayoutField | None) -> Reply:
             Reason.DIGEST_MISMATCH,
             f"fetch_state refused: the engine routes with layout version {claim.version} but the daemon's "
             f"weights are at version {record.version} (digests differ); the engine must start from the "
-            f"daemon's record (its layout plugin does this at startup), or {_RESTART}.",
+            f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
             version=record.version,
             digest=record.digest,
         )
@@ -358,7 +356,7 @@ def detach_effect(view: DaemonView, engine_id: str, session: str) -> DetachEffec
     move = view.pending
     if move is not None and move.engine_id == engine_id and move.session == session:
         info = DirtyInfo(move.engine_id, move.layers, move.base_version)
-        return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {_RESTART}")
+        return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {RESTART_DAEMONS}")
     return DetachEffect(True, None, f"engine {engine_id!r} detached")
 
 

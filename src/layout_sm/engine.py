@@ -13,13 +13,11 @@ from typing import Any, Literal
 
 from statemachine import State, StateMachine
 
-from layout_sm.reasons import Reason, Reply, Status
+from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
 from layout_sm.record import LayoutError, LayoutRecord, layout_digest
 
 FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
 FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "unreadable", "timeout")
-_RESTART = "restart the weight cache daemons"
-
 
 # -- startup ------------------------------------------------------------------------------
 
@@ -188,7 +186,7 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
         bad = _by_rank(findings, kind)
         if bad:
             details = "; ".join(f"rank {f.rank}: {f.detail}" for f in bad)
-            advice = f"; {_RESTART}" if kind == "dirty" else ""
+            advice = f"; {RESTART_DAEMONS}" if kind == "dirty" else ""
             return _fail(reason, f"{len(bad)} rank(s) {what} ({details}){advice}")
     records = _by_rank(findings, "record")
     without = _by_rank(findings, "no_record")
@@ -207,7 +205,7 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
                 "mixed_after_move",
                 f"ranks {[f.rank for f in without]} have daemons without a record but the daemons of ranks "
                 f"{ranks} hold a layout other than the engine's initial one (versions "
-                f"{[f.version for f in moved]}); the weights cannot be trusted; {_RESTART}",
+                f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
             )
         return StartupOutcome(
             "keep_own",
@@ -223,7 +221,7 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
     disagree = [f for f in records if (f.version, f.digest) != (first.version, first.digest)]
     if disagree:
         listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
-        return _fail("disagree", f"the daemons hold different layouts ({listing}); {_RESTART}")
+        return _fail("disagree", f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
     if first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical:
         return _fail(
             "shape_mismatch",
@@ -385,7 +383,7 @@ def verify_commits(
             "commit_unverified",
             "expert move committed inconsistently: "
             + "; ".join(problems)
-            + f". The engine keeps serving but rebalances no more; {_RESTART} before starting another "
+            + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
             "engine on them.",
         )
     version = versions.pop()

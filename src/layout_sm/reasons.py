@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# The operator's remedy for a daemon whose layout is unknown or can no longer be moved, in every
+# message that calls for it (daemon replies and engine startup or rebalance failures alike).
+RESTART_DAEMONS = "restart the weight cache daemons (the engines reload the weights from disk)"
+
 
 class Status(StrEnum):
     OK = "ok"
