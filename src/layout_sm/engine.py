@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from statemachine import State, StateMachine
 
+from layout_sm.messages import is_older_daemon_reply
 from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
 from layout_sm.record import LayoutError, LayoutRecord, layout_digest
 
@@ -45,8 +46,7 @@ class RankFinding:
         """Classify a daemon's answer to ``expert_layout_attach`` (or its absence)."""
         if not isinstance(wire, Mapping):
             return cls(rank, "unreadable", detail=f"no usable reply from the daemon ({type(wire).__name__})")
-        status = wire.get("status")
-        if status == "error" and "Unknown request type" in str(wire.get("message", "")):
+        if is_older_daemon_reply(wire):
             return cls(rank, "no_record", detail="older daemon without the expert-layout requests")
         try:
             reply = Reply.from_wire(wire)

@@ -278,6 +278,20 @@ def is_layout_request(msg: object) -> bool:
     return isinstance(kind, str) and kind in LAYOUT_REQUEST_TYPES
 
 
+# What sglang 0.5.23's daemon answers a request type it does not know (its _handle_connection).
+SGLANG_UNKNOWN_REQUEST = "Unknown request type"
+
+
+def is_older_daemon_reply(reply: object) -> bool:
+    """Whether ``reply`` is sglang's own answer to a layout request it does not know: the daemon is
+    an older one (sglang's ``WeightCacheDaemon``, without the layout requests), which keeps no record."""
+    return (
+        isinstance(reply, Mapping)
+        and reply.get("status") == "error"
+        and SGLANG_UNKNOWN_REQUEST in str(reply.get("message", ""))
+    )
+
+
 def parse_request(msg: object) -> LayoutRequest | Reply:
     """A typed request, or a ``refused(malformed)`` reply naming the field. Never raises."""
     if not isinstance(msg, Mapping):
