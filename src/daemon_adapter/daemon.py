@@ -54,6 +54,7 @@ from sglang.srt.weight_cache import daemon as sglang_daemon
 from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
+from daemon_adapter.client import FRAME_HEADER, recv_exact
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.messages import (
     ATTACH,
@@ -166,13 +167,13 @@ def _whole_frame_buffered(conn: socket.socket) -> bool:
     frame, or EOF) is already in the connection's buffer."""
     conn.settimeout(0.0)  # with a timeout, Python would wait for data before even peeking
     try:
-        header = conn.recv(wire.FRAME_HEADER.size, socket.MSG_PEEK)
-        if len(header) < wire.FRAME_HEADER.size:
+        header = conn.recv(FRAME_HEADER.size, socket.MSG_PEEK)
+        if len(header) < FRAME_HEADER.size:
             return not header  # b"": EOF
-        (length,) = wire.FRAME_HEADER.unpack(header)
+        (length,) = FRAME_HEADER.unpack(header)
         if length > wire.MAX_REQUEST_FRAME_BYTES:
             return True
-        size = wire.FRAME_HEADER.size + length
+        size = FRAME_HEADER.size + length
         return len(conn.recv(size, socket.MSG_PEEK)) == size
     except BlockingIOError:
         return False
@@ -208,12 +209,12 @@ class _RequestFrame:
     def read(cls, conn: socket.socket) -> _RequestFrame:
         timed = _DeadlineReader(conn, REQUEST_READ_TIMEOUT_S)
         try:
-            header = wire.recv_exact(timed, wire.FRAME_HEADER.size)  # type: ignore[arg-type]
-            (length,) = wire.FRAME_HEADER.unpack(header)
+            header = recv_exact(timed, FRAME_HEADER.size)  # type: ignore[arg-type]
+            (length,) = FRAME_HEADER.unpack(header)
             if length > wire.MAX_REQUEST_FRAME_BYTES:
                 problem = f"a request of {length} bytes exceeds the limit of {wire.MAX_REQUEST_FRAME_BYTES}"
                 return cls(problem=f"refused a request unread: {problem}", reply=malformed_frame(problem))
-            body = wire.recv_exact(timed, length)  # type: ignore[arg-type]
+            body = recv_exact(timed, length)  # type: ignore[arg-type]
         except TimeoutError:
             return cls(problem=f"closed a connection that sent no complete request within {REQUEST_READ_TIMEOUT_S:g} s")
         except ConnectionError as error:

@@ -8,8 +8,8 @@ reason, attached engines and the non-following flag: a table, or JSON with ``--j
 Exit codes: 0 every daemon answered; 3 no daemon found; 4 a daemon was found but did not
 answer (4 wins over 5); 5 a daemon answered as an older daemon without the layout requests.
 
-The command speaks sglang's framing (a 4-byte big-endian length, then a pickle) itself and
-imports no sglang module: importing sglang takes 5-15 s, too long for a status command.
+The command speaks sglang's framing through ``daemon_adapter.client``, the engine plugin's client
+too, and imports no sglang module: importing sglang takes 5-20 s, too long for a status command.
 Replies are unpickled without any class (they are plain dicts).
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon_adapter.wire import request
+from daemon_adapter.client import request
 
 EXIT_OK = 0
 EXIT_NO_DAEMON = 3
@@ -73,18 +73,19 @@ def discover_sockets(template: str) -> list[str]:
 
 
 def query_daemon(socket_path: str, timeout: float, include_map: bool = False) -> DaemonStatus:
-    from layout_sm.messages import query_request
+    from layout_sm.messages import is_older_daemon_reply, query_request
     from layout_sm.reasons import Reply
 
     try:
-        wire = request(socket_path, query_request(include_map=include_map), timeout, plain=True)
+        # Any owner's socket: an operator (root, say) may inspect other users' daemons, and the
+        # reply is unpickled without classes.
+        wire = request(socket_path, query_request(include_map=include_map), timeout, owner_only=False)
     except (OSError, ConnectionError, ValueError, pickle.UnpicklingError, EOFError) as error:
         return DaemonStatus(socket_path, NOT_ANSWERING, detail=f"{type(error).__name__}: {error}")
     try:
         reply = Reply.from_wire(wire)
     except ValueError:
-        if isinstance(wire, dict) and wire.get("status") == "error":
-            # sglang's daemon answers an unknown request type with an error.
+        if is_older_daemon_reply(wire):
             return DaemonStatus(
                 socket_path,
                 OLDER_DAEMON,

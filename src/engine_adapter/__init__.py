@@ -12,8 +12,10 @@ Modules:
   ``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, ``SGLANG_EXPERT_LAYOUT_POLL_INTERVAL``).
 - ``loader``: the ``expert_layout`` field of ``fetch_state``; ``LayoutRefusedError``.
 - ``rebalance``: the chunk protocol around sglang's EPLB.
-- ``daemon_link``: sockets to one daemon; the attachment, closed in forked children.
 - ``state``: what one rank process knows (``state.get()``, ``state.reset()``).
+
+Sockets to the daemons go through ``daemon_adapter.client``, the client ``expert-layout status``
+uses too (one request per connection; the attachment, closed in forked children).
 
 Nothing is imported here: importing sglang costs seconds.
 """

@@ -23,7 +23,8 @@ import torch.distributed as dist
 from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
 from sglang.srt.runtime_context import get_device, get_exec
 
-from engine_adapter import daemon_link, state
+from daemon_adapter import client
+from engine_adapter import state
 from engine_adapter.startup import world_cpu_group
 from layout_sm.engine import RebalanceMachine, chunk_decision, rebalance_mode, verify_commits
 from layout_sm.messages import abort_request, begin_request, commit_request
@@ -86,7 +87,7 @@ def _ask(st: state.EngineLayoutState, msg: dict[str, Any]) -> Any:
     """One request to this rank's daemon; None when it cannot be reached (counts as refused)."""
     assert st.socket_path is not None
     try:
-        return daemon_link.request(st.socket_path, msg)
+        return client.request(st.socket_path, msg)
     except Exception as error:
         logger.warning("[expert-layout] rank %s: daemon at %s unreachable: %r", st.rank, st.socket_path, error)
         return None

@@ -27,7 +27,8 @@ import torch.distributed as dist
 from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_expert_location_metadata
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
-from engine_adapter import daemon_link, state
+from daemon_adapter import client
+from engine_adapter import state
 from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome, needs_wait, startup_decision
 from layout_sm.messages import attach_request, query_request
 from layout_sm.record import layout_digest
@@ -105,8 +106,8 @@ def _engine_id(group: Any) -> str:
 def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) -> tuple[RankFinding, Any]:
     """Attach and wait; returns this rank's finding and its attachment (None if none)."""
     try:
-        attachment = daemon_link.Attachment(path, attach_request(engine_id))
-    except daemon_link.DaemonAbsent as error:
+        attachment = client.Attachment(path, attach_request(engine_id))
+    except client.DaemonAbsent as error:
         # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
         return RankFinding.no_daemon(rank, str(error)), None
     except Exception as error:
@@ -121,7 +122,7 @@ def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) 
         logger.info("[expert-layout] rank %d waits: %s", rank, finding.detail)
         time.sleep(min(poll_s, max(0.0, timeout_s - waited)))
         try:
-            reply = daemon_link.request(path, query_request(include_map=True))
+            reply = client.request(path, query_request(include_map=True))
         except Exception as error:
             logger.warning("[expert-layout] rank %d: poll of %s failed: %r", rank, path, error)
             reply = None

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine_adapter.daemon_link import Attachment
+from daemon_adapter.client import Attachment
 
 logger = logging.getLogger("engine_adapter")
 

@@ -5,7 +5,7 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 
 1. chunk: begin + commit of one chunk (one layer of a DeepSeek-V3-sized map, 61 x 288) against a
    real layout-aware daemon process, on 1 rank and on 2 ranks (gloo all-gathers, as the engine
-   adapter does), with the engine adapter's own socket client (``engine_adapter.daemon_link``) and
+   adapter does), with the engine adapter's own socket client (``daemon_adapter.client``) and
    layout_sm's decisions; floor: the same number of bare round trips (sglang's ``ping`` through the
    same serve loop) and bare all-gathers.
 2. startup: attach + all-gather of the findings + ``startup_decision``; floor: a bare
@@ -72,7 +72,7 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
     """One engine rank: attach to its daemon, then time startup and chunks against their floors."""
     import torch.distributed as dist
 
-    from engine_adapter import daemon_link
+    from daemon_adapter import client
     from layout_sm.engine import EngineLayout, RankFinding, chunk_decision, startup_decision, verify_commits
     from layout_sm.messages import attach_request, begin_request, commit_request
     from layout_sm.record import layout_digest
@@ -93,15 +93,15 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
 
     ping = {"type": "ping"}
     floors = {
-        "ping_s": collective(lambda: daemon_link.request(path, ping)),
-        "query_config_s": collective(lambda: daemon_link.request(path, {"type": "query_config"})),
+        "ping_s": collective(lambda: client.request(path, ping)),
+        "query_config_s": collective(lambda: client.request(path, {"type": "query_config"})),
         "all_gather_s": collective(lambda: gather({"status": "ok"})) if world > 1 else [0.0],
     }
 
     attachments: list[Any] = []
 
     def startup() -> None:
-        att = daemon_link.Attachment(path, attach_request(f"bench-{rank}"))
+        att = client.Attachment(path, attach_request(f"bench-{rank}"))
         findings = [RankFinding.from_wire(w) for w in gather(RankFinding.from_attach_reply(rank, att.reply).to_wire())]
         startup_decision(findings, engine)
         attachments.append(att)
@@ -116,7 +116,7 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
         # The daemon notices the detach on its watcher thread: let it, before the next attach.
         time.sleep(0.002)
 
-    att = daemon_link.Attachment(path, attach_request("bench-chunks"))
+    att = client.Attachment(path, attach_request("bench-chunks"))
     session, version = att.reply["session"], att.reply["record"]["version"]
     time.sleep(0.05)
     chunk_s = []
@@ -126,10 +126,10 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
         dist.barrier()
         t0 = time.perf_counter()
         decision = chunk_decision(
-            gather(daemon_link.request(path, begin_request("bench-chunks", session, version, [layer])))
+            gather(client.request(path, begin_request("bench-chunks", session, version, [layer])))
         )
         assert decision.kind == "proceed", decision.message
-        committed = gather(daemon_link.request(path, commit_request("bench-chunks", session, [layer], [rows[layer]])))
+        committed = gather(client.request(path, commit_request("bench-chunks", session, [layer], [rows[layer]])))
         verdict = verify_commits(committed, rows, expected_version=version + 1)
         chunk_s.append(time.perf_counter() - t0)
         assert verdict.ok, verdict.message

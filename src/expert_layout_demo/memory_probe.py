@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from daemon_adapter import wire
+from daemon_adapter import client
 
 PROBE_ENGINE_ID = "demo-memory-probe"
 UNKNOWN = -1  # a slot whose weights match no expert of the checkpoint
@@ -68,11 +68,11 @@ def _fetch_request(socket_path: str, config: dict[str, Any]) -> tuple[dict[str, 
     """The fetch_state request an engine would send now, and the attach connection it needs (or None)."""
     from layout_sm.messages import fetch_layout_field, query_request
 
-    state = wire.request(socket_path, query_request(), plain=True)
+    state = client.request(socket_path, query_request(), plain=True)
     has_record = state.get("status") == "ok" and state.get("version") is not None
     if not has_record or state.get("version") == 0:
         return {"type": "fetch_state", "config": config}, None  # what an older engine sends
-    conn, reply = wire.attach(socket_path, PROBE_ENGINE_ID)
+    conn, reply = client.attach(socket_path, PROBE_ENGINE_ID)
     if reply.get("status") != "ok" or not reply.get("record"):
         conn.close()
         raise ProbeRefused(f"{socket_path}: attach refused: {reply.get('message') or reply}")
@@ -88,10 +88,10 @@ def rank_slots(socket_path: str, gates: dict[int, list[Any]]) -> list[list[int]]
 
     # Standalone daemons export CPU tensors with torch's file_system strategy: import likewise.
     torch.multiprocessing.set_sharing_strategy("file_system")
-    config = wire.request(socket_path, {"type": "query_config"}, plain=True)["config"]
+    config = client.request(socket_path, {"type": "query_config"}, plain=True)["config"]
     msg, attachment = _fetch_request(socket_path, config)
     try:
-        reply = wire.request(socket_path, msg, timeout=60.0, plain=True)
+        reply = client.request(socket_path, msg, timeout=60.0, plain=True)
     finally:
         if attachment is not None:
             attachment.close()

@@ -13,7 +13,7 @@ processes our launchers start; each probe is on only when its environment variab
   ``after_commit:N`` the rank's daemon has answered ok to its N-th commit (between two chunks,
   the committed layout is the daemon's record); ``mid_move:N`` the rank's daemon has answered ok
   to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move).
-  An AROUND hook on ``engine_adapter.daemon_link.request``: it reads the request type and the
+  An AROUND hook on ``daemon_adapter.client.request``: it reads the request type and the
   reply status only, and changes neither.
 """
 
@@ -150,5 +150,5 @@ def register_if_asked() -> None:
             stop.after_reply(msg, reply)
             return reply
 
-        HookRegistry.register("engine_adapter.daemon_link.request", around_request, HookType.AROUND)
+        HookRegistry.register("daemon_adapter.client.request", around_request, HookType.AROUND)
     _registered = True

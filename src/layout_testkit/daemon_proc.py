@@ -44,8 +44,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon_adapter.wire import FRAME_HEADER as _FRAME_HEADER
-from daemon_adapter.wire import attach, connect, recv_frame, request, send_frame
+from daemon_adapter.client import FRAME_HEADER as _FRAME_HEADER
+from daemon_adapter.client import attach, connect, recv_frame, request, send_frame
 
 # sglang's own transport (what a daemon picks for tensors it cannot serve through VMM fds).
 SGLANG_TORCH_IPC = "sglang.srt.weight_cache.transport:TorchIpcTransportBackend"
@@ -360,7 +360,7 @@ def _remove_stale_files(spec: DaemonSpec) -> None:
             os.unlink(path)
 
 
-# -- a client that needs neither sglang nor torch: daemon_adapter.wire, re-exported -----------
+# -- a client that needs neither sglang nor torch: daemon_adapter.client, re-exported -----------
 
 __all__ = [
     "DaemonProcess",

@@ -2,7 +2,7 @@
 
 One `RealSystem` per behaviour: one real `LayoutAwareDaemon` per rank (sglang 0.5.23's serve loop
 on a real Unix socket, in its own process or in a thread: `daemon_hosts`), and engines that talk
-to them through the engine adapter's client code (`engine_adapter.daemon_link`: one connection
+to them through the engine adapter's client code (`daemon_adapter.client`: one connection
 per request, the long-lived `Attachment`), build requests with `layout_sm.messages` and decide
 with `layout_sm.engine`'s pure functions, as every rank of an engine does.
 
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine_adapter import daemon_link
+from daemon_adapter import client
 from layout_model.system import NUM_LOGICAL, ROWS
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
@@ -76,7 +76,7 @@ class EngineSide:
     """What the processes of one engine (all its ranks) hold: connections, sessions, findings."""
 
     name: str
-    conns: dict[int, daemon_link.Attachment] = field(default_factory=dict)
+    conns: dict[int, client.Attachment] = field(default_factory=dict)
     sessions: dict[int, str] = field(default_factory=dict)
     findings: dict[int, RankFinding] = field(default_factory=dict)
     begin_replies: dict[int, Reply] = field(default_factory=dict)
@@ -127,12 +127,12 @@ class RealSystem:
 
     def request(self, r: int, msg: dict[str, Any]) -> dict[str, Any]:
         self.touched.add(r)
-        reply = daemon_link.request(self.daemons[r].socket_path, msg)
+        reply = client.request(self.daemons[r].socket_path, msg)
         self.log.append(f"  d{r} <- {msg.get('type')}: {reply.get('status')}({reply.get('reason', '')})")
         return reply
 
     def query(self, r: int) -> dict[str, Any]:
-        return daemon_link.request(self.daemons[r].socket_path, messages.query_request(include_map=True))
+        return client.request(self.daemons[r].socket_path, messages.query_request(include_map=True))
 
     # -- one step ----------------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class RealSystem:
     def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         self.touched.add(r)
-        att = daemon_link.Attachment(self.daemons[r].socket_path, messages.attach_request(eng.name))
+        att = client.Attachment(self.daemons[r].socket_path, messages.attach_request(eng.name))
         wire = att.reply
         self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
         if wire.get("status") == "ok":

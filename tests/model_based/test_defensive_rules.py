@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import daemon_link
+from daemon_adapter import client
 from layout_sm import messages
 from tests.model_based.daemon_hosts import InProcessHost
 
@@ -26,23 +26,23 @@ def daemon() -> Iterator[Any]:
 
 
 def _pending_move(d: Any) -> Any:
-    return daemon_link.request(d.socket_path, messages.query_request())["pending"]
+    return client.request(d.socket_path, messages.query_request())["pending"]
 
 
 def test_another_engine_cannot_abort_or_commit_a_move(daemon: Any) -> None:
-    a = daemon_link.Attachment(daemon.socket_path, messages.attach_request("A"))
-    begun = daemon_link.request(daemon.socket_path, messages.begin_request("A", a.reply["session"], 0, [0]))
+    a = client.Attachment(daemon.socket_path, messages.attach_request("A"))
+    begun = client.request(daemon.socket_path, messages.begin_request("A", a.reply["session"], 0, [0]))
     assert begun["status"] == "ok", begun
-    b = daemon_link.Attachment(daemon.socket_path, messages.attach_request("B"))
+    b = client.Attachment(daemon.socket_path, messages.attach_request("B"))
     try:
-        reply = daemon_link.request(daemon.socket_path, messages.abort_request("B", b.reply["session"]))
+        reply = client.request(daemon.socket_path, messages.abort_request("B", b.reply["session"]))
         assert (reply["status"], reply["reason"]) == ("ok", "nothing_to_abort"), reply
         assert _pending_move(daemon)["engine_id"] == "A"
-        reply = daemon_link.request(daemon.socket_path, messages.commit_request("B", b.reply["session"], [0], [[1, 0]]))
+        reply = client.request(daemon.socket_path, messages.commit_request("B", b.reply["session"], [0], [[1, 0]]))
         assert reply["status"] == "refused", reply
         assert _pending_move(daemon)["engine_id"] == "A"
         # A's own commit still goes through
-        reply = daemon_link.request(daemon.socket_path, messages.commit_request("A", a.reply["session"], [0], [[1, 0]]))
+        reply = client.request(daemon.socket_path, messages.commit_request("A", a.reply["session"], [0], [[1, 0]]))
         assert (reply["status"], reply["version"]) == ("ok", 1), reply
     finally:
         a.close()
@@ -50,13 +50,13 @@ def test_another_engine_cannot_abort_or_commit_a_move(daemon: Any) -> None:
 
 
 def test_a_commit_must_name_the_layers_of_its_move(daemon: Any) -> None:
-    a = daemon_link.Attachment(daemon.socket_path, messages.attach_request("A"))
+    a = client.Attachment(daemon.socket_path, messages.attach_request("A"))
     try:
         session = a.reply["session"]
-        assert daemon_link.request(daemon.socket_path, messages.begin_request("A", session, 0, [0]))["status"] == "ok"
-        reply = daemon_link.request(daemon.socket_path, messages.commit_request("A", session, [1], [[1, 0]]))
+        assert client.request(daemon.socket_path, messages.begin_request("A", session, 0, [0]))["status"] == "ok"
+        reply = client.request(daemon.socket_path, messages.commit_request("A", session, [1], [[1, 0]]))
         assert (reply["status"], reply["reason"]) == ("refused", "layers_mismatch"), reply
         assert _pending_move(daemon)["layers"] == [0]  # the move stays pending
-        assert daemon_link.request(daemon.socket_path, messages.query_request())["version"] == 0
+        assert client.request(daemon.socket_path, messages.query_request())["version"] == 0
     finally:
         a.close()

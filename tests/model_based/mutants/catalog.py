@@ -381,7 +381,7 @@ def _(mod: ModuleType) -> None:
 # -- the adapters ------------------------------------------------------------------------------
 
 DA = "daemon_adapter.daemon"
-EA = "engine_adapter.daemon_link"
+EA = "daemon_adapter.client"
 
 
 @mutant("daemon_fetch_gate_bypassed", DA, "the daemon asks the layout machine before sglang sends fetch_state")
