@@ -4,7 +4,7 @@ Public API:
 
 - ``LayoutAwareDaemon`` (``daemon_adapter.daemon``): ``WeightCacheDaemon`` subclass that keeps
   the record, answers the ``expert_layout_*`` requests and gates ``fetch_state``;
-  ``set_initial_layout(map, num_logical)`` and ``layout_view()``.
+  ``set_initial_layout(map, num_logical)``.
 - ``install_daemon_hooks()`` (``daemon_adapter.hooks``): registers the sglang hooks that make
   daemons built or spawned by sglang layout-aware (the project's sglang plugin calls it);
   ``apply_daemon_hooks()`` also applies them; ``run_layout_aware_daemon`` is the spawn target.

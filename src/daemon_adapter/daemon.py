@@ -55,7 +55,7 @@ from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
 from daemon_adapter.client import FRAME_HEADER, recv_exact
-from layout_sm.daemon import DaemonMachine, DaemonView
+from layout_sm.daemon import DaemonMachine
 from layout_sm.messages import (
     ATTACH,
     FETCH_FIELD,
@@ -97,8 +97,6 @@ MAX_OPEN_CONNECTIONS = 32
 BAD_FRAME_LOG_BURST = 20
 BAD_FRAME_LOG_WINDOW_S = 10.0
 MAX_LOG_LINE_CHARS = 400
-
-_LAZY_INIT_LOCK = threading.Lock()
 
 
 class RateLimitedLog:
@@ -280,15 +278,15 @@ class _LayoutGatedTransport:
 class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     """sglang's weight cache daemon that keeps the expert-layout record (README, "The protocol core")."""
 
-    # Class defaults so that a daemon made with ``object.__new__`` (tests) works too.
-    _layout_machine: DaemonMachine | None = None
-    _layout_lock: threading.Lock | None = None
-    _slots: threading.BoundedSemaphore | None = None
-    _sglang_lock: threading.Lock | None = None
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Logged first, so that a spawned daemon says what it is even if loading then fails.
         logger.info("[LayoutAwareDaemon] building an expert-layout aware weight cache daemon")
+        # No record until load() reads sglang's initial layout (set_initial_layout); a daemon
+        # whose load() finds none (no --enable-eplb) keeps none.
+        self._layout_lock = threading.Lock()
+        self._layout_machine = DaemonMachine(None)
+        self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
+        self._sglang_lock = threading.Lock()  # sglang's handler, one request at a time as in its loop
         super().__init__(*args, **kwargs)
 
     def serve(self) -> None:
@@ -311,8 +309,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         record = None
         if physical_to_logical_map is not None:
             record = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
-        self._layout_lock = threading.Lock()
-        self._layout_machine = DaemonMachine(record)
+        with self._layout_lock:
+            self._layout_machine = DaemonMachine(record)
         if record is None:
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
         else:
@@ -336,17 +334,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         else:
             self.set_initial_layout(metadata.physical_to_logical_map_cpu.tolist(), metadata.num_logical_experts)
 
-    def layout_view(self) -> DaemonView:
-        """A snapshot of the layout state (for tests and logs)."""
-        machine, lock = self._machine()
-        with lock:
-            return machine.view()
-
     def _machine(self) -> tuple[DaemonMachine, threading.Lock]:
-        if self._layout_machine is None or self._layout_lock is None:
-            # load() always initialises it; a daemon that skipped it keeps no record.
-            self.set_initial_layout(None)
-        assert self._layout_machine is not None and self._layout_lock is not None
         return self._layout_machine, self._layout_lock
 
     # -- the control socket -------------------------------------------------------------
@@ -376,7 +364,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
 
     def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None) -> None:
-        slots = self._connection_slots()
+        slots = self._slots
         # Waits at most the time an open connection may take to send its request.
         if not slots.acquire(timeout=REQUEST_READ_TIMEOUT_S):
             self._log_bad_frame(f"refused a connection: {MAX_OPEN_CONNECTIONS} connections already open")
@@ -417,7 +405,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 self._send(conn, frame.reply.to_wire())
             return
         if is_sglang_request(frame.request):
-            with self._serial_lock():  # sglang's handler, one request at a time as in its loop
+            with self._sglang_lock:
                 self._handle_sglang_request(conn, frame.request, frame.raw)  # type: ignore[arg-type]
             return
         parsed = parse_request(frame.request)
@@ -482,18 +470,6 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
 
     def _log_bad_frame(self, why: str) -> None:
         _BAD_FRAME_LOG.log(f"[LayoutAwareDaemon gpu={getattr(self, 'gpu_id', None)}] {why}")
-
-    def _connection_slots(self) -> threading.BoundedSemaphore:
-        with _LAZY_INIT_LOCK:
-            if self._slots is None:
-                self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
-            return self._slots
-
-    def _serial_lock(self) -> threading.Lock:
-        with _LAZY_INIT_LOCK:
-            if self._sglang_lock is None:
-                self._sglang_lock = threading.Lock()
-            return self._sglang_lock
 
     # -- attachments --------------------------------------------------------------------
 

@@ -257,24 +257,17 @@ def bench_scale(n: int) -> dict[str, Any]:
 def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
     import torch
     from sglang.srt.weight_cache.daemon import WeightCacheDaemon
-    from sglang.srt.weight_cache.protocol import CacheConfig
-    from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
-    from daemon_adapter.daemon import LayoutAwareDaemon
     from layout_sm.messages import AttachRequest, fetch_layout_field
     from layout_sm.record import layout_digest
     from layout_testkit.daemon_proc import default_cache_config, recv_frame, send_frame
+    from layout_testkit.loaded_daemon import FakeLoadedLayoutAwareDaemon
 
     torch.multiprocessing.set_sharing_strategy("file_system")
     rows = deepseek_map()
     tensors = {f"model.layers.{i // 16}.t{i}": torch.zeros(8) for i in range(num_tensors)}
-    daemon = object.__new__(LayoutAwareDaemon)
-    daemon.gpu_id, daemon.tp_rank, daemon.model = 0, 0, None
     config = default_cache_config()
-    daemon.config = CacheConfig.from_dict(config)
-    daemon.transport_backend = TorchIpcTransportBackend()
-    daemon.state_entries = daemon.transport_backend.prepare_export({k: (t, True) for k, t in tensors.items()})
-    daemon.preloaded_weights_bytes = 0
+    daemon = FakeLoadedLayoutAwareDaemon(socket_path="", config=config, tensors=tensors)
     daemon.set_initial_layout(rows, LOGICAL)
     machine, _ = daemon._machine()
     machine.handle(AttachRequest("bench"), session="s" * 32)

@@ -2,7 +2,10 @@
 
 - ``layout_testkit.daemon_proc``: a real layout-aware sglang weight cache daemon in its own
   process, without a model (see its docstring for the API).
+- ``layout_testkit.loaded_daemon``: sglang's daemon classes built without a model or a GPU
+  (``FakeLoadedDaemon``, ``FakeLoadedLayoutAwareDaemon``), for daemons in this process or in
+  ``daemon_proc``'s; it imports sglang and torch.
 
-Modules import sglang and torch lazily, so a client process that only speaks the socket
+The other modules import sglang and torch lazily, so a client process that only speaks the socket
 protocol stays cheap.
 """

@@ -1,7 +1,7 @@
 """A real layout-aware sglang weight cache daemon in its own process, without a model.
 
 The daemon is ``daemon_adapter.LayoutAwareDaemon`` (a subclass of sglang 0.5.23's
-``WeightCacheDaemon``) made with ``object.__new__`` instead of ``load()``: no model, no GPU.
+``WeightCacheDaemon``) without a model or a GPU (``layout_testkit.loaded_daemon``).
 Its state entries are CPU tensors exported by sglang's real ``TorchIpcTransportBackend``
 with torch's ``file_system`` sharing strategy, so a client that sets the same strategy maps
 the daemon's memory zero-copy (docs/protocol.md §9). It runs sglang's real ``serve()`` loop on a real
@@ -106,10 +106,8 @@ def _run_daemon(spec: DaemonSpec) -> None:
     import logging
 
     import torch
-    from sglang.srt.weight_cache.daemon import WeightCacheDaemon
-    from sglang.srt.weight_cache.protocol import CacheConfig
 
-    from daemon_adapter.daemon import LayoutAwareDaemon
+    from layout_testkit.loaded_daemon import FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     # sglang's torch_ipc transport shares CPU tensors between unrelated processes only with
@@ -118,22 +116,20 @@ def _run_daemon(spec: DaemonSpec) -> None:
     tensors: dict[str, torch.Tensor] = {}
     if spec.tensors_path:
         tensors = torch.load(spec.tensors_path, weights_only=True)
-    daemon_cls = WeightCacheDaemon if spec.plain_sglang else LayoutAwareDaemon
-    daemon = object.__new__(daemon_cls)
-    daemon.gpu_id = spec.gpu_id
-    daemon.tp_rank = spec.config["tp_rank"]
-    daemon.socket_path = spec.socket_path
-    daemon.ready_path = spec.ready_path
-    daemon.model = None
-    daemon.config = CacheConfig.from_dict(spec.config)
     module_name, _, class_name = spec.transport_backend.partition(":")
-    daemon.transport_backend = getattr(importlib.import_module(module_name), class_name)()
-    daemon.state_entries = daemon.transport_backend.prepare_export(
-        {name: (tensor, name not in spec.buffer_names) for name, tensor in tensors.items()}
+    built = dict(
+        socket_path=spec.socket_path,
+        ready_path=spec.ready_path,
+        config=spec.config,
+        tensors=tensors,
+        buffer_names=spec.buffer_names,
+        transport_backend=getattr(importlib.import_module(module_name), class_name)(),
+        gpu_id=spec.gpu_id,
     )
-    daemon.preloaded_weights_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    daemon._served_tensors = tensors  # keep the exported storages alive
-    if isinstance(daemon, LayoutAwareDaemon):
+    if spec.plain_sglang:
+        daemon = FakeLoadedDaemon(**built)
+    else:
+        daemon = FakeLoadedLayoutAwareDaemon(**built)
         daemon.set_initial_layout(spec.physical_to_logical_map, spec.num_logical)
     daemon.serve()
 
@@ -148,7 +144,7 @@ def _zygote_main() -> None:
 
     import torch  # noqa: F401
 
-    import daemon_adapter.daemon  # noqa: F401  (the expensive imports, once)
+    import layout_testkit.loaded_daemon  # noqa: F401  (the expensive imports, once)
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # daemons are reaped automatically
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -17,15 +17,16 @@ def build_record(model_dir: str, *flags: str):
     from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
     from sglang.srt.server_args import prepare_server_args
 
-    from daemon_adapter.daemon import LayoutAwareDaemon
+    from layout_testkit.daemon_proc import default_cache_config
+    from layout_testkit.loaded_daemon import FakeLoadedLayoutAwareDaemon
 
     argv = ["--model-path", model_dir, "--device", "cpu", "--skip-tokenizer-init", "--tp-size", "2", "--ep-size", "2"]
     server_args = prepare_server_args([*argv, *flags])
     reset_context()
     try:
         publish(server_args, role="weight_cache_daemon", ranks=SpawnRanks(world_rank=1, gpu_id=1))
-        daemon = object.__new__(LayoutAwareDaemon)  # what load() does up to here, without a model
-        daemon.gpu_id = 1
+        daemon = FakeLoadedLayoutAwareDaemon(socket_path="", config=default_cache_config(), gpu_id=1)
+        # what sglang's load() does next, here without loading the model
         daemon._initialize_eplb_expert_location_metadata(ModelConfig(model_path=model_dir))
         return daemon.layout_view()
     finally:

@@ -105,24 +105,13 @@ class _Thread:
 
     def _start(self) -> None:
         import torch
-        from sglang.srt.weight_cache.protocol import CacheConfig
-        from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
-        from daemon_adapter.daemon import LayoutAwareDaemon
+        from layout_testkit.loaded_daemon import FakeLoadedLayoutAwareDaemon
 
         torch.multiprocessing.set_sharing_strategy("file_system")
         # a fresh path per start: a stopped serve loop unlinks its own socket up to 1 s later
         self.socket_path = str(self.host.workdir / f"{self.name}.{next(self._ids)}.sock")
-        d = object.__new__(LayoutAwareDaemon)
-        d.gpu_id = 0
-        d.tp_rank = 0
-        d.socket_path = self.socket_path
-        d.ready_path = self.socket_path + ".ready"
-        d.model = None
-        d.config = CacheConfig.from_dict(daemon_proc.default_cache_config())
-        d.transport_backend = TorchIpcTransportBackend()
-        d.state_entries = d.transport_backend.prepare_export({})
-        d.preloaded_weights_bytes = 0
+        d = FakeLoadedLayoutAwareDaemon(socket_path=self.socket_path, config=daemon_proc.default_cache_config())
         d.set_initial_layout(self.rows, self.num_logical if self.rows is not None else None)
         self.daemon = d
         threading.Thread(target=d.serve, name=f"daemon-{self.name}", daemon=True).start()
