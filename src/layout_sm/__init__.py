@@ -1,6 +1,14 @@
 """The expert-layout protocol core: pure, deterministic, no I/O, no torch, no sglang.
 
 Every protocol decision of the project is made here, once; the adapters translate.
+Each module's docstring is its contract; the adapters build on these and never restate a rule:
+
+- ``record``: the layout record and its digest (``layout_digest``, the one definition of it);
+- ``reasons``: every reply's status, reason code and message (``Reply``), and the shared advice;
+- ``messages``: the wire schema, every request built and parsed, and who answers what;
+- ``daemon``: the daemon's machine and its replies;
+- ``engine``: the engine's startup and rebalance decisions and machines;
+- ``diagrams``: the machines drawn from their classes (``make diagrams``).
 """
 
 from layout_sm.reasons import Reason, Reply, Status
