@@ -18,6 +18,7 @@ An adapter calls ``DaemonMachine`` methods and writes the reply back; it decides
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -263,8 +264,13 @@ def commit_reply(view: DaemonView, req: CommitRequest) -> Reply:
     return commit_decision(view, req)[0]
 
 
-def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, LayoutRecord | None]:
-    """The commit reply and, when accepted, the new record (validated once, used as is)."""
+def commit_decision(
+    view: DaemonView, req: CommitRequest, built: LayoutRecord | None = None
+) -> tuple[Reply, LayoutRecord | None]:
+    """The commit reply and, when accepted, the new record (validated once, used as is).
+
+    ``built`` is the new record when the caller has built it already from ``view`` and ``req``
+    (the machine's ``rows_fit`` guard does, so that a full-map commit's rows are checked once)."""
     if not view.holds(req.engine_id, req.session):
         return refused(
             Reason.NOT_ATTACHED,
@@ -285,7 +291,7 @@ def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, Layout
             f"{list(view.pending.layers)}; the move stays pending.",
         ), None
     try:
-        new_record = view.record.with_rows(req.layers, req.rows)
+        new_record = built if built is not None else view.record.with_rows(req.layers, req.rows)
     except LayoutError as error:
         return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending."), None
     return ok(
@@ -484,6 +490,7 @@ class DaemonMachine(StateMachine):
     )
 
     def __init__(self, record: LayoutRecord | None) -> None:
+        self._built: tuple[CommitRequest, LayoutRecord | None, LayoutRecord | None] | None = None
         super().__init__(model=DaemonState(), state_field="phase")
         self.send("loaded_with_record" if record is not None else "loaded_without_record", record=record)
 
@@ -514,14 +521,22 @@ class DaemonMachine(StateMachine):
         return self._view.pending_layers_are(request.layers)
 
     def rows_fit(self, request: CommitRequest) -> bool:
+        return self._successor(request) is not None
+
+    def _successor(self, request: CommitRequest) -> LayoutRecord | None:
+        """The record after ``request``'s rows, or None for rows that do not fit. Built once per
+        request: the ``rows_fit`` guard and the ``store_rows`` action both need it, and checking a
+        full DeepSeek-scale map twice would cost a millisecond more per commit."""
         record = self._view.record
-        if record is None:
-            return False
-        try:
-            record.check_rows(request.layers, request.rows)
-        except LayoutError:
-            return False
-        return True
+        memo = self._built
+        if memo is not None and memo[0] is request and memo[1] is record:
+            return memo[2]
+        built = None
+        if record is not None:
+            with contextlib.suppress(LayoutError):  # rows that do not fit: refused by commit_decision
+                built = record.with_rows(request.layers, request.rows)
+        self._built = (request, record, built)
+        return built
 
     # -- actions: the transition taken changes the view and makes the reply ---------------
 
@@ -541,7 +556,8 @@ class DaemonMachine(StateMachine):
         return reply
 
     def store_rows(self, request: CommitRequest) -> Reply:
-        reply, record = commit_decision(self._view, request)
+        reply, record = commit_decision(self._view, request, self._successor(request))
+        self._built = None
         _agree("commit", True, record is not None, reply)
         self._view = replace(self._view, record=record, pending=None)
         return reply
