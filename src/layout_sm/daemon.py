@@ -451,8 +451,9 @@ class DaemonMachine(StateMachine):
     raises ``MachineDisagrees``.
 
     Attach, query and the fetch check never change the phase, so they are answered by their pure
-    reply functions without an event: an event costs tens of µs in python-statemachine (see
-    ``fetch_check``), more than the whole layout check of a ``fetch_state`` should.
+    reply functions without an event: an event costs 0.3-0.6 ms in python-statemachine here
+    (measured on a loaded 2-core machine, a begin refused or accepted), the whole ``fetch_check``
+    5 µs, and it must stay a small part of sglang's own ``fetch_state`` handler.
     """
 
     # A daemon loads its weights, then keeps a record (--enable-eplb) or none for its whole life.
