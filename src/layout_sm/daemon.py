@@ -564,6 +564,7 @@ class DaemonMachine(StateMachine):
         return reply
 
     def refuse_commit(self, request: CommitRequest) -> Reply:
+        self._built = None  # keeps no refused request's rows alive
         reply, record = commit_decision(self._view, request)
         _agree("commit", False, record is not None, reply)
         return reply
