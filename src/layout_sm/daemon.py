@@ -2,21 +2,26 @@
 
 Every reply the daemon gives is decided here, once:
 
+- ``DaemonView`` is what a daemon knows (an immutable snapshot); its methods ``holds``,
+  ``alone``, ``base_is_current``, ``moved_by`` and ``pending_layers_are`` are the conjuncts of the
+  spec's daemon actions (spec/LayoutProtocol.tla: Begin, Commit, Abort, Detach);
 - ``attach_reply``, ``begin_reply``, ``commit_reply``, ``abort_reply``, ``fetch_reply``,
-  ``query_reply`` and ``detach_effect`` are pure functions of a ``DaemonView`` (an immutable
-  snapshot) and a request;
+  ``query_reply`` and ``detach_effect`` make the reply texts: pure functions of a view and a
+  request that ask those conjuncts in the precedence of docs/protocol.md §4;
 - ``DaemonMachine`` is a python-statemachine ``StateMachine`` whose states are the record's
-  phases (no record, clean, pending, dirty). It asks those functions for the reply, and a
-  reply that accepts the request takes the transition named after the TLA+ action.
+  phases (no record, clean, pending, dirty). Its transitions declare what each request may do
+  in each phase, its guards are the conjuncts, and the actions of the transition taken change
+  the view and make the reply.
 
 An adapter calls ``DaemonMachine`` methods and writes the reply back; it decides nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from statemachine import State, StateMachine
 
@@ -99,9 +104,28 @@ class DaemonView:
             return PENDING
         return CLEAN
 
+    # -- the spec's conjuncts (spec/LayoutProtocol.tla), asked by the replies and the machine --
+
     def holds(self, engine_id: str, session: str) -> bool:
-        """Whether a live attachment of ``engine_id`` holds ``session``."""
+        """Whether a live attachment of ``engine_id`` holds ``session`` (spec: ``e \\in datt[r]``)."""
         return self.attachments.get(engine_id) == session
+
+    def alone(self, engine_id: str) -> bool:
+        """No other engine is attached (spec: ``datt[r] \\ {e} = {}``)."""
+        return all(e == engine_id for e in self.attachments)
+
+    def base_is_current(self, base_version: int) -> bool:
+        """The engine's version is the record's (spec: ``ever[e] = dver[r]``)."""
+        return self.record is not None and base_version == self.record.version
+
+    def moved_by(self, engine_id: str, session: str) -> bool:
+        """The pending move is this engine's, begun in this session (spec: ``dpend[r].mover = e``)."""
+        move = self.pending
+        return move is not None and move.engine_id == engine_id and move.session == session
+
+    def pending_layers_are(self, layers: tuple[int, ...]) -> bool:
+        """The pending move is of these layers (spec: ``dpend[r].layers = reb[e].chunk``)."""
+        return self.pending is not None and self.pending.layers == layers
 
     def __hash__(self) -> int:
         return hash((self.record, tuple(self.attachments.items()), self.pending, self.dirty, self.non_following_seen))
@@ -203,7 +227,7 @@ def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
             "attachment) maps these weights; moving experts would corrupt its outputs. Rebalancing of "
             f"shared weights stays off until the daemons restart; to rebalance, {RESTART_DAEMONS}.",
         )
-    if req.base_version != view.record.version:
+    if not view.base_is_current(req.base_version):
         return refused(
             Reason.STALE_BASE_VERSION,
             f"begin names base version {req.base_version} but the daemon is at version "
@@ -217,8 +241,8 @@ def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
             f"engine {view.pending.engine_id!r} is moving layers {list(view.pending.layers)}; retry later.",
             pending=view.pending.to_wire(),
         )
-    others = sorted(e for e in view.attachments if e != req.engine_id)
-    if others:
+    if not view.alone(req.engine_id):
+        others = sorted(e for e in view.attachments if e != req.engine_id)
         return busy(
             Reason.OTHER_ENGINE_ATTACHED,
             f"engines {others} also map these weights; experts move only while one engine is alone "
@@ -238,8 +262,13 @@ def commit_reply(view: DaemonView, req: CommitRequest) -> Reply:
     return commit_decision(view, req)[0]
 
 
-def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, LayoutRecord | None]:
-    """The commit reply and, when accepted, the new record (validated once, used as is)."""
+def commit_decision(
+    view: DaemonView, req: CommitRequest, built: LayoutRecord | None = None
+) -> tuple[Reply, LayoutRecord | None]:
+    """The commit reply and, when accepted, the new record (validated once, used as is).
+
+    ``built`` is the new record when the caller has built it already from ``view`` and ``req``
+    (the machine's ``rows_fit`` guard does, so that a full-map commit's rows are checked once)."""
     if not view.holds(req.engine_id, req.session):
         return refused(
             Reason.NOT_ATTACHED,
@@ -247,21 +276,20 @@ def commit_decision(view: DaemonView, req: CommitRequest) -> tuple[Reply, Layout
         ), None
     if view.dirty is not None:
         return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}."), None
-    move = view.pending
-    if move is None or move.engine_id != req.engine_id or move.session != req.session:
+    if not view.moved_by(req.engine_id, req.session):
         return refused(
             Reason.NO_PENDING_MOVE,
             f"engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
         ), None
-    if req.layers != move.layers:
+    assert view.pending is not None and view.record is not None  # a pending move implies a record
+    if not view.pending_layers_are(req.layers):
         return refused(
             Reason.LAYERS_MISMATCH,
             f"commit names layers {list(req.layers)} but the pending move is of layers "
-            f"{list(move.layers)}; the move stays pending.",
+            f"{list(view.pending.layers)}; the move stays pending.",
         ), None
-    assert view.record is not None  # a pending move implies a record
     try:
-        new_record = view.record.with_rows(req.layers, req.rows)
+        new_record = built if built is not None else view.record.with_rows(req.layers, req.rows)
     except LayoutError as error:
         return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending."), None
     return ok(
@@ -279,9 +307,9 @@ def abort_reply(view: DaemonView, req: AbortRequest) -> Reply:
             Reason.NOT_ATTACHED,
             f"engine {req.engine_id!r} holds no live attachment with this session; abort refused.",
         )
-    move = view.pending
-    if move is not None and move.engine_id == req.engine_id and move.session == req.session:
-        return ok(Reason.ABORTED, f"move of layers {list(move.layers)} by {req.engine_id!r} aborted")
+    if view.moved_by(req.engine_id, req.session):
+        assert view.pending is not None
+        return ok(Reason.ABORTED, f"move of layers {list(view.pending.layers)} by {req.engine_id!r} aborted")
     return ok(Reason.NOTHING_TO_ABORT, f"engine {req.engine_id!r} has no move pending; nothing to abort")
 
 
@@ -354,7 +382,7 @@ def detach_effect(view: DaemonView, engine_id: str, session: str) -> DetachEffec
     if not view.holds(engine_id, session):
         return DetachEffect(False, None, f"stale detach of {engine_id!r} ignored (session not live)")
     move = view.pending
-    if move is not None and move.engine_id == engine_id and move.session == session:
+    if move is not None and view.moved_by(engine_id, session):
         info = DirtyInfo(move.engine_id, move.layers, move.base_version)
         return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {RESTART_DAEMONS}")
     return DetachEffect(True, None, f"engine {engine_id!r} detached")
@@ -362,73 +390,238 @@ def detach_effect(view: DaemonView, engine_id: str, session: str) -> DetachEffec
 
 # -- the machine -------------------------------------------------------------------------
 
+LOADING = "loading"
+BEGIN_OK = "attached and layers_valid and not non_following_seen and base_version_current and alone"
+COMMIT_OK = "attached and mover and same_layers and rows_fit"
 
-def _loops(*states: State) -> Any:
-    """One internal self-transition per state: the event is answered without a phase change."""
-    transitions = states[0].to.itself(internal=True)
-    for state in states[1:]:
-        transitions |= state.to.itself(internal=True)
+
+class MachineDisagrees(RuntimeError):
+    """The transition taken and the reply made disagree: a defect in this module, never bad input."""
+
+
+class DaemonState:
+    """python-statemachine's model of a ``DaemonMachine``: the daemon's view, the one place its
+    state is kept. The phase is not stored: python-statemachine reads it from the view (the
+    machine's ``state_field``) and, after a transition, writes the target phase back, which must
+    then be the view's phase (the transition's action made it so)."""
+
+    __slots__ = ("view",)
+
+    def __init__(self) -> None:
+        self.view: DaemonView | None = None  # None while the daemon loads its weights
+
+    @property
+    def phase(self) -> str:
+        return LOADING if self.view is None else self.view.phase
+
+    @phase.setter
+    def phase(self, target: str) -> None:
+        if target != self.phase:
+            raise MachineDisagrees(f"the transition went to {target!r}, but the action left the daemon {self.phase!r}")
+
+
+def _answered(*phases: State, on: str, cond: str | None = None) -> Any:
+    """The request is answered in each of ``phases`` without a phase change (``on`` makes the reply)."""
+    transitions = phases[0].to.itself(internal=True, on=on, cond=cond)
+    for phase in phases[1:]:
+        transitions |= phase.to.itself(internal=True, on=on, cond=cond)
     return transitions
 
 
+def _agree(event: str, accepted: bool, reply_accepts: bool, reply: object) -> None:
+    if accepted != reply_accepts:
+        taken = "accepted" if accepted else "refused"
+        raise MachineDisagrees(f"{event}: the machine's guards {taken} it, but the reply is {reply}")
+
+
 class DaemonMachine(StateMachine):
-    """The daemon's layout record as a state machine; event names follow the TLA+ actions.
+    """The daemon's layout record as a state machine; the events that may change it are named
+    after the spec's daemon actions (Begin, Commit, Abort, Detach).
 
-    Events accept only a precomputed ``reply`` and its request; guards read the reply, so the
-    transition taken and the reply given can never disagree.
+    The transitions declare what each event may do in each phase. An event without a
+    transition from the current phase raises ``TransitionNotAllowed``: any request before the
+    weights are loaded, a second ``loaded_*``. A request that docs/protocol.md §4 answers with a
+    refusal in some phase takes a declared self-loop there, whose action makes the refusal.
 
-    Attach, query and the fetch check can never change the phase (they are self-loops in every
-    state), so they are answered by their pure reply functions without an event: an event costs
-    100-400 µs in python-statemachine here (measured), more than the whole layout check of a
-    ``fetch_state`` should (the target is 5% of sglang's own handler).
+    Guards are the spec's conjuncts, asked of the view (``DaemonView.holds``, ``alone``, ...)
+    and of the request. Actions change the view, and make the reply with the reply functions
+    (the one place where reply texts are made); a reply that disagrees with the transition taken
+    raises ``MachineDisagrees``.
+
+    Attach, query and the fetch check never change the phase, so they are answered by their pure
+    reply functions without an event: an event costs 0.3-0.6 ms in python-statemachine here
+    (measured on a loaded 2-core machine, a begin refused or accepted), the whole ``fetch_check``
+    5 µs, and it must stay a small part of sglang's own ``fetch_state`` handler.
     """
 
     # A daemon loads its weights, then keeps a record (--enable-eplb) or none for its whole life.
-    loading = State("loading", initial=True)
+    loading = State(LOADING, initial=True)
     no_record = State(NO_RECORD)
     clean = State(CLEAN)
     pending = State(PENDING)
     dirty = State(DIRTY)
 
-    loaded_with_record = loading.to(clean)
-    loaded_without_record = loading.to(no_record)
+    loaded_with_record = loading.to(clean, cond="has_record", on="load")
+    loaded_without_record = loading.to(no_record, unless="has_record", on="load")
 
-    begin = clean.to(pending, cond="begin_accepted") | _loops(no_record, clean, pending, dirty)
-    commit = pending.to(clean, cond="moved_ends") | _loops(no_record, clean, pending, dirty)
-    abort = pending.to(clean, cond="moved_ends") | _loops(no_record, clean, pending, dirty)
-    detach = pending.to(dirty, cond="mover_left") | _loops(no_record, clean, pending, dirty)
+    # Begin: only a clean daemon takes a move, when every conjunct of the spec's BeginReply "ok"
+    # holds (the phase is the rest: a record, not dirty, no move pending). Otherwise refused or
+    # busy, by the precedence of docs/protocol.md §4, in every phase.
+    begin = clean.to(pending, cond=BEGIN_OK, on="take_move") | _answered(
+        clean, pending, no_record, dirty, on="refuse_begin"
+    )
+    # Commit (the spec's CommitOk, and rows of the record's shape); refused otherwise, and a
+    # pending move stays pending.
+    commit = pending.to(clean, cond=COMMIT_OK, on="store_rows") | _answered(
+        pending, clean, dirty, no_record, on="refuse_commit"
+    )
+    # Abort: the mover's own session clears its move; the owner with nothing pending is told so
+    # (abort is idempotent), anyone else is refused.
+    abort = pending.to(clean, cond="attached and mover", on="drop_move") | _answered(
+        pending, clean, dirty, no_record, on="refuse_abort"
+    )
+    # Detach (the EOF of an attach connection): a mover that leaves makes the daemon dirty, any
+    # other live attachment is dropped, and the EOF of a stale session changes nothing.
+    detach = (
+        pending.to(dirty, cond="attached and mover", on="mark_dirty")
+        | _answered(pending, clean, dirty, no_record, cond="attached", on="drop_attachment")
+        | _answered(pending, clean, dirty, no_record, on="ignore_stale_detach")
+    )
 
     def __init__(self, record: LayoutRecord | None) -> None:
-        self._view = DaemonView(record)
-        super().__init__()
-        self.send("loaded_with_record" if record is not None else "loaded_without_record")
+        self._built: tuple[CommitRequest, LayoutRecord | None, LayoutRecord | None] | None = None
+        super().__init__(model=DaemonState(), state_field="phase")
+        self.send("loaded_with_record" if record is not None else "loaded_without_record", record=record)
 
-    # -- guards (named after the spec's conjuncts) --------------------------------------
+    # -- guards: the spec's conjuncts, asked of the view and the request -----------------
 
-    def begin_accepted(self, reply: Reply, **_: Any) -> bool:
-        return reply.ok
+    def has_record(self, record: LayoutRecord | None) -> bool:
+        return record is not None
 
-    def moved_ends(self, reply: Reply, **_: Any) -> bool:
-        return reply.reason in (Reason.COMMITTED, Reason.ABORTED)
+    def attached(self, engine_id: str, session: str) -> bool:
+        return self._view.holds(engine_id, session)
 
-    def mover_left(self, effect: DetachEffect, **_: Any) -> bool:
-        return effect.dirty is not None
+    def mover(self, engine_id: str, session: str) -> bool:
+        return self._view.moved_by(engine_id, session)
+
+    def alone(self, engine_id: str) -> bool:
+        return self._view.alone(engine_id)
+
+    def base_version_current(self, request: BeginRequest) -> bool:
+        return self._view.base_is_current(request.base_version)
+
+    def non_following_seen(self) -> bool:
+        return self._view.non_following_seen
+
+    def layers_valid(self, request: BeginRequest) -> bool:
+        return _invalid_layers(request.layers, self._view.record) is None
+
+    def same_layers(self, request: CommitRequest) -> bool:
+        return self._view.pending_layers_are(request.layers)
+
+    def rows_fit(self, request: CommitRequest) -> bool:
+        return self._successor(request) is not None
+
+    def _successor(self, request: CommitRequest) -> LayoutRecord | None:
+        """The record after ``request``'s rows, or None for rows that do not fit. Built once per
+        request: the ``rows_fit`` guard and the ``store_rows`` action both need it, and checking a
+        full DeepSeek-scale map twice would cost a millisecond more per commit."""
+        record = self._view.record
+        memo = self._built
+        if memo is not None and memo[0] is request and memo[1] is record:
+            return memo[2]
+        built = None
+        if record is not None:
+            with contextlib.suppress(LayoutError):  # rows that do not fit: refused by commit_decision
+                built = record.with_rows(request.layers, request.rows)
+        self._built = (request, record, built)
+        return built
+
+    # -- actions: the transition taken changes the view and makes the reply ---------------
+
+    def load(self, record: LayoutRecord | None) -> None:
+        self.model.view = DaemonView(record)
+
+    def take_move(self, request: BeginRequest) -> Reply:
+        reply = begin_reply(self._view, request)
+        _agree("begin", True, reply.ok, reply)
+        move = Move(request.engine_id, request.session, request.layers, request.base_version)
+        self._view = replace(self._view, pending=move)
+        return reply
+
+    def refuse_begin(self, request: BeginRequest) -> Reply:
+        reply = begin_reply(self._view, request)
+        _agree("begin", False, reply.ok, reply)
+        return reply
+
+    def store_rows(self, request: CommitRequest) -> Reply:
+        reply, record = commit_decision(self._view, request, self._successor(request))
+        self._built = None
+        _agree("commit", True, record is not None, reply)
+        self._view = replace(self._view, record=record, pending=None)
+        return reply
+
+    def refuse_commit(self, request: CommitRequest) -> Reply:
+        self._built = None  # keeps no refused request's rows alive
+        reply, record = commit_decision(self._view, request)
+        _agree("commit", False, record is not None, reply)
+        return reply
+
+    def drop_move(self, request: AbortRequest) -> Reply:
+        reply = abort_reply(self._view, request)
+        _agree("abort", True, reply.reason is Reason.ABORTED, reply)
+        self._view = replace(self._view, pending=None)
+        return reply
+
+    def refuse_abort(self, request: AbortRequest) -> Reply:
+        reply = abort_reply(self._view, request)  # refused, or ok(nothing_to_abort) for the owner
+        _agree("abort", False, reply.reason is Reason.ABORTED, reply)
+        return reply
+
+    def mark_dirty(self, engine_id: str, session: str) -> DetachEffect:
+        effect = detach_effect(self._view, engine_id, session)
+        _agree("detach", True, effect.dirty is not None, effect)
+        self._view = replace(self._view, attachments=self._without(engine_id), pending=None, dirty=effect.dirty)
+        return effect
+
+    def drop_attachment(self, engine_id: str, session: str) -> DetachEffect:
+        effect = detach_effect(self._view, engine_id, session)
+        _agree("detach", False, effect.dirty is not None or not effect.dropped, effect)
+        self._view = replace(self._view, attachments=self._without(engine_id))
+        return effect
+
+    def ignore_stale_detach(self, engine_id: str, session: str) -> DetachEffect:
+        effect = detach_effect(self._view, engine_id, session)
+        _agree("detach", False, effect.dropped, effect)
+        return effect
+
+    def _without(self, engine_id: str) -> dict[str, str]:
+        return {e: s for e, s in self._view.attachments.items() if e != engine_id}
 
     # -- reading and loading ------------------------------------------------------------
+
+    @property
+    def _view(self) -> DaemonView:
+        view = self.model.view
+        assert view is not None, "the daemon's weights are not loaded yet"
+        return view
+
+    @_view.setter
+    def _view(self, view: DaemonView) -> None:
+        self.model.view = view
 
     def view(self) -> DaemonView:
         return self._view
 
     def restore(self, view: DaemonView) -> None:
         """Put the machine in ``view``'s state (the explorer reuses one machine per daemon)."""
-        self._view = view
-        self.current_state_value = view.phase
+        self.model.view = view
 
     @property
     def phase(self) -> str:
-        return str(self.current_state_value)
+        return self.model.phase
 
-    # -- events -------------------------------------------------------------------------
+    # -- requests -----------------------------------------------------------------------
 
     def handle(self, request: LayoutRequest, session: str | None = None) -> Reply:
         """Answer a parsed layout request (``session`` is the fresh token for an attach)."""
@@ -447,49 +640,29 @@ class DaemonMachine(StateMachine):
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
+        """Off the event loop: an attach never changes the phase (the spec's Attach leaves dphase)."""
         reply = attach_reply(self._view, request, session)
         if reply.ok:
-            attachments = dict(self._view.attachments)
-            attachments[request.engine_id] = session
-            self._view = replace(self._view, attachments=attachments)
+            self._view = replace(self._view, attachments={**self._view.attachments, request.engine_id: session})
         return reply
 
     def begin_move(self, request: BeginRequest) -> Reply:
-        reply = begin_reply(self._view, request)
-        if reply.ok:
-            move = Move(request.engine_id, request.session, request.layers, request.base_version)
-            self._view = replace(self._view, pending=move)
-        self.send("begin", reply=reply)
-        return reply
+        return cast(Reply, self.send("begin", request=request, engine_id=request.engine_id, session=request.session))
 
     def commit_move(self, request: CommitRequest) -> Reply:
-        reply, record = commit_decision(self._view, request)
-        if record is not None:
-            self._view = replace(self._view, record=record, pending=None)
-        self.send("commit", reply=reply)
-        return reply
+        return cast(Reply, self.send("commit", request=request, engine_id=request.engine_id, session=request.session))
 
     def abort_move(self, request: AbortRequest) -> Reply:
-        reply = abort_reply(self._view, request)
-        if reply.reason is Reason.ABORTED:
-            self._view = replace(self._view, pending=None)
-        self.send("abort", reply=reply)
-        return reply
+        return cast(Reply, self.send("abort", request=request, engine_id=request.engine_id, session=request.session))
 
     def detach_engine(self, engine_id: str, session: str) -> DetachEffect:
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
-        effect = detach_effect(self._view, engine_id, session)
-        if effect.dropped:
-            attachments = {e: s for e, s in self._view.attachments.items() if e != engine_id}
-            view = replace(self._view, attachments=attachments)
-            if effect.dirty is not None:
-                view = replace(view, pending=None, dirty=effect.dirty)
-            self._view = view
-        self.send("detach", effect=effect)
-        return effect
+        return cast(DetachEffect, self.send("detach", engine_id=engine_id, session=session))
 
     def fetch_check(self, claim: FetchLayoutField | None) -> Reply:
-        """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag."""
+        """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag.
+
+        Off the event loop: it never changes the phase (the spec's Fetch leaves dphase)."""
         reply = fetch_reply(self._view, claim)
         if reply.reason in (Reason.SERVED_NON_FOLLOWING, Reason.SERVED_OLDER_ENGINE):
             self._view = replace(self._view, non_following_seen=True)

@@ -67,20 +67,9 @@ def test_explorer_passes_on_mcchunks() -> None:
 
 
 def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A mutant of layout_sm: begin ignores the other attached engines."""
-    original = daemon_module.begin_reply
-
-    def begin_ignoring_others(view, req):  # type: ignore[no-untyped-def]
-        lonely = (
-            daemon_module.DaemonView(
-                view.record, {req.engine_id: req.session}, view.pending, view.dirty, view.non_following_seen
-            )
-            if view.holds(req.engine_id, req.session)
-            else view
-        )
-        return original(lonely, req)
-
-    monkeypatch.setattr(daemon_module, "begin_reply", begin_ignoring_others)
+    """A mutant of layout_sm: begin ignores the other attached engines (the conjunct ``alone``, which
+    the daemon machine's begin guard and begin_reply both ask, always holds)."""
+    monkeypatch.setattr(daemon_module.DaemonView, "alone", lambda self, engine_id: True)
     spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
     res = explore(spec, "MCSmall", None, progress=None)
     assert not res.ok

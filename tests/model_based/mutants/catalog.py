@@ -4,8 +4,12 @@ A mutant is applied when its target module is imported (see `site/sitecustomize.
 Python process that has `LAYOUT_MUTANT=<name>` in its environment: the test process and the
 daemon processes it spawns alike. Source files are never edited (others work in this tree).
 
-Each patch wraps or replaces one module attribute; the rest of the code calls it by its module
-global, so the break reaches every caller. `module.__layout_mutant__` records what was applied.
+Each patch wraps or replaces one module attribute (or one method of a class, such as a conjunct
+of `layout_sm.daemon.DaemonView` that the daemon machine's guards and the reply functions both
+ask); the rest of the code calls it by that name, so the break reaches every caller.
+`module.__layout_mutant__` records what was applied. A reply function broken alone, so that it
+accepts what the machine's guards refuse (or the reverse), is caught by the machine itself: the
+request raises `layout_sm.daemon.MachineDisagrees` instead of being answered.
 """
 
 from __future__ import annotations
@@ -71,14 +75,8 @@ def _(mod: ModuleType) -> None:
 
 @mutant("begin_ignores_other_attached", D, "begin is busy while another engine is attached")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            alone = {e: s for e, s in view.attachments.items() if e == req.engine_id}
-            return orig(replace(view, attachments=alone), req)
-
-        return begin_reply
-
-    _wrap(mod, "begin_reply", make)
+    # the conjunct itself (spec: datt[r] \ {e} = {}), asked by the begin guard and begin_reply alike
+    mod.DaemonView.alone = lambda self, engine_id: True
 
 
 @mutant("busy_before_permanent", D, "begin: permanent refusals come before transient busy")
@@ -99,15 +97,8 @@ def _(mod: ModuleType) -> None:
 
 @mutant("stale_base_accepted", D, "begin is refused when base_version is not the current version", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            if view.record is not None:
-                req = replace(req, base_version=view.record.version)
-            return orig(view, req)
-
-        return begin_reply
-
-    _wrap(mod, "begin_reply", make)
+    # the conjunct itself (spec: ever[e] = dver[r]), asked by the begin guard and begin_reply alike
+    mod.DaemonView.base_is_current = lambda self, base_version: self.record is not None
 
 
 @mutant("begin_when_dirty", D, "a dirty daemon refuses begin until restarted", tests=UNIT)
@@ -160,25 +151,18 @@ def _(mod: ModuleType) -> None:
 
 @mutant("commit_any_layers", D, "commit needs the same layer list as the pending move", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    # commit_decision is what DaemonMachine.commit_move asks (commit_reply is its reply part)
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def commit_decision(view: Any, req: Any) -> Any:
-            if view.pending is not None and view.pending.engine_id == req.engine_id:
-                view = replace(view, pending=replace(view.pending, layers=req.layers))
-            return orig(view, req)
-
-        return commit_decision
-
-    _wrap(mod, "commit_decision", make)
+    # the conjunct itself (spec: dpend[r].layers = reb[e].chunk), asked by the commit guard and
+    # commit_decision alike
+    mod.DaemonView.pending_layers_are = lambda self, layers: self.pending is not None
 
 
 @mutant("commit_other_session", D, "commit is honoured only for the mover's own live session", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def commit_decision(view: Any, req: Any) -> Any:
+        def commit_decision(view: Any, req: Any, built: Any = None) -> Any:
             if view.pending is not None and view.holds(req.engine_id, req.session):
                 view = replace(view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session))
-            return orig(view, req)
+            return orig(view, req, built)
 
         return commit_decision
 
