@@ -14,7 +14,7 @@ step comes next), crashes, and an operator restarting a dirty daemon.
 
 State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one ``EngineState`` per
 engine and the count of chunks begun. ``project`` maps it to the spec's variables (Python
-values of ``layout_model.render``); ``render`` prints it as TLC does.
+values of ``layout_model.values``); ``render`` prints it as TLC does.
 
 Abstraction (the same as the spec's): 2 physical slots and 2 logical experts per layer, each
 layer's row is permutation 0 = (0, 1) or 1 = (1, 0); spec layers are 1-based, ``layout_sm``'s
@@ -30,7 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from layout_model.render import MV, Fn, Rec, pretty, tla
+from layout_model.render import pretty
+from layout_model.values import Fn, ModelValue, Record, tlc_text
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.engine import (
     EngineLayout,
@@ -582,13 +583,13 @@ class System:
     # -- projection to the spec's variables ----------------------------------------------
 
     def project(self, s: SysState) -> tuple[Any, ...]:
-        """The spec's variables, in ``VARIABLES`` order, as ``layout_model.render`` values."""
+        """The spec's variables, in ``VARIABLES`` order, as ``layout_model.values`` values."""
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
             tuple(self.initial_perms if v.record is None else _perms_cached(v.record.rows) for v in s.daemons),
             tuple(_dpend(v) for v in s.daemons),
-            tuple(frozenset(MV(e) for e in v.attachments) for v in s.daemons),
+            tuple(frozenset(ModelValue(e) for e in v.attachments) for v in s.daemons),
             tuple(v.non_following_seen for v in s.daemons),
             s.truth,
             _fn(self.model.engines, [es.phase for es in s.engines]),
@@ -601,7 +602,7 @@ class System:
             s.moves,
         )
 
-    def _find_rec(self, f: Finding) -> Rec:
+    def _find_rec(self, f: Finding) -> Record:
         if f is None:
             return _finding_rec("nothing", 0, self.initial_perms)
         kind, record = f
@@ -635,11 +636,11 @@ def render_projection(values: tuple[Any, ...]) -> str:
 def _var_text(name: str, v: Any) -> str:
     # Keyed by the variable too: 0 == False in Python, so (0, 0) and (False, False) would share
     # one cache entry; within one variable the types never mix.
-    return pretty(tla(v))
+    return pretty(tlc_text(v))
 
 
 def _tla_cached(v: Any) -> str:
-    return tla(v)
+    return tlc_text(v)
 
 
 @lru_cache(maxsize=4096)
@@ -648,26 +649,25 @@ def _perms_cached(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Rec:
-    return Rec((("found", word), ("fver", version), ("fmap", perms)))
+def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Record:
+    return Record(found=word, fver=version, fmap=perms)
 
 
 def _dpend(v: DaemonView) -> Any:
     move = v.pending if v.pending is not None else v.dirty
     if move is None:
-        return MV("NONE")
-    return Rec(
-        (("mover", MV(move.engine_id)), ("layers", frozenset(x + 1 for x in move.layers)), ("base", move.base_version))
-    )
+        return ModelValue("NONE")
+    layers = frozenset(x + 1 for x in move.layers)
+    return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
 
 
-def _reb(es: EngineState) -> Rec:
-    return Rec((("step", es.step), ("chunk", es.chunk), ("replies", es.replies)))
+def _reb(es: EngineState) -> Record:
+    return Record(step=es.step, chunk=es.chunk, replies=es.replies)
 
 
 @lru_cache(maxsize=16)
-def _mvs(engines: tuple[str, ...]) -> tuple[MV, ...]:
-    return tuple(MV(e) for e in engines)
+def _mvs(engines: tuple[str, ...]) -> tuple[ModelValue, ...]:
+    return tuple(ModelValue(e) for e in engines)
 
 
 def _fn(engines: tuple[str, ...], values: list[Any]) -> Any:
@@ -732,5 +732,5 @@ def label(name: str, params: tuple[Any, ...]) -> str:
 
 def _param_value(p: Any) -> Any:
     if isinstance(p, str):
-        return MV(p)
+        return ModelValue(p)
     return p

@@ -204,7 +204,7 @@ def test_suite_states_are_tlcs_graph_as_printed(model: str) -> None:
     assert m["source"] == "tlc", f"the {model} suite comes from {m['source']!r}; derive it from TLC's: {REGENERATE}"
     ran_on = tlc_spec_hashes(graph.parent)
     same_spec = {f: ran_on.get(f) for f in m["spec_sha256"]} == m["spec_sha256"]
-    states = set(load_dot(graph, edges=False).states.values())
+    states = set(load_dot(graph, edges=False).texts.values())
     texts = set(load(model).texts)
     if texts != states and not same_spec:
         # TLC's results beside the clone belong to the spec that landed before this one (TLC is run
