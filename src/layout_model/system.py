@@ -202,7 +202,8 @@ class SysState:
     moves: int
 
 
-def rows_of(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def rows_of_perms(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The map whose layer ``i`` is permutation ``perms[i]`` (the spec's ``dmap``/``eroute`` values)."""
     return tuple(ROWS[p] for p in perms)
 
 
@@ -217,7 +218,7 @@ class System:
         self.model = model
         self.R = model.num_ranks
         self.initial_perms = tuple(0 for _ in model.layers)
-        self.initial_record = LayoutRecord.initial(rows_of(self.initial_perms), NUM_LOGICAL)
+        self.initial_record = LayoutRecord.initial(rows_of_perms(self.initial_perms), NUM_LOGICAL)
         self.engine_layout = EngineLayout(
             num_layers=model.num_layers,
             num_physical=len(ROWS[0]),
@@ -515,7 +516,7 @@ class System:
             else Reply(Status.REFUSED, Reason.NO_PENDING_MOVE, "")
             for c in es.commits
         ]
-        verdict = verify_commits(replies, rows_of(target), expected_version=es.ever + 1)
+        verdict = verify_commits(replies, rows_of_perms(target), expected_version=es.ever + 1)
         es2 = _idle(
             replace(es, route=target, ever=es.ever + 1 if verdict.ok else es.ever),
             self.R,
@@ -699,7 +700,7 @@ def _layers(chunk: frozenset[int]) -> tuple[int, ...]:
 
 @lru_cache(maxsize=64)
 def _digest(perms: tuple[int, ...]) -> str:
-    return layout_digest(rows_of(perms))
+    return layout_digest(rows_of_perms(perms))
 
 
 _BEGIN_REASON = {"ok": Reason.BEGUN, "busy": Reason.MOVE_PENDING, "refused": Reason.NOT_ATTACHED}
