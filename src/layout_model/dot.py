@@ -135,26 +135,10 @@ class StateGraph:
 
     def depths(self) -> dict[int, int]:
         """Breadth-first distance of each reachable node from the initial states."""
-        order = sorted(self.initial, key=self._key)
-        dist = {n: 0 for n in order}
-        queue = deque(order)
-        while queue:
-            n = queue.popleft()
-            for e in self.successors(n):
-                if e.dst not in dist:
-                    dist[e.dst] = dist[n] + 1
-                    queue.append(e.dst)
-        return dist
+        return self._breadth_first()[1]
 
-    def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
-        """Paths from initial states that together take every reachable edge, deterministically.
-
-        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
-        to its source and the edge; then it goes on along untaken edges, and where there is none
-        out of the current state, along the shortest bridge to the nearest state that has one,
-        until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
-        Fewer, longer behaviours: each behaviour costs a fresh system when replayed on real daemons.
-        """
+    def _breadth_first(self) -> tuple[dict[int, Edge | None], dict[int, int]]:
+        """From the initial states (canonical order): each reachable node's parent edge and distance."""
         order = sorted(self.initial, key=self._key)
         parent: dict[int, Edge | None] = {n: None for n in order}
         dist = {n: 0 for n in order}
@@ -166,6 +150,18 @@ class StateGraph:
                     parent[e.dst] = e
                     dist[e.dst] = dist[n] + 1
                     queue.append(e.dst)
+        return parent, dist
+
+    def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
+        """Paths from initial states that together take every reachable edge, deterministically.
+
+        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
+        to its source and the edge; then it goes on along untaken edges, and where there is none
+        out of the current state, along the shortest bridge to the nearest state that has one,
+        until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
+        Fewer, longer behaviours: each behaviour costs a fresh system when replayed on real daemons.
+        """
+        parent, dist = self._breadth_first()
         reachable = [e for e in self._ordered_edges() if e.src in dist]
         reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the canonical order within a depth
         untaken = dict.fromkeys(reachable)
