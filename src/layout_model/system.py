@@ -603,6 +603,10 @@ class System:
             s.moves,
         )
 
+    def spec_state(self, s: SysState) -> Record:
+        """The spec's state as one value, a record of the variables: equal to TLC's state, decoded."""
+        return Record(zip(VARIABLES, self.project(s), strict=True))
+
     def _find_rec(self, f: Finding) -> Record:
         if f is None:
             return _finding_rec("nothing", 0, self.initial_perms)

@@ -20,7 +20,6 @@ from layout_model.dot import load_dot
 from layout_model.render import reorder_state, sany_variable_order
 from layout_model.system import VARIABLES, System, load_model
 from layout_model.tlc_formats import Suite
-from layout_model.values import decode_state_text
 from tests.model_based.suites import (
     MODELS,
     REGENERATE,
@@ -74,7 +73,7 @@ def _same_state(system: System, state: Any, suite: Suite, i: int) -> tuple[bool,
     text = render(system, state, suite)
     if text == suite.texts[i]:
         return True, True
-    return decode_state_text(text) == suite.state(i), False
+    return system.spec_state(state) == suite.state(i), False
 
 
 def replay(model: str, suite: Suite, limit: int | None = None) -> tuple[list[str], dict[str, int]]:

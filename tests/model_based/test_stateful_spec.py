@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from layout_model.invariants import INVARIANTS, Vars
-from layout_model.system import VARIABLES, System, load_model
+from layout_model.system import System, load_model
 from layout_model.tlc_formats import Action
 from layout_model.values import Record
 from tests.model_based.daemon_hosts import InProcessHost
@@ -54,7 +54,7 @@ def host() -> InProcessHost:
 
 
 def spec_state(s: Any) -> Record:
-    return Record(zip(VARIABLES, system().project(s), strict=True))
+    return system().spec_state(s)
 
 
 def _action_rule(name: str) -> Any:
