@@ -3,7 +3,7 @@
 Why: the mirror's graph must be TLC's graph. Node ids differ (TLC's are fingerprints), so
 states are matched by their canonical rendering: the ``/\\ var = value`` lines sorted by
 variable, each value without the pretty printer's layout and with the orders that carry no
-meaning sorted (set elements, record fields, function pairs: ``render.canonical``), so that a
+meaning sorted (set elements, record fields, function pairs: ``render.canonical_state``), so that a
 TLC version that orders names differently still compares equal. Edges
 are matched as (canonical source state, action label without spaces, canonical target state).
 
@@ -21,15 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from layout_model.dot import StateGraph, load_dot, state_vars
-from layout_model.render import canonical
+from layout_model.dot import StateGraph, load_dot
+from layout_model.render import canonical_state
 
-__all__ = ["Diff", "canonical_state", "compare_graphs", "main"]
-
-
-def canonical_state(text: str) -> str:
-    """One state's text in canonical form (variables sorted, no layout whitespace)."""
-    return "\n".join(f"{k}={canonical(v)}" for k, v in sorted(state_vars(text).items()))
+__all__ = ["Diff", "compare_graphs", "main"]
 
 
 @dataclass
@@ -97,16 +92,23 @@ def _label(label: str, names_only: bool) -> str:
 
 
 def _canon(g: StateGraph, names_only: bool) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
-    canon = {sid: canonical_state(text) for sid, text in g.states.items()}
+    canon = {sid: canonical_state(text) for sid, text in g.texts.items()}
     initial = {canon[sid] for sid in g.initial if sid in canon}
     edges = set()
-    for a, b, label in g.edges:
-        edges.add((canon.get(a, f"<unknown node {a}>"), _label(label, names_only), canon.get(b, f"<unknown node {b}>")))
+    for e in g.edges:
+        a, b = e.src, e.dst
+        edges.add(
+            (
+                canon.get(a, f"<unknown node {a}>"),
+                _label(e.action.label, names_only),
+                canon.get(b, f"<unknown node {b}>"),
+            )
+        )
     return canon, initial, edges
 
 
 def _has_parameters(g: StateGraph) -> bool:
-    return any("(" in label for _, _, label in g.edges)
+    return any(e.action.args for e in g.edges)
 
 
 def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:

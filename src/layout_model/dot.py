@@ -1,20 +1,19 @@
 """The one loader of TLC's state-graph dumps (``-dump dot,actionlabels``).
 
-Used by ``layout_model.compare`` and by the trace replay of ``tests/model_based`` (issue 6),
-so that both read TLC's graphs (and the mirror's, written in the same format) the same way.
+Used by ``layout_model.compare``, the suites of ``tests/model_based`` and their replay, so that all
+read TLC's graphs (and the mirror's, written in the same format) into one ``StateGraph``.
 
 API::
 
     g = load_dot(path)            # or parse_dot(text); a path ending in .gz is read as gzip
     g = parse_dot_lines(lines)    # any iterable of lines: a file is read line by line
-    g.states:  dict[int, str]     # node id (a TLC fingerprint) -> the state as TLA+ text:
+    g.texts:   dict[int, str]     # node id (a TLC fingerprint) -> the state as TLA+ text:
                                   #   "/\\ var = value" lines joined by "\\n", exactly as printed
-    g.initial: set[int]           # ids of the initial states (drawn ``style = filled``)
-    g.edges:   list[tuple[int, int, str]]   # (from id, to id, action label such as
-                                            #  "Attach(e1, 1)"), in file order
-    g.successors(id) -> list[tuple[str, int]]
-    split_label("Attach(e1, 1)") -> ("Attach", ["e1", "1"])
-    state_vars(text) -> dict[str, str]   # variable -> its value text (pretty layout kept)
+    g.initial: list[int]          # ids of the initial states (drawn ``style = filled``), sorted
+    g.edges:   list[Edge]         # Edge(from id, Action such as Attach(e1, 1), to id), in file order
+    g.state(id) -> Record         # the state decoded (``layout_model.values``), lazily
+    g.successors(id) -> list[Edge]
+    g.edge_cover() / g.behaviours()   # edge-covering paths, as ``tlc_formats.Behaviour``s
 
 Format facts (from ../shared/tlc-samples/toy_full_graph.dot and TLC's DotStateWriter):
 a node line is ``ID [label="...",style = filled]`` for an initial state and
@@ -27,19 +26,23 @@ from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from layout_model.render import canonical_state
+from layout_model.tlc_formats import Action, Behaviour, Step, TlcFormatError
+from layout_model.values import Record, decode_state_text
+
 __all__ = [
+    "Edge",
     "StateGraph",
     "load_dot",
     "open_dot",
     "parse_dot",
     "parse_dot_lines",
-    "split_label",
-    "state_vars",
     "unescape",
 ]
 
@@ -72,32 +75,186 @@ def escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"').strip().replace("\n", "\\n")
 
 
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One edge of a state graph: from state ``src``, the spec action ``action``, to state ``dst``."""
+
+    src: int
+    action: Action
+    dst: int
+
+
 @dataclass
 class StateGraph:
-    """States by id, initial ids, and labelled edges of one dumped graph."""
+    """A state graph as TLC dumps it: node id -> state text, initial ids, labelled edges.
 
-    states: dict[int, str] = field(default_factory=dict)
-    initial: set[int] = field(default_factory=set)
-    edges: list[tuple[int, int, str]] = field(default_factory=list)
+    States are decoded lazily (`state(id)`): decoding costs ~2 ms a state, and a suite needs
+    only the states on its paths.
+    """
 
-    def successors(self, sid: int) -> list[tuple[str, int]]:
-        return [(label, b) for a, b, label in self.edges if a == sid]
+    texts: dict[int, str]
+    initial: list[int]
+    edges: list[Edge]
+    _decoded: dict[int, Record] = field(default_factory=dict, repr=False)
+
+    def state(self, node: int) -> Record:
+        if node not in self._decoded:
+            self._decoded[node] = decode_state_text(self.texts[node])
+        return self._decoded[node]
+
+    def successors(self, node: int) -> list[Edge]:
+        return self._out().get(node, [])
+
+    def _out(self) -> dict[int, list[Edge]]:
+        if not hasattr(self, "_out_cache"):
+            out: dict[int, list[Edge]] = {}
+            for e in self._ordered_edges():
+                out.setdefault(e.src, []).append(e)
+            self._out_cache = out
+        return self._out_cache
+
+    def _key(self, node: int) -> int:
+        return self._ranks()[node]
+
+    def _ranks(self) -> dict[int, int]:
+        """Each node's place in the order of the states' canonical texts (`compare.canonical_state`).
+
+        Node ids are TLC fingerprints (or the mirror's own ids), and TLC prints the variables in
+        its own order: ordering by the canonical text (variables sorted by name, values without
+        layout, unordered parts sorted) gives the same suite for the same graph, whoever dumped it
+        and in whatever line order. Ranks, not the texts, are kept: MCFull has 40,194 states.
+        """
+        if not hasattr(self, "_rank_cache"):
+            keys = sorted((canonical_state(text), node) for node, text in self.texts.items())
+            self._rank_cache = {node: i for i, (_, node) in enumerate(keys)}
+        return self._rank_cache
+
+    def _ordered_edges(self) -> list[Edge]:
+        rank = self._ranks()
+        return sorted(self.edges, key=lambda e: (rank[e.src], e.action.label, rank[e.dst]))
+
+    def depths(self) -> dict[int, int]:
+        """Breadth-first distance of each reachable node from the initial states."""
+        return self._breadth_first()[1]
+
+    def _breadth_first(self) -> tuple[dict[int, Edge | None], dict[int, int]]:
+        """From the initial states (canonical order): each reachable node's parent edge and distance."""
+        order = sorted(self.initial, key=self._key)
+        parent: dict[int, Edge | None] = {n: None for n in order}
+        dist = {n: 0 for n in order}
+        queue = deque(order)
+        while queue:
+            n = queue.popleft()
+            for e in self.successors(n):
+                if e.dst not in parent:
+                    parent[e.dst] = e
+                    dist[e.dst] = dist[n] + 1
+                    queue.append(e.dst)
+        return parent, dist
+
+    def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
+        """Paths from initial states that together take every reachable edge, deterministically.
+
+        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
+        to its source and the edge; then it goes on along untaken edges, and where there is none
+        out of the current state, along the shortest bridge to the nearest state that has one,
+        until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
+        Fewer, longer behaviours: each behaviour costs a fresh system when replayed on real daemons.
+        """
+        parent, dist = self._breadth_first()
+        reachable = [e for e in self._ordered_edges() if e.src in dist]
+        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the canonical order within a depth
+        untaken = dict.fromkeys(reachable)
+        remaining: dict[int, int] = {}
+        for e in reachable:
+            remaining[e.src] = remaining.get(e.src, 0) + 1
+
+        def take(e: Edge) -> None:
+            if e in untaken:
+                del untaken[e]
+                remaining[e.src] -= 1
+
+        paths: list[list[Edge]] = []
+        for target in reachable:
+            if target not in untaken:
+                continue
+            path = _path_from_root(parent, target.src)
+            path.append(target)
+            for e in path:
+                take(e)
+            cur = target.dst
+            limit = max(max_steps, dist[target.src] + 1)
+            while len(path) < limit:
+                nxt = next((e for e in self.successors(cur) if e in untaken), None)
+                if nxt is not None:
+                    take(nxt)
+                    path.append(nxt)
+                    cur = nxt.dst
+                    continue
+                bridge = self._bridge(cur, remaining, limit - len(path) - 1)
+                if not bridge:
+                    break
+                for e in bridge:
+                    take(e)
+                path.extend(bridge)
+                cur = bridge[-1].dst
+            paths.append(path)
+        return paths
+
+    def _bridge(self, start: int, remaining: dict[int, int], budget: int) -> list[Edge] | None:
+        """Shortest path from `start` to the nearest state with an untaken out-edge (within budget)."""
+        if budget <= 0:
+            return None
+        back: dict[int, Edge | None] = {start: None}
+        frontier = [start]
+        for _ in range(budget):
+            nxt_frontier: list[int] = []
+            for n in frontier:
+                for e in self.successors(n):
+                    if e.dst in back:
+                        continue
+                    back[e.dst] = e
+                    if remaining.get(e.dst, 0) > 0:
+                        return _path_from_root(back, e.dst)
+                    nxt_frontier.append(e.dst)
+            if not nxt_frontier:
+                return None
+            frontier = nxt_frontier
+        return None
+
+    def behaviour(self, path: Sequence[Edge], name: str = "") -> Behaviour:
+        if not path:
+            raise TlcFormatError("an empty path has no initial state")
+        steps = tuple(Step(e.action, self.state(e.dst)) for e in path)
+        return Behaviour(self.state(path[0].src), steps, name=name, source="dot")
+
+    def behaviours(self, max_steps: int = 200, prefix: str = "b") -> list[Behaviour]:
+        paths = self.edge_cover(max_steps)
+        width = len(str(len(paths)))
+        return [self.behaviour(p, f"{prefix}{i:0{width}d}") for i, p in enumerate(paths)]
+
+    def enabled_labels(self, node: int) -> frozenset[str]:
+        """The actions TLC lists as successors of a node (labels; a self-loop counts too)."""
+        return frozenset(e.action.label for e in self.successors(node))
 
 
-def parse_dot(text: str) -> StateGraph:
+def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
     """Parse the text of a TLC DOT dump."""
-    return parse_dot_lines(text.splitlines())
+    return parse_dot_lines(text.splitlines(), source=source)
 
 
-def parse_dot_lines(lines: Iterable[str], edges: bool = True) -> StateGraph:
+def parse_dot_lines(lines: Iterable[str], edges: bool = True, source: str = "<dot>") -> StateGraph:
     """Parse a TLC DOT dump line by line (MCFull's is 119 MB: never held whole in memory).
 
     Only the label of a node is kept (TLC repeats it as the tooltip), and equal edge labels share one
-    string object. ``edges=False``: the states only (edge lines skipped unparsed).
+    ``Action``. ``edges=False``: the states only (edge lines skipped unparsed). A dump without states,
+    without an initial state, with an unlabelled edge or with an edge to an unknown state is refused
+    (``TlcFormatError``, naming ``source``).
     """
-    g = StateGraph()
-    states, edge_list, initial = g.states, g.edges, g.initial
-    edge_labels: dict[str, str] = {}
+    states: dict[int, str] = {}
+    initial: set[int] = set()
+    edge_list: list[Edge] = []
+    edge_labels: dict[str, Action] = {}
     for line in lines:
         if " -> " in line:
             if not edges:
@@ -108,12 +265,13 @@ def parse_dot_lines(lines: Iterable[str], edges: bool = True) -> StateGraph:
                 if m:
                     raw = m.group(3)
                     if raw is None:
-                        label = ""
-                    elif raw in edge_labels:
-                        label = edge_labels[raw]
-                    else:
-                        label = edge_labels[raw] = unescape(raw).split("\n")[0]
-                    edge_list.append((int(m.group(1)), int(m.group(2)), label))
+                        raise TlcFormatError(
+                            f"{source}: edge {m.group(1)} -> {m.group(2)} has no action label (dump with actionlabels)"
+                        )
+                    action = edge_labels.get(raw)
+                    if action is None:
+                        action = edge_labels[raw] = Action.parse(unescape(raw).split("\n")[0])
+                    edge_list.append(Edge(int(m.group(1)), action, int(m.group(2))))
                     continue
         node = _node(line)
         if node is not None:
@@ -121,7 +279,14 @@ def parse_dot_lines(lines: Iterable[str], edges: bool = True) -> StateGraph:
             states[sid] = unescape(label)
             if initial_state:
                 initial.add(sid)
-    return g
+    if not states:
+        raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
+    missing = ({e.src for e in edge_list} | {e.dst for e in edge_list}) - states.keys()
+    if missing:
+        raise TlcFormatError(f"{source}: edges name states without a label: {sorted(missing)[:5]}")
+    if not initial:
+        raise TlcFormatError(f"{source}: no initial state (TLC draws them `style = filled`)")
+    return StateGraph(states, sorted(initial), edge_list)
 
 
 _INITIAL_END = '",style = filled]'
@@ -162,46 +327,19 @@ def open_dot(path: str | Path) -> TextIO:
 
 def load_dot(path: str | Path, edges: bool = True) -> StateGraph:
     """Load a DOT dump written by TLC or by ``layout_model.explore`` (gzip when named ``*.gz``)."""
-    with open_dot(path) as f:
-        return parse_dot_lines(f, edges)
+    p = Path(path)
+    if not p.is_file():
+        raise TlcFormatError(f"{p}: no such DOT dump")
+    with open_dot(p) as f:
+        return parse_dot_lines(f, edges, source=str(p))
 
 
-_LABEL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_!]*)\s*(?:\((.*)\))?\s*$", re.S)
-
-
-def split_label(label: str) -> tuple[str, list[str]]:
-    """``"Attach(e1, 1)"`` -> ``("Attach", ["e1", "1"])``; arguments split at top-level commas."""
-    m = _LABEL.match(label)
-    if not m:
-        return label.strip(), []
-    name, inner = m.group(1), m.group(2)
-    if inner is None or not inner.strip():
-        return name, []
-    args, depth, cur, in_str = [], 0, [], False
-    for c in inner:
-        if c == '"':
-            in_str = not in_str
-        elif not in_str and c in "{[(<":
-            depth += 1
-        elif not in_str and c in "}])>":
-            depth -= 1
-        if c == "," and depth == 0 and not in_str:
-            args.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-    args.append("".join(cur).strip())
-    return name, args
-
-
-def state_vars(text: str) -> dict[str, str]:
-    """Split a printed state into ``{variable: value text}``."""
-    if not text.startswith("/\\ "):
-        name, _, value = text.partition(" = ")
-        return {name.strip(): value}
-    out: dict[str, str] = {}
-    for chunk in text.split("\n/\\ "):
-        chunk = chunk[3:] if chunk.startswith("/\\ ") else chunk
-        name, _, value = chunk.partition(" = ")
-        out[name.strip()] = value
-    return out
+def _path_from_root(parent: dict[int, Edge | None], node: int) -> list[Edge]:
+    """The edges from the search's root to ``node``, following a breadth-first parent map."""
+    path: list[Edge] = []
+    edge = parent[node]
+    while edge is not None:
+        path.append(edge)
+        edge = parent[edge.src]
+    path.reverse()
+    return path

@@ -26,8 +26,8 @@ from typing import Any, TextIO
 
 from layout_model.dot import escape
 from layout_model.invariants import ACTION_PROPERTIES, INVARIANTS, Vars
-from layout_model.render import tlc_key
 from layout_model.system import SysState, System, load_model, render_projection
+from layout_model.values import tlc_intern_order
 
 __all__ = ["Result", "explore", "fingerprint", "main"]
 
@@ -109,7 +109,7 @@ def explore(
 ) -> Result:
     """Explore ``model_name`` breadth first; check invariants; optionally write the DOT graph."""
     model = load_model(spec_dir, model_name)
-    tlc_key([*model.engines, "NONE"])  # model values in .cfg order: TLC's intern order
+    tlc_intern_order([*model.engines, "NONE"])  # model values in .cfg order: TLC's intern order
     system = System(model)
     res = Result(model_name)
     start = time.monotonic()

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from layout_model.render import MV, Fn, Rec
 from layout_model.system import VARIABLES, Model
+from layout_model.values import Fn, ModelValue, Record
 
-NONE = MV("NONE")
+NONE = ModelValue("NONE")
 
 
 class Vars:
@@ -23,7 +23,7 @@ class Vars:
     def __init__(self, values: tuple[Any, ...]) -> None:
         for name, v in zip(VARIABLES, values, strict=True):
             if isinstance(v, Fn):
-                v = {k.name: x for k, x in v.items}
+                v = {k.name: x for k, x in v.items()}
             setattr(self, name, v)
 
 
@@ -33,7 +33,7 @@ def TypeOK(m: Model, s: Vars) -> bool:
     ok = all(s.dphase[r] in ("no_record", "clean", "pending", "dirty") for r in ranks)
     ok &= all(0 <= s.dver[r] <= m.max_moves for r in ranks)
     ok &= all(len(s.dmap[r]) == m.num_layers and set(s.dmap[r]) <= bits for r in ranks)
-    ok &= all(s.dpend[r] == NONE or isinstance(s.dpend[r], Rec) for r in ranks)
+    ok &= all(s.dpend[r] == NONE or isinstance(s.dpend[r], Record) for r in ranks)
     ok &= all({e.name for e in s.datt[r]} <= set(m.newer) for r in ranks)
     ok &= all(set(s.truth[r]) <= bits for r in ranks)
     ok &= all(s.ephase[e] in ("start", "load", "run", "failed", "dead") for e in m.engines)

@@ -14,7 +14,7 @@ step comes next), crashes, and an operator restarting a dirty daemon.
 
 State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one ``EngineState`` per
 engine and the count of chunks begun. ``project`` maps it to the spec's variables (Python
-values of ``layout_model.render``); ``render`` prints it as TLC does.
+values of ``layout_model.values``); ``render`` prints it as TLC does.
 
 Abstraction (the same as the spec's): 2 physical slots and 2 logical experts per layer, each
 layer's row is permutation 0 = (0, 1) or 1 = (1, 0); spec layers are 1-based, ``layout_sm``'s
@@ -30,7 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from layout_model.render import MV, Fn, Rec, pretty, tla
+from layout_model.render import pretty
+from layout_model.values import Fn, ModelValue, Record, tlc_text
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.engine import (
     EngineLayout,
@@ -201,7 +202,8 @@ class SysState:
     moves: int
 
 
-def rows_of(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def rows_of_perms(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The map whose layer ``i`` is permutation ``perms[i]`` (the spec's ``dmap``/``eroute`` values)."""
     return tuple(ROWS[p] for p in perms)
 
 
@@ -216,7 +218,7 @@ class System:
         self.model = model
         self.R = model.num_ranks
         self.initial_perms = tuple(0 for _ in model.layers)
-        self.initial_record = LayoutRecord.initial(rows_of(self.initial_perms), NUM_LOGICAL)
+        self.initial_record = LayoutRecord.initial(rows_of_perms(self.initial_perms), NUM_LOGICAL)
         self.engine_layout = EngineLayout(
             num_layers=model.num_layers,
             num_physical=len(ROWS[0]),
@@ -514,7 +516,7 @@ class System:
             else Reply(Status.REFUSED, Reason.NO_PENDING_MOVE, "")
             for c in es.commits
         ]
-        verdict = verify_commits(replies, rows_of(target), expected_version=es.ever + 1)
+        verdict = verify_commits(replies, rows_of_perms(target), expected_version=es.ever + 1)
         es2 = _idle(
             replace(es, route=target, ever=es.ever + 1 if verdict.ok else es.ever),
             self.R,
@@ -582,13 +584,13 @@ class System:
     # -- projection to the spec's variables ----------------------------------------------
 
     def project(self, s: SysState) -> tuple[Any, ...]:
-        """The spec's variables, in ``VARIABLES`` order, as ``layout_model.render`` values."""
+        """The spec's variables, in ``VARIABLES`` order, as ``layout_model.values`` values."""
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
             tuple(self.initial_perms if v.record is None else _perms_cached(v.record.rows) for v in s.daemons),
             tuple(_dpend(v) for v in s.daemons),
-            tuple(frozenset(MV(e) for e in v.attachments) for v in s.daemons),
+            tuple(frozenset(ModelValue(e) for e in v.attachments) for v in s.daemons),
             tuple(v.non_following_seen for v in s.daemons),
             s.truth,
             _fn(self.model.engines, [es.phase for es in s.engines]),
@@ -601,7 +603,11 @@ class System:
             s.moves,
         )
 
-    def _find_rec(self, f: Finding) -> Rec:
+    def spec_state(self, s: SysState) -> Record:
+        """The spec's state as one value, a record of the variables: equal to TLC's state, decoded."""
+        return Record(zip(VARIABLES, self.project(s), strict=True))
+
+    def _find_rec(self, f: Finding) -> Record:
         if f is None:
             return _finding_rec("nothing", 0, self.initial_perms)
         kind, record = f
@@ -635,11 +641,11 @@ def render_projection(values: tuple[Any, ...]) -> str:
 def _var_text(name: str, v: Any) -> str:
     # Keyed by the variable too: 0 == False in Python, so (0, 0) and (False, False) would share
     # one cache entry; within one variable the types never mix.
-    return pretty(tla(v))
+    return pretty(tlc_text(v))
 
 
 def _tla_cached(v: Any) -> str:
-    return tla(v)
+    return tlc_text(v)
 
 
 @lru_cache(maxsize=4096)
@@ -648,26 +654,25 @@ def _perms_cached(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Rec:
-    return Rec((("found", word), ("fver", version), ("fmap", perms)))
+def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Record:
+    return Record(found=word, fver=version, fmap=perms)
 
 
 def _dpend(v: DaemonView) -> Any:
     move = v.pending if v.pending is not None else v.dirty
     if move is None:
-        return MV("NONE")
-    return Rec(
-        (("mover", MV(move.engine_id)), ("layers", frozenset(x + 1 for x in move.layers)), ("base", move.base_version))
-    )
+        return ModelValue("NONE")
+    layers = frozenset(x + 1 for x in move.layers)
+    return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
 
 
-def _reb(es: EngineState) -> Rec:
-    return Rec((("step", es.step), ("chunk", es.chunk), ("replies", es.replies)))
+def _reb(es: EngineState) -> Record:
+    return Record(step=es.step, chunk=es.chunk, replies=es.replies)
 
 
 @lru_cache(maxsize=16)
-def _mvs(engines: tuple[str, ...]) -> tuple[MV, ...]:
-    return tuple(MV(e) for e in engines)
+def _mvs(engines: tuple[str, ...]) -> tuple[ModelValue, ...]:
+    return tuple(ModelValue(e) for e in engines)
 
 
 def _fn(engines: tuple[str, ...], values: list[Any]) -> Any:
@@ -699,7 +704,7 @@ def _layers(chunk: frozenset[int]) -> tuple[int, ...]:
 
 @lru_cache(maxsize=64)
 def _digest(perms: tuple[int, ...]) -> str:
-    return layout_digest(rows_of(perms))
+    return layout_digest(rows_of_perms(perms))
 
 
 _BEGIN_REASON = {"ok": Reason.BEGUN, "busy": Reason.MOVE_PENDING, "refused": Reason.NOT_ATTACHED}
@@ -732,5 +737,5 @@ def label(name: str, params: tuple[Any, ...]) -> str:
 
 def _param_value(p: Any) -> Any:
     if isinstance(p, str):
-        return MV(p)
+        return ModelValue(p)
     return p

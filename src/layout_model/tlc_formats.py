@@ -5,8 +5,8 @@ action's name and its parameter values) and the full state after it. States are 
 of the spec's variables, with values decoded by `layout_model.values`. Every TLC output
 loads into this one format:
 
-- `load_dot_graph` / `StateGraph`: the state-graph dump (`-dump dot,actionlabels`): node
-  labels are states as TLA+ text, edge labels are actions such as `Attach(e1)`, initial
+- `layout_model.dot.load_dot` / `StateGraph`: the state-graph dump (`-dump dot,actionlabels`):
+  node labels are states as TLA+ text, edge labels are actions such as `Attach(e1)`, initial
   states are the nodes drawn `style = filled`. `StateGraph.edge_cover()` derives behaviours
   that cover every edge; `StateGraph.behaviour(path)` turns a path into a behaviour.
 - `load_json_trace`: the `-dumpTrace json` counterexample (`action` triples with `name`,
@@ -26,14 +26,11 @@ import gzip
 import hashlib
 import json
 import re
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from layout_model import dot
-from layout_model.compare import canonical_state
 from layout_model.values import (
     Record,
     Value,
@@ -41,25 +38,24 @@ from layout_model.values import (
     decode_state_text,
     decode_text,
     model_values_from_cfg,
-    render,
+    tlc_text,
 )
+
+if TYPE_CHECKING:
+    from layout_model.dot import StateGraph
 
 __all__ = [
     "SUITE_FORMAT",
     "Action",
     "Behaviour",
-    "Edge",
-    "StateGraph",
     "Step",
     "Suite",
     "TlcFormatError",
     "file_sha256",
-    "load_dot_graph",
     "load_dumptrace_tla",
     "load_json_trace",
     "load_simulate_trace",
     "load_tla_trace",
-    "parse_dot",
 ]
 
 SUITE_FORMAT = "layout-model-suite/v2"
@@ -78,7 +74,7 @@ class Action:
 
     @property
     def label(self) -> str:
-        return self.name + ("(" + ", ".join(render(a) for a in self.args) + ")" if self.args else "")
+        return self.name + ("(" + ", ".join(tlc_text(a) for a in self.args) + ")" if self.args else "")
 
     @classmethod
     def parse(cls, label: str) -> Action:
@@ -137,221 +133,11 @@ class Behaviour:
 
 def _state_json(state: Record) -> dict[str, str]:
     # states are kept as TLA+ text per variable: exact (no JSON type loss) and readable in a diff
-    return {k: render(v) for k, v in state.items()}
+    return {k: tlc_text(v) for k, v in state.items()}
 
 
 def _state_from_json(obj: dict[str, str]) -> Record:
     return Record((k, decode_text(v)) for k, v in obj.items())
-
-
-# ---------------------------------------------------------------------------------------------
-# DOT state graphs (-dump dot,actionlabels)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-@dataclass(frozen=True)
-class Edge:
-    src: int
-    action: Action
-    dst: int
-
-
-@dataclass
-class StateGraph:
-    """A state graph as TLC dumps it: node id -> state text, initial ids, labelled edges.
-
-    States are decoded lazily (`state(id)`): decoding costs ~2 ms a state, and a suite needs
-    only the states on its paths.
-    """
-
-    texts: dict[int, str]
-    initial: list[int]
-    edges: list[Edge]
-    _decoded: dict[int, Record] = field(default_factory=dict, repr=False)
-
-    def state(self, node: int) -> Record:
-        if node not in self._decoded:
-            self._decoded[node] = decode_state_text(self.texts[node])
-        return self._decoded[node]
-
-    def successors(self, node: int) -> list[Edge]:
-        return self._out().get(node, [])
-
-    def _out(self) -> dict[int, list[Edge]]:
-        if not hasattr(self, "_out_cache"):
-            out: dict[int, list[Edge]] = {}
-            for e in self._ordered_edges():
-                out.setdefault(e.src, []).append(e)
-            self._out_cache = out
-        return self._out_cache
-
-    def _key(self, node: int) -> int:
-        return self._ranks()[node]
-
-    def _ranks(self) -> dict[int, int]:
-        """Each node's place in the order of the states' canonical texts (`compare.canonical_state`).
-
-        Node ids are TLC fingerprints (or the mirror's own ids), and TLC prints the variables in
-        its own order: ordering by the canonical text (variables sorted by name, values without
-        layout, unordered parts sorted) gives the same suite for the same graph, whoever dumped it
-        and in whatever line order. Ranks, not the texts, are kept: MCFull has 40,194 states.
-        """
-        if not hasattr(self, "_rank_cache"):
-            keys = sorted((canonical_state(text), node) for node, text in self.texts.items())
-            self._rank_cache = {node: i for i, (_, node) in enumerate(keys)}
-        return self._rank_cache
-
-    def _ordered_edges(self) -> list[Edge]:
-        rank = self._ranks()
-        return sorted(self.edges, key=lambda e: (rank[e.src], e.action.label, rank[e.dst]))
-
-    def depths(self) -> dict[int, int]:
-        """Breadth-first distance of each reachable node from the initial states."""
-        order = sorted(self.initial, key=self._key)
-        dist = {n: 0 for n in order}
-        queue = deque(order)
-        while queue:
-            n = queue.popleft()
-            for e in self.successors(n):
-                if e.dst not in dist:
-                    dist[e.dst] = dist[n] + 1
-                    queue.append(e.dst)
-        return dist
-
-    def edge_cover(self, max_steps: int = 200) -> list[list[Edge]]:
-        """Paths from initial states that together take every reachable edge, deterministically.
-
-        For the first untaken edge (by depth of its source, then canonical state order), a path is a shortest path
-        to its source and the edge; then it goes on along untaken edges, and where there is none
-        out of the current state, along the shortest bridge to the nearest state that has one,
-        until `max_steps` (raised for an edge deeper than that) or no untaken edge is reachable.
-        Fewer, longer behaviours: each behaviour costs a fresh system when replayed on real daemons.
-        """
-        order = sorted(self.initial, key=self._key)
-        parent: dict[int, Edge | None] = {n: None for n in order}
-        dist = {n: 0 for n in order}
-        queue = deque(order)
-        while queue:
-            n = queue.popleft()
-            for e in self.successors(n):
-                if e.dst not in parent:
-                    parent[e.dst] = e
-                    dist[e.dst] = dist[n] + 1
-                    queue.append(e.dst)
-        reachable = [e for e in self._ordered_edges() if e.src in dist]
-        reachable.sort(key=lambda e: dist[e.src])  # stable: keeps the canonical order within a depth
-        untaken = dict.fromkeys(reachable)
-        remaining: dict[int, int] = {}
-        for e in reachable:
-            remaining[e.src] = remaining.get(e.src, 0) + 1
-
-        def take(e: Edge) -> None:
-            if e in untaken:
-                del untaken[e]
-                remaining[e.src] -= 1
-
-        paths: list[list[Edge]] = []
-        for target in reachable:
-            if target not in untaken:
-                continue
-            path = _path_from_root(parent, target.src)
-            path.append(target)
-            for e in path:
-                take(e)
-            cur = target.dst
-            limit = max(max_steps, dist[target.src] + 1)
-            while len(path) < limit:
-                nxt = next((e for e in self.successors(cur) if e in untaken), None)
-                if nxt is not None:
-                    take(nxt)
-                    path.append(nxt)
-                    cur = nxt.dst
-                    continue
-                bridge = self._bridge(cur, remaining, limit - len(path) - 1)
-                if not bridge:
-                    break
-                for e in bridge:
-                    take(e)
-                path.extend(bridge)
-                cur = bridge[-1].dst
-            paths.append(path)
-        return paths
-
-    def _bridge(self, start: int, remaining: dict[int, int], budget: int) -> list[Edge] | None:
-        """Shortest path from `start` to the nearest state with an untaken out-edge (within budget)."""
-        if budget <= 0:
-            return None
-        back: dict[int, Edge | None] = {start: None}
-        frontier = [start]
-        for _ in range(budget):
-            nxt_frontier: list[int] = []
-            for n in frontier:
-                for e in self.successors(n):
-                    if e.dst in back:
-                        continue
-                    back[e.dst] = e
-                    if remaining.get(e.dst, 0) > 0:
-                        return _path_from_root(back, e.dst)
-                    nxt_frontier.append(e.dst)
-            if not nxt_frontier:
-                return None
-            frontier = nxt_frontier
-        return None
-
-    def behaviour(self, path: Sequence[Edge], name: str = "") -> Behaviour:
-        if not path:
-            raise TlcFormatError("an empty path has no initial state")
-        steps = tuple(Step(e.action, self.state(e.dst)) for e in path)
-        return Behaviour(self.state(path[0].src), steps, name=name, source="dot")
-
-    def behaviours(self, max_steps: int = 200, prefix: str = "b") -> list[Behaviour]:
-        paths = self.edge_cover(max_steps)
-        width = len(str(len(paths)))
-        return [self.behaviour(p, f"{prefix}{i:0{width}d}") for i, p in enumerate(paths)]
-
-    def enabled_labels(self, node: int) -> frozenset[str]:
-        """The actions TLC lists as successors of a node (labels; a self-loop counts too)."""
-        return frozenset(e.action.label for e in self.successors(node))
-
-
-def parse_dot(text: str, source: str = "<dot>") -> StateGraph:
-    """Read TLC's `-dump dot,actionlabels` output (or the mirror's, same format).
-
-    The DOT text is read by the project's one DOT loader, `layout_model.dot`; this adds the decoded
-    actions, the checks, and the lazily decoded states.
-    """
-    return _from_raw(dot.parse_dot(text), source)
-
-
-def load_dot_graph(path: str | Path) -> StateGraph:
-    """Load a DOT dump from a file, line by line (gzip when its name ends in `.gz`)."""
-    p = Path(path)
-    if not p.is_file():
-        raise TlcFormatError(f"{p}: no such DOT dump")
-    return _from_raw(dot.load_dot(p), str(p))
-
-
-def _from_raw(raw: dot.StateGraph, source: str) -> StateGraph:
-    if not raw.states:
-        raise TlcFormatError(f"{source}: no states found (not a TLC DOT dump?)")
-    labels: dict[str, Action] = {}
-    edges: list[Edge] = []
-    for src, dst, label in raw.edges:
-        if not label:
-            raise TlcFormatError(f"{source}: edge {src} -> {dst} has no action label (dump with actionlabels)")
-        if label not in labels:
-            labels[label] = Action.parse(label)
-        edges.append(Edge(src, labels[label], dst))
-    missing = ({e.src for e in edges} | {e.dst for e in edges}) - set(raw.states)
-    if missing:
-        raise TlcFormatError(f"{source}: edges name states without a label: {sorted(missing)[:5]}")
-    initial = sorted(raw.initial)
-    if not initial:
-        raise TlcFormatError(f"{source}: no initial state (TLC draws them `style = filled`)")
-    return StateGraph(raw.states, initial, edges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,14 +374,3 @@ class Suite:
             [s["enabled"] for s in doc["states"]],
             [(b["name"], b["init"], [(a, i) for a, i in b["steps"]]) for b in doc["behaviours"]],
         )
-
-
-def _path_from_root(parent: dict[int, Edge | None], node: int) -> list[Edge]:
-    """The edges from the search's root to ``node``, following a breadth-first parent map."""
-    path: list[Edge] = []
-    edge = parent[node]
-    while edge is not None:
-        path.append(edge)
-        edge = parent[edge.src]
-    path.reverse()
-    return path

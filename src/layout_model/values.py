@@ -1,8 +1,10 @@
-"""One decoder of TLA+ values, as TLC prints them, into plain Python values.
+"""The project's one vocabulary of TLA+ values: the classes, TLC's printer, and the decoders.
 
-TLC writes values in two renderings: TLA+ text (state graphs, `-simulate` trace modules,
-stdout, `-dumpTrace tla`) and JSON (`-dumpTrace json`). Both decode into this one
-vocabulary, so a state from any TLC output compares with `==` against any other:
+The mirror (`layout_model.system`) builds its states from these classes, `tlc_text` prints them
+as TLC does (the renderer and the mirror's DOT graphs), and TLC's outputs decode into them: TLA+
+text (state graphs, `-simulate` trace modules, stdout, `-dumpTrace tla`) and JSON (`-dumpTrace
+json`). So a state from any TLC output compares with `==` against any other and against the
+mirror's:
 
 | TLA+ value                                   | Python value                            |
 | -------------------------------------------- | --------------------------------------- |
@@ -15,14 +17,15 @@ vocabulary, so a state from any TLC output compares with `==` against any other:
 | record `[f |-> v, ...]`                      | `Record` (hashable mapping, str keys)   |
 | function `(k :> v @@ ...)` (other domains)   | `Fn` (hashable mapping)                 |
 
-TLA+ equality is kept by canonicalisation at decode time: a function whose domain is
-`1..n` *is* a sequence (TLC prints it as `<<...>>`), and a function whose domain is a
-non-empty set of strings *is* a record, so `("a" :> 1)` decodes to `Record(a=1)` and
-`(1 :> "x" @@ 2 :> "y")` to `("x", "y")`.
+TLA+ equality is the classes' equality: records and functions compare as mappings (the order of
+their fields or pairs carries no meaning), and `function_value` builds the one value of a
+function: a function whose domain is `1..n` *is* a sequence (TLC prints it as `<<...>>`), and a
+function whose domain is a non-empty set of strings *is* a record, so `("a" :> 1)` decodes to
+`Record(a=1)` and `(1 :> "x" @@ 2 :> "y")` to `("x", "y")`.
 
 TLA+ text is parsed by the PyPI `tla` package (`tla.parse_expr`); this module only maps its
-syntax tree to values (no second TLA+ parser). It takes about 2 ms for a few hundred
-characters: fine for test suites, not for 10^6 states.
+syntax tree to values. It takes about 2 ms for a few hundred characters: fine for test suites,
+not for 10^6 states (a whole graph is compared on its text: `render.canonical_state`).
 
 TLC's JSON loses type information: sets and sequences both become arrays, strings and model
 values both become strings, records and functions both become objects. `decode_json` can
@@ -38,10 +41,9 @@ import contextlib
 import io
 import json
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import tla
 
@@ -51,14 +53,15 @@ __all__ = [
     "Record",
     "Value",
     "ValueError_",
-    "canonical",
     "decode_json",
     "decode_state_text",
     "decode_text",
+    "function_value",
     "json_matches",
     "model_values_from_cfg",
-    "render",
-    "sort_key",
+    "tlc_intern_order",
+    "tlc_sort_key",
+    "tlc_text",
 ]
 
 
@@ -66,11 +69,35 @@ class ValueError_(ValueError):
     """A text or JSON value that this decoder cannot read (names the offending text)."""
 
 
-@dataclass(frozen=True, order=True)
 class ModelValue:
-    """A TLC model value (an uninterpreted constant such as `e1` or `NONE`)."""
+    """A TLC model value (an uninterpreted constant such as `e1` or `NONE`).
 
+    One object per name: equality and hashing are identity (done in C), because the mirror hashes
+    every state it reaches, and most of its functions are keyed by engines.
+    """
+
+    __slots__ = ("name",)
+    _interned: ClassVar[dict[str, ModelValue]] = {}
     name: str
+
+    def __new__(cls, name: str) -> ModelValue:
+        mv = cls._interned.get(name)
+        if mv is None:
+            mv = super().__new__(cls)
+            object.__setattr__(mv, "name", name)
+            cls._interned[name] = mv
+        return mv
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"a ModelValue is immutable (set {key} on {self!r})")
+
+    def __reduce__(self) -> tuple[type[ModelValue], tuple[str]]:
+        return (ModelValue, (self.name,))
+
+    def __lt__(self, other: ModelValue) -> bool:
+        if not isinstance(other, ModelValue):
+            return NotImplemented
+        return self.name < other.name
 
     def __repr__(self) -> str:
         return f"ModelValue({self.name!r})"
@@ -81,13 +108,29 @@ class _FrozenMapping(Mapping[Any, Any]):
 
     __slots__ = ("_d", "_h")
 
-    def __init__(self, items: Mapping[Any, Any] | Collection[tuple[Any, Any]] = ()) -> None:
-        d = dict(items.items() if isinstance(items, Mapping) else items)
-        self._d: dict[Any, Any] = d
+    def __init__(self, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = ()) -> None:
+        self._d: dict[Any, Any] = dict(items)
         self._h: int | None = None
 
     def __getitem__(self, key: Any) -> Any:
         return self._d[key]
+
+    # the dict's own views and lookups: the mirror reads its states' records millions of times,
+    # and Mapping's generic ones go through __getitem__ for every key
+    def items(self) -> ItemsView[Any, Any]:
+        return self._d.items()
+
+    def keys(self) -> KeysView[Any]:
+        return self._d.keys()
+
+    def values(self) -> ValuesView[Any]:
+        return self._d.values()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._d.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._d)
@@ -96,9 +139,11 @@ class _FrozenMapping(Mapping[Any, Any]):
         return len(self._d)
 
     def __hash__(self) -> int:
-        if self._h is None:
-            self._h = hash((type(self).__name__, frozenset(self._d.items())))
-        return self._h
+        h = self._h
+        if h is None:
+            # the type in the hash: a record and a function with equal pairs are not equal
+            h = self._h = hash((type(self), frozenset(self._d.items())))
+        return h
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -115,9 +160,9 @@ class Record(_FrozenMapping):
 
     __slots__ = ()
 
-    def __init__(self, items: Mapping[str, Any] | Collection[tuple[str, Any]] = (), **fields: Any) -> None:
-        super().__init__(items)
-        self._d.update(fields)
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), **fields: Any) -> None:
+        self._d = dict(items, **fields)
+        self._h = None
 
     def __repr__(self) -> str:
         return "Record(" + ", ".join(f"{k}={v!r}" for k, v in self._d.items()) + ")"
@@ -135,8 +180,12 @@ class Fn(_FrozenMapping):
 Value: TypeAlias = bool | int | str | ModelValue | frozenset | tuple | Record | Fn
 
 
-def canonical(pairs: Collection[tuple[Value, Value]]) -> Value:
-    """The value of the TLA+ function with these (key, value) pairs, canonicalised as TLC prints it."""
+def function_value(pairs: Collection[tuple[Value, Value]]) -> Value:
+    """The TLA+ function with these (key, value) pairs, as the one value TLA+ equality makes it.
+
+    A function on ``1..n`` is the sequence (a tuple), a function on strings is the record, and the
+    empty function is ``<<>>``: TLC prints them so, and decoded values must compare with ``==``.
+    """
     d = dict(pairs)
     if not d:
         return ()  # TLC prints the empty function as <<>>
@@ -216,7 +265,7 @@ def _node(node: Any) -> Value:
             if type(v) is int:
                 return -v
         if op in (":>", "@@"):
-            return canonical(_fn_pairs(node))
+            return function_value(_fn_pairs(node))
         if op == ".." and len(args) == 2:
             lo, hi = _node(args[0]), _node(args[1])
             if type(lo) is int and type(hi) is int:
@@ -336,7 +385,7 @@ def _json(obj: Any, model_values: Collection[str], hints: tuple) -> Value:
 
         if all(type(k) is str for k, _ in pairs):
             return Record((k, _json(v, model_values, at(k, Record))) for k, v in pairs)
-        return canonical([(k, _json(v, model_values, at(k, Fn))) for k, v in pairs])
+        return function_value([(k, _json(v, model_values, at(k, Fn))) for k, v in pairs])
     if obj is None:
         raise ValueError_("JSON null is not a TLA+ value")
     raise ValueError_(f"unsupported JSON value: {obj!r}")
@@ -427,32 +476,49 @@ def model_values_from_cfg(cfg_text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def sort_key(v: Value) -> tuple:
-    """A total order on values (deterministic output; not TLC's own order)."""
+# Intern order of model values and strings: TLC sorts them by the order in which it first met
+# each name, model values of the .cfg first (set by the model: `tlc_intern_order`).
+_INTERN_ORDER: dict[str, int] = {}
+
+
+def tlc_intern_order(names: Iterable[str]) -> None:
+    """Tell the printer the intern order of model values and strings (first met, first).
+
+    Names it was not told come after those it was, by name: with no order set, sets of model
+    values print sorted by name.
+    """
+    _INTERN_ORDER.clear()
+    for i, name in enumerate(names):
+        _INTERN_ORDER.setdefault(name, i)
+
+
+def tlc_sort_key(v: Value) -> tuple:
+    """TLC's order of set elements and function arguments (a total order on values)."""
     if isinstance(v, bool):
         return (0, int(v))
     if isinstance(v, int):
         return (1, v)
-    if isinstance(v, str):
-        return (2, v)
     if isinstance(v, ModelValue):
-        return (3, v.name)
+        return (2, _INTERN_ORDER.get(v.name, len(_INTERN_ORDER)), v.name)
+    if isinstance(v, str):
+        return (3, _INTERN_ORDER.get(v, len(_INTERN_ORDER)), v)
     if isinstance(v, tuple):
-        return (4, len(v), tuple(sort_key(x) for x in v))
+        # TLC compares tuples by length first, then element by element.
+        return (4, len(v), tuple(tlc_sort_key(x) for x in v))
     if isinstance(v, frozenset):
-        return (5, len(v), tuple(sorted(sort_key(x) for x in v)))
+        return (5, len(v), tuple(sorted(tlc_sort_key(x) for x in v)))
     if isinstance(v, Record):
-        return (6, tuple(sorted((k, sort_key(x)) for k, x in v.items())))
+        return (6, tuple(sorted((k, tlc_sort_key(x)) for k, x in v.items())))
     if isinstance(v, Fn):
-        return (7, tuple(sorted((sort_key(k), sort_key(x)) for k, x in v.items())))
+        return (7, tuple(sorted((tlc_sort_key(k), tlc_sort_key(x)) for k, x in v.items())))
     raise TypeError(f"not a TLA+ value: {v!r}")
 
 
-def render(v: Value) -> str:
-    """One-line TLA+ text for a value (sets sorted by `sort_key`): for messages and JSON suites.
+def tlc_text(v: Value) -> str:
+    """The one-line text TLC's ``toString`` gives for ``v`` (``render.pretty`` breaks it over lines).
 
-    This is not TLC's pretty-printer (no line breaking, not TLC's set order); comparisons are
-    made on decoded values, never on this text.
+    Sets and function arguments in ``tlc_sort_key`` order; record fields in the order the record
+    holds them (TLC's: the spec's declaration order, in which the mirror builds its records).
     """
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
@@ -462,15 +528,15 @@ def render(v: Value) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, ModelValue):
         return v.name
-    if isinstance(v, tuple):
-        return "<<" + ", ".join(render(x) for x in v) + ">>"
     if isinstance(v, frozenset):
-        return "{" + ", ".join(render(x) for x in sorted(v, key=sort_key)) + "}"
+        return "{" + ", ".join(tlc_text(x) for x in sorted(v, key=tlc_sort_key)) + "}"
+    if isinstance(v, tuple):
+        return "<<" + ", ".join(tlc_text(x) for x in v) + ">>"
     if isinstance(v, Record):
-        return "[" + ", ".join(f"{k} |-> {render(x)}" for k, x in v.items()) + "]"
+        return "[" + ", ".join(f"{k} |-> {tlc_text(x)}" for k, x in v.items()) + "]"
     if isinstance(v, Fn):
         if not v:
-            return "<<>>"
-        keys = sorted(v, key=sort_key)
-        return "(" + " @@ ".join(f"{render(k)} :> {render(v[k])}" for k in keys) + ")"
-    raise TypeError(f"not a TLA+ value: {v!r}")
+            return "<< >>"
+        keys = sorted(v, key=tlc_sort_key)
+        return "(" + " @@ ".join(f"{tlc_text(k)} :> {tlc_text(v[k])}" for k in keys) + ")"
+    raise TypeError(f"cannot print {type(v).__name__} {v!r} as TLA+")

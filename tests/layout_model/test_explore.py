@@ -15,9 +15,9 @@ import pytest
 import layout_sm.daemon as daemon_module
 from layout_model.compare import compare_graphs
 from layout_model.compare import main as compare_main
-from layout_model.dot import StateGraph, escape, load_dot, state_vars
+from layout_model.dot import StateGraph, escape, load_dot
 from layout_model.explore import explore
-from layout_model.render import one_line, pretty
+from layout_model.render import one_line, pretty, state_vars
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 
@@ -49,7 +49,7 @@ def test_explorer_passes_on_a_smaller_mcsmall(small_graph: tuple[Path, object]) 
     assert res.ok, "\n".join(res.violations[:1])
     assert res.states > 500 and res.edges > res.states and res.depth > 15
     g = load_dot(dot)
-    assert len(g.states) == res.states and len(g.edges) == res.edges and len(g.initial) == 1
+    assert len(g.texts) == res.states and len(g.edges) == res.edges and len(g.initial) == 1
 
 
 def test_explorer_passes_on_mcsmall() -> None:
@@ -79,12 +79,12 @@ def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.
 def _rerendered(g: StateGraph, shift: int = 7) -> str:
     """The same graph written again: new ids, values re-printed from their one-line form."""
     lines = ["strict digraph DiskGraph {", "subgraph cluster_graph {"]
-    for sid, text in sorted(g.states.items(), reverse=True):
+    for sid, text in sorted(g.texts.items(), reverse=True):
         printed = "\n".join(f"/\\ {k} = {pretty(one_line(v))}" for k, v in state_vars(text).items())
         style = ",style = filled]" if sid in g.initial else f',tooltip="{escape(printed)}"];'
         lines.append(f'{sid + shift} [label="{escape(printed)}"{style}')
-    for a, b, label in reversed(g.edges):
-        lines.append(f'{a + shift} -> {b + shift} [label="{label}",color="black",fontcolor="black"];')
+    for e in reversed(g.edges):
+        lines.append(f'{e.src + shift} -> {e.dst + shift} [label="{e.action.label}",color="black",fontcolor="black"];')
     lines += ["}", "}"]
     return "\n".join(lines)
 
@@ -100,15 +100,15 @@ def test_compare_reports_equality_of_a_rerendering(small_graph: tuple[Path, obje
 def test_compare_reports_a_changed_state_and_a_missing_edge(small_graph: tuple[Path, object], tmp_path: Path) -> None:
     dot, _ = small_graph
     g = load_dot(dot)
-    changed_id = next(sid for sid in g.states if sid not in g.initial)
-    g.states[changed_id] = g.states[changed_id].replace("/\\ moves = ", "/\\ moves = 9")
+    changed_id = next(sid for sid in g.texts if sid not in g.initial)
+    g.texts[changed_id] = g.texts[changed_id].replace("/\\ moves = ", "/\\ moves = 9")
     dropped = g.edges.pop(len(g.edges) // 2)
     diff = compare_graphs(load_dot(dot), g)
     assert not diff.equal
     assert len(diff.only_a_states) == 1 and len(diff.only_b_states) == 1
     assert "moves=9" in diff.only_b_states[0]
     # the changed state's edges differ too; the dropped edge is among those only in A
-    assert any(e[1] == "".join(dropped[2].split()) for e in diff.only_a_edges)
+    assert any(e[1] == "".join(dropped.action.label.split()) for e in diff.only_a_edges)
     bad = tmp_path / "bad.dot"
     bad.write_text(_rerendered(g))
     assert compare_main([str(dot), str(bad), "--max", "2"]) == 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon_adapter import client
-from layout_model.system import NUM_LOGICAL, ROWS
+from layout_model.system import NUM_LOGICAL, ROWS, rows_of_perms
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
 from layout_sm import messages
@@ -50,10 +50,6 @@ _BEGIN_STATUS = {"ok": "ok", "busy": "busy", "refused": "refused"}
 
 class Mismatch(AssertionError):
     """The real system and the spec's state disagree (names the step and what differs)."""
-
-
-def rows_of(dmap: tuple[int, ...]) -> list[list[int]]:
-    return [list(PERMS[p]) for p in dmap]
 
 
 def wire_layers(layers: frozenset[int]) -> list[int]:
@@ -92,7 +88,7 @@ class RealSystem:
         self.ranks = len(init["dphase"])
         self.num_layers = len(_at(init["dmap"], 1))
         self.older = older
-        self.initial_rows = rows_of(tuple(0 for _ in range(self.num_layers)))
+        self.initial_rows = rows_of_perms((0,) * self.num_layers)
         self.engine_layout = EngineLayout(
             num_layers=self.num_layers,
             num_physical=len(PERMS[0]),
@@ -181,8 +177,8 @@ class RealSystem:
                            f"the spec's engine goes to {want_phase!r}")  # fmt: skip
         if outcome.failed:
             return
-        route = rows_of(after["eroute"][e])
-        got_rows = [list(r) for r in outcome.record.rows] if outcome.record is not None else self.initial_rows
+        route = rows_of_perms(after["eroute"][e])
+        got_rows = outcome.record.rows if outcome.record is not None else self.initial_rows
         got_version = outcome.record.version if outcome.record is not None else 0
         if got_rows != route or got_version != after["ever"][e]:
             raise Mismatch(f"Agree({eng.name}): engine routes with version {got_version} map {got_rows}; "
@@ -194,7 +190,7 @@ class RealSystem:
         eng = self.engine(e)
         msg: dict[str, Any] = {"type": "fetch_state", "config": daemon_proc.default_cache_config()}
         if eng.name not in self.older:
-            route = rows_of(before["eroute"][e])
+            route = rows_of_perms(before["eroute"][e])
             msg[messages.FETCH_FIELD] = messages.fetch_layout_field(
                 eng.name, eng.sessions[r], before["ever"][e], layout_digest(route)
             )
@@ -288,10 +284,10 @@ class RealSystem:
         self.touched.add(r)
         self.daemons[r] = self.daemons[r].restart()
 
-    def _target(self, state: Record, e: Any) -> list[list[int]]:
+    def _target(self, state: Record, e: Any) -> tuple[tuple[int, ...], ...]:
         chunk = state["reb"][e]["chunk"]
         route = state["eroute"][e]
-        return rows_of(tuple(1 - p if (i + 1) in chunk else p for i, p in enumerate(route)))
+        return rows_of_perms(tuple(1 - p if (i + 1) in chunk else p for i, p in enumerate(route)))
 
     def _expect_finding(self, finding: RankFinding, want: Record, where: str) -> None:
         kind = {"wait": "pending"}.get(want["found"], want["found"])
@@ -301,11 +297,9 @@ class RealSystem:
             )
         if kind == "record":
             assert finding.record is not None
-            if finding.record.version != want["fver"] or [list(x) for x in finding.record.rows] != rows_of(
-                want["fmap"]
-            ):
+            if finding.record.version != want["fver"] or finding.record.rows != rows_of_perms(want["fmap"]):
                 raise Mismatch(f"{where}: record version {finding.record.version}, spec {want['fver']} "
-                               f"(maps {finding.record.rows} vs {rows_of(want['fmap'])})")  # fmt: skip
+                               f"(maps {finding.record.rows} vs {rows_of_perms(want['fmap'])})")  # fmt: skip
 
     # -- the daemons' observable state -------------------------------------------------
 
@@ -333,12 +327,12 @@ def expected_query(state: Record, r: int) -> dict[str, Any]:
         else {"engine_id": _name(pend["mover"]), "layers": wire_layers(pend["layers"]), "base_version": pend["base"]}
     )
     has_record = phase != "no_record"
-    rows = rows_of(_at(state["dmap"], r))
+    rows = rows_of_perms(_at(state["dmap"], r))
     return {
         "phase": phase,
         "version": _at(state["dver"], r) if has_record else None,
         "digest": layout_digest(rows) if has_record else None,
-        "map": rows if has_record else None,
+        "map": [list(row) for row in rows] if has_record else None,
         "pending": move if phase == "pending" else None,
         "dirty": move if phase == "dirty" else None,
         "attached": sorted(_name(x) for x in _at(state["datt"], r)),

@@ -13,7 +13,7 @@ Each model's state graph is TLC's own `-dump dot,actionlabels` graph:
 - `--source mirror`: the mirror explorer's own dump (same format), asked for by name only, for
   a spec change TLC has not yet been run on; the manifest then says `source: mirror`.
 
-The suite covers every edge (`layout_model.tlc_formats.StateGraph.edge_cover`: canonical, the
+The suite covers every edge (`layout_model.dot.StateGraph.edge_cover`: canonical, the
 same for equal graphs whatever their node ids, line order or variable order) and is written to
 `tests/model_based/traces/<Model>/suite.json.gz` with a manifest: the SHA-256 of the spec, the
 model's .tla and .cfg, the graph's source, file and SHA-256, TLC's version, the order TLC prints
@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from layout_model.dot import StateGraph, load_dot
 from layout_model.render import fit_variable_order
 from layout_model.system import VARIABLES
-from layout_model.tlc_formats import StateGraph, Suite, TlcFormatError, file_sha256, load_dot_graph
+from layout_model.tlc_formats import Suite, TlcFormatError, file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
@@ -153,7 +154,7 @@ def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS, sourc
             out = Path(tmp) / f"{model}.dot"
             verdict = mirror_dump(model, out)
             manifest.update(source="mirror", dot="layout_model.explore", tlc_version=None, explorer=verdict)
-            graph = load_dot_graph(out)
+            graph = load_dot(out)
             manifest.update(variable_order_manifest(graph, str(out)))
         return Suite.from_graph(graph, manifest, max_steps)
     if dot is None:
@@ -166,7 +167,7 @@ def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS, sourc
             )
         check_graph_is_current(model, dot)
     t0 = time.monotonic()
-    graph = load_dot_graph(dot)
+    graph = load_dot(dot)
     print(f"[traces] {model}: loaded {dot} ({len(graph.texts)} states, {len(graph.edges)} edges) in "
           f"{time.monotonic() - t0:.1f} s")  # fmt: skip
     manifest.update(

@@ -24,11 +24,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from layout_model import render as rv
 from layout_model.invariants import INVARIANTS, Vars
-from layout_model.system import VARIABLES, System, load_model
+from layout_model.system import System, load_model
 from layout_model.tlc_formats import Action
-from layout_model.values import ModelValue, Record, Value, canonical
+from layout_model.values import Record
 from tests.model_based.daemon_hosts import InProcessHost
 from tests.model_based.real_system import RealSystem
 from tests.model_based.suites import SPEC
@@ -54,23 +53,8 @@ def host() -> InProcessHost:
     return _host
 
 
-def to_value(v: Any) -> Value:
-    """A `layout_model.render` value (the mirror's) as a `layout_model.values` value (TLC's, decoded)."""
-    if isinstance(v, rv.MV):
-        return ModelValue(v.name)
-    if isinstance(v, rv.Rec):
-        return Record((k, to_value(x)) for k, x in v.items)
-    if isinstance(v, rv.Fn):
-        return canonical([(to_value(k), to_value(x)) for k, x in v.items])
-    if isinstance(v, tuple):
-        return tuple(to_value(x) for x in v)
-    if isinstance(v, frozenset):
-        return frozenset(to_value(x) for x in v)
-    return v
-
-
 def spec_state(s: Any) -> Record:
-    return Record(zip(VARIABLES, (to_value(v) for v in system().project(s)), strict=True))
+    return system().spec_state(s)
 
 
 def _action_rule(name: str) -> Any:

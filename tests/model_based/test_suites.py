@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from layout_model.dot import load_dot
 from layout_model.render import fit_variable_order, java_string_hash, sany_variable_order
-from layout_model.tlc_formats import load_dot_graph
 from tests.model_based import suites
 
 SAMPLES = Path(__file__).parent / "fixtures" / "tlc-samples"
@@ -47,7 +47,7 @@ def test_sany_variable_order_is_tlcs(module: str, table: tuple[int, int]) -> Non
 
 
 def test_toy_sample_order() -> None:
-    graph = load_dot_graph(SAMPLES / "toy_full_graph.dot")
+    graph = load_dot(SAMPLES / "toy_full_graph.dot")
     printed = suites.printed_variable_order(graph, "toy")
     assert printed == ("attached", "rec", "log")  # declared: rec, attached, log
     assert fit_variable_order(("rec", "attached", "log"), printed) is not None

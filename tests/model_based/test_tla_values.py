@@ -16,7 +16,7 @@ from layout_model.values import (
     decode_text,
     json_matches,
     model_values_from_cfg,
-    render,
+    tlc_text,
 )
 
 E1, E2, NONE = ModelValue("e1"), ModelValue("e2"), ModelValue("NONE")
@@ -103,9 +103,9 @@ def test_decode_state_text() -> None:
         "{[x |-> 1], [x |-> 2]}",
     ],
 )
-def test_render_round_trips(text: str) -> None:
+def test_tlc_text_round_trips(text: str) -> None:
     v = decode_text(text)
-    assert decode_text(render(v)) == v
+    assert decode_text(tlc_text(v)) == v
 
 
 def test_json_without_hints_reads_arrays_as_sequences() -> None:

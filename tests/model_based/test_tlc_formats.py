@@ -12,22 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from layout_model.compare import canonical_state
-from layout_model.dot import escape, state_vars, unescape
-from layout_model.render import one_line
+from layout_model.dot import StateGraph, escape, load_dot, parse_dot, unescape
+from layout_model.render import canonical_state, one_line, state_vars
 from layout_model.tlc_formats import (
     Action,
     Behaviour,
-    StateGraph,
     Step,
     Suite,
     TlcFormatError,
-    load_dot_graph,
     load_dumptrace_tla,
     load_json_trace,
     load_simulate_trace,
     load_tla_trace,
-    parse_dot,
 )
 from layout_model.values import ModelValue, Record, decode_text, json_matches
 
@@ -37,7 +33,7 @@ E1, E2 = ModelValue("e1"), ModelValue("e2")
 
 @pytest.fixture(scope="module")
 def graph() -> StateGraph:
-    return load_dot_graph(SAMPLES / "toy_full_graph.dot")
+    return load_dot(SAMPLES / "toy_full_graph.dot")
 
 
 @pytest.fixture(scope="module")

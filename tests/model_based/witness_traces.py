@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from layout_model.check_spec import WITNESSES, Witness
-from layout_model.system import System, load_model, render_projection
+from layout_model.system import System, load_model
 from layout_model.tlc_formats import Action, Behaviour, Step, file_sha256
-from layout_model.values import decode_state_text, json_matches
+from layout_model.values import json_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
@@ -71,7 +71,7 @@ def load_witness(name: str, directory: Path = WITNESS_DIR) -> Behaviour:
         raise ValueError(f"{path}: {len(raw)} states but {len(actions)} actions")
 
     def typed(state: Any) -> Any:
-        return decode_state_text(render_projection(system.project(state)))
+        return system.spec_state(state)
 
     here = next((s for s in system.initial_states() if json_matches(typed(s), raw[0])), None)
     if here is None:

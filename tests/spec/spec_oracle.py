@@ -22,8 +22,8 @@ from typing import Any
 
 from layout_model.dot import escape
 from layout_model.explore import fingerprint
-from layout_model.render import MV, Fn, Rec, tlc_key
 from layout_model.system import Model, label, load_model, render_projection
+from layout_model.values import Fn, ModelValue, Record, tlc_intern_order
 
 State = tuple[Any, ...]
 (DPHASE, DVER, DMAP, DPEND, DATT, DNF, TRUTH, EPHASE, EFIND, EROUTE, EVER, ESERV, ESHARE, REB, MOVES) = range(15)
@@ -327,35 +327,35 @@ class SpecOracle:
             if t is not None and t != s:
                 yield label(name, shown), t
 
-    # -- the spec's variables as layout_model.render values -------------------------------
+    # -- the spec's variables as layout_model.values values -------------------------------
 
     def project(self, s: State) -> tuple[Any, ...]:
-        engines = tuple(MV(e) for e in self.E)
+        engines = tuple(ModelValue(e) for e in self.E)
 
         def fn(values: tuple[Any, ...]) -> Fn:
             return Fn(tuple(zip(engines, values, strict=True)))
 
         def pend(p: Any) -> Any:
             if p is None:
-                return MV("NONE")
-            return Rec((("mover", MV(p[0])), ("layers", p[1]), ("base", p[2])))
+                return ModelValue("NONE")
+            return Record(mover=ModelValue(p[0]), layers=p[1], base=p[2])
 
-        def finding(f: tuple[str, int, tuple[int, ...]]) -> Rec:
-            return Rec((("found", f[0]), ("fver", f[1]), ("fmap", f[2])))
+        def finding(f: tuple[str, int, tuple[int, ...]]) -> Record:
+            return Record(found=f[0], fver=f[1], fmap=f[2])
 
         return (
             s[DPHASE], s[DVER], s[DMAP], tuple(pend(p) for p in s[DPEND]),
-            tuple(frozenset(MV(e) for e in a) for a in s[DATT]), s[DNF], s[TRUTH],
+            tuple(frozenset(ModelValue(e) for e in a) for a in s[DATT]), s[DNF], s[TRUTH],
             fn(s[EPHASE]), fn(tuple(tuple(finding(f) for f in fs) for fs in s[EFIND])), fn(s[EROUTE]),
             fn(s[EVER]), fn(s[ESERV]), fn(s[ESHARE]),
-            fn(tuple(Rec((("step", b[0]), ("chunk", b[1]), ("replies", b[2]))) for b in s[REB])), s[MOVES],
+            fn(tuple(Record(step=b[0], chunk=b[1], replies=b[2]) for b in s[REB])), s[MOVES],
         )  # fmt: skip
 
 
 def dump(spec_dir: str | Path, model_name: str, out: str | Path) -> tuple[int, int]:
     """Explore the oracle breadth first and write its graph in TLC's DOT format."""
     m = load_model(spec_dir, model_name)
-    tlc_key([*m.engines, "NONE"])
+    tlc_intern_order([*m.engines, "NONE"])
     o = SpecOracle(m)
     ids: dict[State, int] = {}
     queue: deque[State] = deque()
