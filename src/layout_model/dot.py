@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from layout_model.render import canonical_state
 from layout_model.tlc_formats import Action, Behaviour, Step, TlcFormatError
@@ -75,9 +75,11 @@ def escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"').strip().replace("\n", "\\n")
 
 
-@dataclass(frozen=True, slots=True)
-class Edge:
-    """One edge of a state graph: from state ``src``, the spec action ``action``, to state ``dst``."""
+class Edge(NamedTuple):
+    """One edge of a state graph: from state ``src``, the spec action ``action``, to state ``dst``.
+
+    A named tuple, not a dataclass: MCFull's graph has 147,889 edges, built and hashed in C.
+    """
 
     src: int
     action: Action

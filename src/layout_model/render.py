@@ -21,8 +21,8 @@ TLC's printing rules followed here:
 
 Reading back: ``one_line`` undoes the layout, and ``canonical_text``/``canonical_state`` give a
 printed value or state a text key that is equal iff the values are equal. Graphs are compared on
-that key, not on decoded values: it reads MCFull's 40,194 states in seconds, where decoding them
-(``values.decode_state_text``) takes minutes.
+that key, not on decoded values: for MCSmall's 7,051 states it takes 0.27 s of CPU, decoding them
+(``values.decode_state_text``) 1.7 s.
 """
 
 from __future__ import annotations

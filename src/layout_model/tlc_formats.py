@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +73,9 @@ class Action:
     name: str
     args: tuple[Value, ...] = ()
 
-    @property
+    @cached_property
     def label(self) -> str:
+        # cached: a graph's edges share one Action per label, and compare and the cover read it per edge
         return self.name + ("(" + ", ".join(tlc_text(a) for a in self.args) + ")" if self.args else "")
 
     @classmethod
