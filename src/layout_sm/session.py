@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from layout_sm.engine import (
     AnyReply,
@@ -154,11 +154,23 @@ class EngineView:
             findings=tuple(None if f is None else f.without_detail() for f in self.findings),
             outcome=None if self.outcome is None else replace(self.outcome, message=""),
             mode=None if self.mode is None else replace(self.mode, message=""),
-            begins=tuple(None if a is None else a.without_text() for a in self.begins),
+            begins=tuple(None if a is None else RankAnswer(a.status, text="") for a in self.begins),
             decision=None if self.decision is None else replace(self.decision, message=""),
             commits=tuple(None if a is None else a.without_text() for a in self.commits),
             off=None,
         )
+
+
+def fetch_refusal(reply: object) -> str | None:
+    """Why a ``fetch_state`` reply stops the engine, or None: a ``layout_refused`` one does (and the
+    engine must not load from disk instead: the daemon holds this GPU's weights)."""
+    if not isinstance(reply, Mapping) or reply.get("status") != Status.LAYOUT_REFUSED.value:
+        return None
+    try:
+        parsed = Reply.from_wire(reply)
+    except ValueError:
+        return repr(dict(reply))
+    return f"({parsed.reason.value}) {parsed.message}"
 
 
 def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
@@ -175,6 +187,20 @@ def _startup_state(view: EngineView, rank: int) -> str:
     if finding is None:
         return "attaching"
     return "waiting" if needs_wait(finding) else "agreeing"
+
+
+M = TypeVar("M", StartupMachine, RebalanceMachine)
+
+
+def _load(machine: M, state: str) -> M:
+    """``machine`` put in ``state``. A machine that reached a final state takes no more events,
+    so one leaving it is made anew, in that state (python-statemachine's ``start_value``)."""
+    if machine.current_state_value == state:
+        return machine
+    if any(s.final for s in machine.configuration):
+        return type(machine)(start_value=state)
+    machine.current_state_value = state
+    return machine
 
 
 # -- the session ----------------------------------------------------------------------------
@@ -202,9 +228,8 @@ class EngineSession:
         if view.num_ranks != len(self._startup):
             raise ValueError(f"a view of {view.num_ranks} ranks does not fit a session of {len(self._startup)}")
         self._view = view
-        for rank, machine in enumerate(self._startup):
-            machine.current_state_value = _startup_state(view, rank)
-        self._rebalance.current_state_value = view.rebalance
+        self._startup = [_load(machine, _startup_state(view, rank)) for rank, machine in enumerate(self._startup)]
+        self._rebalance = _load(self._rebalance, view.rebalance)
 
     def _set(self, **changes: Any) -> None:
         self._view = replace(self._view, **changes)
@@ -275,11 +300,19 @@ class EngineSession:
         return Gather(finding)
 
     def gathered(self, findings: Sequence[RankFinding]) -> None:
-        """The all-gathered findings, one per rank in rank order (this rank's own among them)."""
+        """The all-gathered findings, one per rank in rank order (this rank's own among them).
+
+        What was gathered wins: a rank whose own steps broke off (an error mid-wait) gathered an
+        ``unreadable`` finding, and every rank must decide on the same list.
+        """
         self._require(len(findings) == len(self._startup), f"{len(findings)} findings for {len(self._startup)} ranks")
         for rank, finding in enumerate(findings):
             if self._view.findings[rank] is None:
                 self.found(rank, finding)
+            elif self._view.findings[rank] != finding:
+                if self._startup[rank].current_state_value == "waiting":
+                    self._startup[rank].send("timed_out")  # its wait ended without a poll
+                self._set(findings=_put(self._view.findings, rank, finding))
 
     @property
     def may_agree(self) -> bool:
@@ -323,19 +356,12 @@ class EngineSession:
         return FetchLayoutField(v.engine_id, self._token(rank), v.version, v.digest)
 
     def fetched(self, rank: int, reply: object) -> str | None:
-        """Rank ``rank``'s ``fetch_state`` reply; returns why the engine must stop, or None.
-
-        A ``layout_refused`` reply stops the engine (it must not load from disk either: the
-        daemon holds this GPU's weights); an ``ok`` one serves the rank.
-        """
-        status = reply.get("status") if isinstance(reply, Mapping) else None
-        if status == Status.LAYOUT_REFUSED.value:
+        """Rank ``rank``'s ``fetch_state`` reply; returns why the engine must stop (``fetch_refusal``), or None."""
+        refusal = fetch_refusal(reply)
+        if refusal is not None:
             self._set(phase="failed")
-            try:
-                parsed = Reply.from_wire(reply)
-                return f"({parsed.reason.value}) {parsed.message}"
-            except ValueError:
-                return repr(reply)
+            return refusal
+        status = reply.get("status") if isinstance(reply, Mapping) else None
         if status == Status.OK.value and self._view.phase == "load":
             served = self._view.served | {rank}
             self._set(served=served, phase="run" if len(served) == self._view.num_ranks else "load")
@@ -403,18 +429,25 @@ class EngineSession:
             self._end_chunk()
         return decision
 
-    def abort_request(self, rank: int) -> AbortRequest:
+    def _require_begun(self, rank: int) -> None:
         v = self._view
         answer = v.begins[rank]
         self._require(
             v.rebalance == "aborting" and answer is not None and answer.ok and rank not in v.aborted,
             f"rank {rank} has no begun move to abort",
         )
-        return AbortRequest(v.engine_id, self._token(rank))
+
+    def abort_request(self, rank: int) -> AbortRequest:
+        self._require_begun(rank)
+        return AbortRequest(self._view.engine_id, self._token(rank))
 
     def aborted(self, rank: int) -> None:
-        """Rank ``rank`` aborted its begun move (abort is idempotent: its reply is always ok)."""
-        self.abort_request(rank)  # the same precondition
+        """Rank ``rank`` aborted its begun move (abort is idempotent for its owner: always ok).
+
+        In an engine each rank aborts its own move and counts its peers' (they run the same code
+        on the same decision); the mirror aborts them one step at a time, as the spec does.
+        """
+        self._require_begun(rank)
         v = self._view
         aborted = v.aborted | {rank}
         left = sum(1 for r, a in enumerate(v.begins) if a is not None and a.ok and r not in aborted)
@@ -488,4 +521,5 @@ __all__ = [
     "SessionError",
     "StartupStep",
     "Wait",
+    "fetch_refusal",
 ]
