@@ -459,7 +459,7 @@ class EngineSession:
     def moved(self, engine_rows: Sequence[Sequence[int]]) -> None:
         """sglang moved the chunk and the device synchronized; ``engine_rows`` is the whole new map."""
         self._send("moved")
-        self._set(moved_rows=tuple(tuple(int(x) for x in row) for row in engine_rows))
+        self._set(moved_rows=tuple(map(tuple, engine_rows)))
 
     def commit_request(self, rank: int) -> CommitRequest:
         """Rank ``rank``'s commit: the chunk's rows of the engine's new map."""
