@@ -59,6 +59,8 @@ from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import Rows
 
 EnginePhase = Literal["start", "load", "run", "failed"]
+# The RebalanceMachine's states.
+RebalancePhase = Literal["starting", "local", "idle", "beginning", "aborting", "moving", "committing", "off"]
 RebalanceRun = Literal["local", "shared", "off"]
 
 
@@ -117,7 +119,7 @@ class EngineView:
     digest: str | None = None  # the digest of that map, known once startup agreed
     served: frozenset[int] = frozenset()  # ranks whose fetch_state was served
     mode: RebalanceMode | None = None
-    rebalance: str = "starting"
+    rebalance: RebalancePhase = "starting"
     chunk: tuple[int, ...] = ()  # the layers of the current chunk (0-based)
     begins: tuple[RankAnswer | None, ...] = ()
     decision: ChunkDecision | None = None
@@ -237,7 +239,7 @@ class EngineSession:
     def _send(self, event: str, **kwargs: Any) -> None:
         """An event of the rebalance machine; its state is what the view keeps."""
         self._rebalance.send(event, **kwargs)
-        self._set(rebalance=self._rebalance.phase)
+        self._set(rebalance=self._rebalance.current_state_value)
 
     def _token(self, rank: int) -> str:
         token = self._view.tokens[rank]
@@ -517,6 +519,7 @@ __all__ = [
     "EngineView",
     "Gather",
     "Off",
+    "RebalancePhase",
     "RebalanceRun",
     "SessionError",
     "StartupStep",

@@ -144,3 +144,12 @@ def test_steps_out_of_order_are_refused() -> None:
         session.begin_chunk([0])  # the rebalance mode is not known yet
     with pytest.raises(ValueError):
         EngineSession("A", 0, ENGINE)
+
+
+def test_the_views_rebalance_phases_are_the_machines_states() -> None:
+    from typing import get_args
+
+    from layout_sm.engine import RebalanceMachine
+    from layout_sm.session import RebalancePhase
+
+    assert list(get_args(RebalancePhase)) == [state.id for state in RebalanceMachine.states]
