@@ -2,17 +2,18 @@
 
 Installing the distribution registers ``engine_adapter.plugin:register`` in sglang's
 ``sglang.srt.plugins`` entry-point group; sglang's ``load_plugins()`` runs it in every engine
-process. The hooks only translate (sockets, tensors, collectives); every decision is
-``layout_sm``'s.
+process. The hooks only translate (sockets, tensors, collectives); every step and decision is
+the rank's ``layout_sm.session.EngineSession``'s.
 
 Modules:
 
 - ``plugin``: ``register()``, the entry point; the hook targets.
-- ``startup``: attach, wait, all-gather, ``startup_decision``, adopt (``ExpertLayoutStartupError``;
+- ``startup``: attach, wait, all-gather, the session's ``agree``, adopt (``ExpertLayoutStartupError``;
   ``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, ``SGLANG_EXPERT_LAYOUT_POLL_INTERVAL``).
 - ``loader``: the ``expert_layout`` field of ``fetch_state``; ``LayoutRefusedError``.
 - ``rebalance``: the chunk protocol around sglang's EPLB.
-- ``state``: what one rank process knows (``state.get()``, ``state.reset()``).
+- ``state``: what one rank process holds: its session, socket, attachment (``state.get()``,
+  ``state.reset()``), counters, and the switch ``set_enabled``.
 
 Sockets to the daemons go through ``daemon_adapter.client``, the client ``expert-layout status``
 uses too (one request per connection; the attachment, closed in forked children).

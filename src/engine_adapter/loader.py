@@ -19,7 +19,7 @@ from typing import Any
 
 from engine_adapter import state
 from layout_sm.messages import FETCH_FIELD
-from layout_sm.reasons import Reply, Status
+from layout_sm.session import fetch_refusal
 
 FETCH_STATE = "fetch_state"  # sglang's request type
 
@@ -39,9 +39,9 @@ _SCOPE: contextvars.ContextVar[_FetchScope | None] = contextvars.ContextVar("exp
 
 
 def around_fetch_from_cache(original: Any, loader: Any, *args: Any, **kwargs: Any) -> Any:
-    st = state.get()
-    if not st.enabled:
+    if not state.enabled():
         return original(loader, *args, **kwargs)
+    st = state.get()
     token = _SCOPE.set(_FetchScope(field=st.fetch_field()))
     try:
         result = original(loader, *args, **kwargs)
@@ -70,18 +70,14 @@ def around_recv_msg(original: Any, sock: Any, *args: Any, **kwargs: Any) -> Any:
     scope = _SCOPE.get()
     if scope is not None and scope.awaiting_reply:
         scope.awaiting_reply = False
-        if isinstance(reply, dict) and reply.get("status") == Status.LAYOUT_REFUSED.value:
-            raise LayoutRefusedError(_refusal_text(reply, scope.peer))
+        st = state.get()
+        if st.session is not None and st.rank is not None:
+            why = st.session.fetched(st.rank, reply)
+        else:  # no startup ran (a dense model): the daemon may still refuse an engine without a claim
+            why = fetch_refusal(reply)
+        if why is not None:
+            raise LayoutRefusedError(
+                f"[expert-layout] the weight cache daemon at {scope.peer} refused fetch_state {why} "
+                f"(not loading from disk instead: the daemon holds this GPU's weights)"
+            )
     return reply
-
-
-def _refusal_text(reply: dict[str, Any], peer: str) -> str:
-    try:
-        parsed = Reply.from_wire(reply)
-        why = f"({parsed.reason.value}) {parsed.message}"
-    except ValueError:
-        why = repr(reply)
-    return (
-        f"[expert-layout] the weight cache daemon at {peer} refused fetch_state {why} "
-        f"(not loading from disk instead: the daemon holds this GPU's weights)"
-    )

@@ -3,15 +3,18 @@
 Runs AROUND sglang's ``ModelRunner.maybe_init_expert_location_metadata``, after it, before the
 model loads. sglang has then built the engine's own initial metadata (``--init-expert-location``
 or trivial); this hook only acts when there is such metadata (dense models are untouched) and the
-weight cache is on. Every rank:
+weight cache is on. Every rank asks its ``EngineSession`` (``layout_sm.session``) what to do and
+only does the I/O:
 
-1. attaches to its own daemon (the socket path sglang's ``IpcModelLoader`` uses);
-2. while ``layout_sm.engine.needs_wait`` says so, polls ``expert_layout_query`` up to the timeout
+1. sends the session's attach request to its own daemon (the socket path sglang's
+   ``IpcModelLoader`` uses);
+2. while the session says ``Wait``, polls with its query up to the timeout
    (``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, 300 s by default);
-3. all-gathers its ``RankFinding`` over the world CPU group (whatever went wrong locally is a
-   finding, never an exception before the collective: no rank is left waiting in it);
-4. applies ``startup_decision``: adopt (sglang's ``ExpertLocationMetadata.init_by_mapping``, copied
-   into the live metadata with sglang's own ``update``), keep, or fail on every rank alike.
+3. all-gathers its finding over the world CPU group (whatever went wrong locally is a finding,
+   never an exception before the collective: no rank is left waiting in it);
+4. hands the gathered findings to the session, whose ``agree`` says adopt (sglang's
+   ``ExpertLocationMetadata.init_by_mapping``, copied into the live metadata with sglang's own
+   ``update``), keep, or fail on every rank alike.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
 from engine_adapter import state
-from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome, needs_wait, startup_decision
-from layout_sm.messages import attach_request, query_request
+from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
+from layout_sm.messages import request_wire
 from layout_sm.record import layout_digest
+from layout_sm.session import EngineSession, Wait
 
 logger = logging.getLogger("engine_adapter")
 
@@ -75,8 +79,7 @@ def world_cpu_group() -> Any:
 
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(runner, *args, **kwargs)
-    st = state.get()
-    if not st.enabled or runner.is_draft_worker or get_model().weight_cache_mode == "off":
+    if not state.enabled() or runner.is_draft_worker or get_model().weight_cache_mode == "off":
         return result
     metadata = get_global_expert_location_metadata()
     if metadata is None:  # a dense model: no experts to place
@@ -103,31 +106,33 @@ def _engine_id(group: Any) -> str:
     return str(ids[0])
 
 
-def find(rank: int, path: str, engine_id: str, timeout_s: float, poll_s: float) -> tuple[RankFinding, Any]:
-    """Attach and wait; returns this rank's finding and its attachment (None if none)."""
+def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s: float) -> Any:
+    """Attach and wait as the session says; returns the attachment (None if none)."""
     try:
-        attachment = client.Attachment(path, attach_request(engine_id))
+        attachment = client.Attachment(path, request_wire(session.attach_request()))
     except client.DaemonAbsent as error:
         # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
-        return RankFinding.no_daemon(rank, str(error)), None
+        session.found(rank, RankFinding.no_daemon(rank, str(error)))
+        return None
     except Exception as error:
-        return RankFinding.unreachable(rank, f"{path}: {error!r}"), None
-    finding = RankFinding.from_attach_reply(rank, attachment.reply)
+        session.found(rank, RankFinding.unreachable(rank, f"{path}: {error!r}"))
+        return None
+    step = session.attached(rank, attachment.reply)
     started = time.monotonic()
-    while needs_wait(finding):
+    while isinstance(step, Wait):
         waited = time.monotonic() - started
         if waited >= timeout_s:
-            finding = finding.timed_out(waited)
+            session.timed_out(rank, waited)
             break
-        logger.info("[expert-layout] rank %d waits: %s", rank, finding.detail)
+        logger.info("[expert-layout] rank %d waits: %s", rank, step.detail)
         time.sleep(min(poll_s, max(0.0, timeout_s - waited)))
         try:
-            reply = client.request(path, query_request(include_map=True))
+            reply = client.request(path, request_wire(step.poll))
         except Exception as error:
             logger.warning("[expert-layout] rank %d: poll of %s failed: %r", rank, path, error)
             reply = None
-        finding = RankFinding.from_query_reply(rank, reply)
-    return finding, attachment
+        step = session.polled(rank, reply)
+    return attachment
 
 
 def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> StartupOutcome:
@@ -136,20 +141,22 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     st = state.get()
     group = world_cpu_group()
     rank = dist.get_rank(group)
-    engine_id = _engine_id(group)
+    session = EngineSession(_engine_id(group), dist.get_world_size(group), _engine_layout(metadata))
     path = daemon_socket_path(gpu_id)
+    st.session, st.rank, st.socket_path = session, rank, path
     attachment = None
     try:
         timeout_s = _env_seconds(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)
         poll_s = _env_seconds(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S)
-        finding, attachment = find(rank, path, engine_id, timeout_s, poll_s)
+        attachment = find(session, rank, path, timeout_s, poll_s)
+        finding = session.view().findings[rank]
+        assert finding is not None
     except Exception as error:  # a bug here must still reach the all-gather
         finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
     gathered: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, finding.to_wire(), group=group)
-    findings = [RankFinding.from_wire(w) for w in gathered]
-    outcome = startup_decision(findings, _engine_layout(metadata))
-    st.engine_id, st.rank, st.socket_path, st.startup = engine_id, rank, path, outcome
+    session.gathered([RankFinding.from_wire(w) for w in gathered])
+    outcome = session.agree()
     if outcome.failed:
         if attachment is not None:
             attachment.close()
@@ -165,11 +172,6 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
         # In place, as EPLB's updater does: the recorder and dispatch hold this very object.
         metadata.update(adopted, update_layer_ids=list(range(metadata.num_layers)))
     st.attachment = attachment
-    if attachment is not None and isinstance(attachment.reply, dict):
-        st.session = attachment.reply.get("session")
-    st.shared_rebalance = outcome.shared_rebalance
-    st.digest = layout_digest(metadata.physical_to_logical_map_cpu.tolist())
-    st.version = outcome.record.version if outcome.record is not None else finding.version
-    st.record_time("startup_s", time.perf_counter() - t0)
+    st.counters.record_time("startup_s", time.perf_counter() - t0)
     logger.info("[expert-layout] rank %d startup: %s (%s)", rank, outcome.kind, outcome.message)
     return outcome

@@ -1,39 +1,51 @@
-"""What the engine side knows in one rank process: its id, attachment, layout and weight source.
+"""What one rank process of the engine holds: its protocol session, its sockets, what it counted.
 
-One object per process (sglang runs one model runner per rank process). The hooks read and
-write it; nothing here decides anything about the protocol.
+One object per process (sglang runs one model runner per rank process). Every protocol decision
+and all protocol state are the ``session``'s (``layout_sm.session.EngineSession``); the rest is
+what only this process has: its rank, its daemon's socket and attach connection, where its
+weights came from, the EPLB manager whose rebalance runs now, and which warnings it logged.
+What tests, the demo and the bench read (``Counters``) and the switch that makes the plugin act
+as if it were not installed (``set_enabled``) are kept apart from it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import Attachment
+from layout_sm.engine import LoadSource
+from layout_sm.messages import request_wire
+from layout_sm.session import EngineSession
+
+if TYPE_CHECKING:
+    from sglang.srt.eplb.eplb_manager import EPLBManager
 
 logger = logging.getLogger("engine_adapter")
 
 
 @dataclass
+class Counters:
+    """What the hooks measured: seconds per step and chunks committed (no protocol state)."""
+
+    timings: dict[str, list[float]] = field(default_factory=dict)
+    chunks_committed: int = 0
+
+    def record_time(self, what: str, seconds: float) -> None:
+        self.timings.setdefault(what, []).append(seconds)
+
+
+@dataclass
 class EngineLayoutState:
-    enabled: bool = True  # False: behave as an engine without this plugin (tests of old engines)
-    engine_id: str | None = None
+    session: EngineSession | None = None  # made at startup (or at the first rebalance, unattached)
     rank: int | None = None
     socket_path: str | None = None
     attachment: Attachment | None = None
-    session: str | None = None
-    version: int | None = None  # the layout version the engine routes with, when attached
-    digest: str | None = None
-    startup: Any = None  # layout_sm's StartupOutcome
-    shared_rebalance: bool = False
-    weights_source: str | None = None  # "daemon" or "disk", set by the loader hook
-    rebalance_mode: Any = None  # layout_sm's RebalanceMode, fixed at the first rebalance
-    machine: Any = None  # layout_sm's RebalanceMachine: the rebalance phase ("off" is for good)
-    active_manager: Any = None  # the EPLBManager whose rebalance runs the chunk protocol now
-    chunks_committed: int = 0
+    weights_source: LoadSource | None = None  # set by the loader hook
+    active_manager: EPLBManager | None = None  # the EPLBManager whose rebalance runs the chunk protocol now
     logged: set[str] = field(default_factory=set)
-    timings: dict[str, list[float]] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""
@@ -42,20 +54,16 @@ class EngineLayoutState:
         self.logged.add(key)
         logger.log(level, message)
 
-    def record_time(self, what: str, seconds: float) -> None:
-        self.timings.setdefault(what, []).append(seconds)
-
     def fetch_field(self) -> dict[str, Any] | None:
-        """The ``expert_layout`` field of ``fetch_state``, when this rank is attached."""
-        if self.attachment is None or self.session is None or self.version is None or self.digest is None:
+        """The ``expert_layout`` field of ``fetch_state``, when this rank's session claims a layout."""
+        if self.session is None or self.rank is None or self.attachment is None:
             return None
-        from layout_sm.messages import fetch_layout_field
-
-        assert self.engine_id is not None
-        return fetch_layout_field(self.engine_id, self.session, self.version, self.digest)
+        claim = self.session.fetch_claim(self.rank)
+        return None if claim is None else request_wire(claim)
 
 
 _STATE = EngineLayoutState()
+_ENABLED = True
 
 
 def get() -> EngineLayoutState:
@@ -67,8 +75,15 @@ def reset() -> None:
     global _STATE
     if _STATE.attachment is not None:
         _STATE.attachment.close()
-    _STATE = EngineLayoutState(enabled=_STATE.enabled)
+    _STATE = EngineLayoutState()
 
 
-def set_enabled(enabled: bool) -> None:
-    _STATE.enabled = enabled
+def enabled() -> bool:
+    """False: the hooks pass everything through, as an engine without this plugin (tests of older
+    engines: the hooks cannot be removed from a process once sglang applied them)."""
+    return _ENABLED
+
+
+def set_enabled(on: bool) -> None:
+    global _ENABLED
+    _ENABLED = on

@@ -6,9 +6,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 1. chunk: begin + commit of one chunk (one layer of a DeepSeek-V3-sized map, 61 x 288) against a
    real layout-aware daemon process, on 1 rank and on 2 ranks (gloo all-gathers, as the engine
    adapter does), with the engine adapter's own socket client (``daemon_adapter.client``) and
-   layout_sm's decisions; floor: the same number of bare round trips (sglang's ``ping`` through the
-   same serve loop) and bare all-gathers.
-2. startup: attach + all-gather of the findings + ``startup_decision``; floor: a bare
+   the engine session every rank runs (``layout_sm.session.EngineSession``); floor: the same
+   number of bare round trips (sglang's ``ping`` through the same serve loop) and bare all-gathers.
+2. startup: attach + all-gather of the findings + the session's ``agree``; floor: a bare
    ``query_config`` (and a bare all-gather on 2 ranks).
 3. scale: the digest of a 61 x 288 map, a full-map commit daemon-side (parse + machine + reply),
    and the commit's size on the wire.
@@ -73,9 +73,10 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
     import torch.distributed as dist
 
     from daemon_adapter import client
-    from layout_sm.engine import EngineLayout, RankFinding, chunk_decision, startup_decision, verify_commits
-    from layout_sm.messages import attach_request, begin_request, commit_request
+    from layout_sm.engine import EngineLayout, RankFinding
+    from layout_sm.messages import request_wire
     from layout_sm.record import layout_digest
+    from layout_sm.session import EngineSession
 
     dist.init_process_group("gloo", init_method=init, world_size=world, rank=rank)
     path = sockets[rank]
@@ -101,9 +102,11 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
     attachments: list[Any] = []
 
     def startup() -> None:
-        att = client.Attachment(path, attach_request(f"bench-{rank}"))
-        findings = [RankFinding.from_wire(w) for w in gather(RankFinding.from_attach_reply(rank, att.reply).to_wire())]
-        startup_decision(findings, engine)
+        session = EngineSession(f"bench-{rank}", world, engine)
+        att = client.Attachment(path, request_wire(session.attach_request()))
+        finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
+        session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
+        session.agree()
         attachments.append(att)
 
     startup_s = []
@@ -116,8 +119,13 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
         # The daemon notices the detach on its watcher thread: let it, before the next attach.
         time.sleep(0.002)
 
-    att = client.Attachment(path, attach_request("bench-chunks"))
-    session, version = att.reply["session"], att.reply["record"]["version"]
+    session = EngineSession("bench-chunks", world, engine)
+    att = client.Attachment(path, request_wire(session.attach_request()))
+    finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
+    session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
+    assert session.agree().kind == "keep_own"
+    session.fetched(rank, {"status": "ok"})  # the load's fetch_state is not timed here
+    session.start_rebalance(["daemon"] * world)
     time.sleep(0.05)
     chunk_s = []
     for i in range(n):
@@ -125,15 +133,14 @@ def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, c
         rows[layer] = rows[layer][1:] + rows[layer][:1]  # a move: the row rotates
         dist.barrier()
         t0 = time.perf_counter()
-        decision = chunk_decision(
-            gather(client.request(path, begin_request("bench-chunks", session, version, [layer])))
-        )
+        session.begin_chunk([layer])
+        decision = session.begun_all(gather(client.request(path, request_wire(session.begin_request(rank)))))
         assert decision.kind == "proceed", decision.message
-        committed = gather(client.request(path, commit_request("bench-chunks", session, [layer], [rows[layer]])))
-        verdict = verify_commits(committed, rows, expected_version=version + 1)
+        session.moved(rows)
+        committed = gather(client.request(path, request_wire(session.commit_request(rank))))
+        verdict = session.committed_all(committed)
         chunk_s.append(time.perf_counter() - t0)
         assert verdict.ok, verdict.message
-        version = verdict.version
     att.close()
     conn.send({"floors": floors, "startup_s": startup_s, "chunk_s": chunk_s})
     dist.destroy_process_group()

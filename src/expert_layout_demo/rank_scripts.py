@@ -29,15 +29,17 @@ def _adapter_stats() -> dict[str, Any]:
     except ImportError:
         return {}
     st = adapter_state.get()
-    machine = st.machine
+    view = None if st.session is None else st.session.view()
+    started = view is not None and view.mode is not None
+    off = None if view is None else view.off
     return {
-        "enabled": st.enabled,
-        "begins": len(st.timings.get("begin_s", [])),  # one per chunk the protocol began
-        "commits": st.chunks_committed,
-        "phase": None if machine is None else machine.phase,
-        "off_reason": None if machine is None else machine.off_reason,
-        "off_message": None if machine is None else machine.off_message,
-        "version": st.version,
+        "enabled": adapter_state.enabled(),
+        "begins": len(st.counters.timings.get("begin_s", [])),  # one per chunk the protocol began
+        "commits": st.counters.chunks_committed,
+        "phase": view.rebalance if started else None,
+        "off_reason": None if off is None else off.reason.value,
+        "off_message": None if off is None else off.message,
+        "version": None if view is None or view.outcome is None else view.version,
     }
 
 

@@ -79,8 +79,9 @@ class BeliefWriter:
             from engine_adapter import state
 
             st = state.get()
-            version = st.version
-            startup = None if st.startup is None else getattr(st.startup, "kind", None)
+            outcome = None if st.session is None else st.session.view().outcome
+            version = None if outcome is None else st.session.view().version
+            startup = None if outcome is None else outcome.kind
         except ImportError:
             pass
         key = hashlib.sha256(json.dumps([rows, version, startup]).encode()).hexdigest()

@@ -1,20 +1,21 @@
-"""The mirror: ``layout_sm``'s machines composed into the system that spec/LayoutProtocol.tla describes.
+"""The mirror: ``layout_sm`` composed into the system that spec/LayoutProtocol.tla describes.
 
-Why: TLC checks the spec, the tests check the machines; the mirror shows that both are the
-same protocol. It composes one ``DaemonMachine`` per daemon and the engine decisions of
-``layout_sm.engine`` into a system with the constants of a TLC model, and every spec action
-is an event of the same name here (``EVENTS``). The mirror only *wires*: every reply and
-every decision (attach, poll, fetch, begin, commit, abort, detach, startup, chunk, verify)
-comes from ``layout_sm``, and ``layout_sm``'s engine phase machines (``StartupMachine`` per
-rank, ``RebalanceMachine`` per engine) are driven beside the engine events and must take the
-transition the spec takes (``System._drive``; a mismatch stops the exploration).
+Why: TLC checks the spec, the tests check ``layout_sm``; the mirror shows that both are the same
+protocol. It composes one ``DaemonMachine`` per daemon and one ``EngineSession`` per engine (the
+object every rank of a real engine runs, ``layout_sm.session``) into a system with the constants
+of a TLC model, and every spec action is an event of the same name here (``EVENTS``). The mirror
+only *wires*: every reply and every engine step (attach, poll, timeout, agree, fetch claim,
+begin, decide, abort, move, commit, verify) is ``layout_sm``'s, with its machines taking the
+transitions; a step that they do not allow raises and stops the exploration.
 What the mirror adds is what the spec calls the environment: the real layout of each
-daemon's memory (``truth``), which ``MoveLayer`` rewrites, the engines' control flow (which
-step comes next), crashes, and an operator restarting a dirty daemon.
+daemon's memory (``truth``), which ``MoveLayer`` rewrites, the order in which ranks act and
+which engine acts next, the layout EPLB moves to (``System.target``), crashes, engines without
+the plugin (``OlderEngine``), and an operator restarting a dirty daemon.
 
-State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one ``EngineState`` per
-engine and the count of chunks begun. ``project`` maps it to the spec's variables (Python
-values of ``layout_model.values``); ``render`` prints it as TLC does.
+State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one engine per engine id
+(its session's bare ``EngineView``, an ``OlderEngine`` or a ``GoneEngine``) and the count of
+chunks begun. ``project`` maps it to the spec's variables (Python values of
+``layout_model.values``); ``render`` prints it as TLC does.
 
 Abstraction (the same as the spec's): 2 physical slots and 2 logical experts per layer, each
 layer's row is permutation 0 = (0, 1) or 1 = (1, 0); spec layers are 1-based, ``layout_sm``'s
@@ -33,20 +34,10 @@ from typing import Any
 from layout_model.render import pretty
 from layout_model.values import Fn, ModelValue, Record, tlc_text
 from layout_sm.daemon import DaemonMachine, DaemonView
-from layout_sm.engine import (
-    EngineLayout,
-    RankFinding,
-    RebalanceMachine,
-    StartupMachine,
-    chunk_decision,
-    needs_wait,
-    rebalance_mode,
-    startup_decision,
-    verify_commits,
-)
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
-from layout_sm.reasons import Reason, Reply, Status
-from layout_sm.record import LayoutRecord, layout_digest
+from layout_sm.engine import EngineLayout, RankFinding, needs_wait
+from layout_sm.messages import AttachRequest
+from layout_sm.record import LayoutRecord
+from layout_sm.session import EngineSession, EngineView
 
 ROWS = ((0, 1), (1, 0))  # the two permutations a layer's row can be
 NUM_LOGICAL = 2
@@ -85,13 +76,13 @@ VARIABLE_SOURCES: dict[str, str] = {
     "datt": "DaemonView.attachments (engine ids)",
     "dnf": "DaemonView.non_following_seen",
     "truth": "SysState.truth (the environment)",
-    "ephase": "EngineState.phase",
-    "efind": "EngineState.finds (RankFinding kind and record)",
-    "eroute": "EngineState.route",
-    "ever": "EngineState.ever",
-    "eserv": "EngineState.serv",
-    "eshare": "EngineState.share (rebalance_mode(...).shared, then chunk/verify outcomes)",
-    "reb": "EngineState.step / chunk / replies",
+    "ephase": "EngineView.phase (OlderEngine.phase, GoneEngine.phase)",
+    "efind": "EngineView.findings (RankFinding kind and record)",
+    "eroute": "EngineView.rows (None: the initial layout)",
+    "ever": "EngineView.version",
+    "eserv": "EngineView.served (OlderEngine.serv)",
+    "eshare": "EngineView.shares (the startup outcome, then the RebalanceMachine state)",
+    "reb": "EngineView.rebalance / chunk / begins, aborted, commits",
     "moves": "SysState.moves",
 }
 
@@ -168,28 +159,24 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
 
 # -- state --------------------------------------------------------------------------------
 
-Finding = tuple[str, LayoutRecord | None] | None  # (RankFinding kind, record); None: nothing yet
+
+@dataclass(frozen=True)
+class OlderEngine:
+    """An engine without the layout plugin (the spec's ``Older``): it only fetches, with no claim."""
+
+    phase: str  # "load" or "run"
+    serv: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
-class EngineState:
-    """One engine as the spec sees it (its ``e``-indexed variables); hashable for the explorer.
+class GoneEngine:
+    """An engine whose process is gone (the spec's ``Forget``): it failed, or it crashed."""
 
-    ``commits`` is the one field the spec does not show: the version and digest of each ok
-    commit reply, which ``verify_commits`` reads. It is a function of the shown state (the
-    daemon's record right after the commit), so it never splits a spec state.
-    """
+    phase: str  # "failed" or "dead"
 
-    phase: str  # "start", "load", "run", "failed", "dead"
-    finds: tuple[Finding, ...]
-    route: tuple[int, ...]  # permutation index per layer
-    ever: int
-    serv: frozenset[int]
-    share: bool
-    step: str  # "idle", "begin", "abort", "move", "commit"
-    chunk: frozenset[int]
-    replies: tuple[str, ...]  # per rank: the spec's reply word
-    commits: tuple[tuple[int, str] | None, ...]  # per rank: (version, digest) of an ok commit reply
+
+# A newer engine is its ``EngineSession``'s bare view (``EngineView.bare``): what the spec keeps.
+Engine = EngineView | OlderEngine | GoneEngine
 
 
 @dataclass(frozen=True)
@@ -198,7 +185,7 @@ class SysState:
 
     daemons: tuple[DaemonView, ...]
     truth: tuple[tuple[int, ...], ...]
-    engines: tuple[EngineState, ...]
+    engines: tuple[Engine, ...]
     moves: int
 
 
@@ -209,6 +196,10 @@ def rows_of_perms(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
 
 def perms_of(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(ROWS.index(tuple(row)) for row in rows)
+
+
+# The spec's reb[e].step for each RebalanceMachine state.
+_STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
 
 
 class System:
@@ -226,15 +217,13 @@ class System:
             initial_digest=self.initial_record.digest,
             routes_by_metadata=True,
         )
-        # One reused machine per daemon: states are loaded into it (``restore``), never rebuilt.
+        # One reused machine per daemon and one reused session per engine: states are loaded into
+        # them (``restore``), never rebuilt.
         self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
+        self.sessions = {e: EngineSession(e, self.R, self.engine_layout) for e in model.newer}
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
-        # layout_sm's engine phase machines, driven beside each engine event (``_drive``): they
-        # must take the transition the spec's control flow takes, or the mirror stops. (These two
-        # instances only name the classes; ``_drive`` sends to fresh ones.)
-        self.startup_machine = StartupMachine()
-        self.rebalance_machine = RebalanceMachine()
-        self._drive_memo: set[tuple[Any, ...]] = set()
+        self._session_memo: dict[tuple[Any, ...], tuple[Any, EngineView]] = {}
+        self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
         self.eidx = {e: i for i, e in enumerate(model.engines)}
 
     # -- daemon calls (memoised: the reply is a function of the view and the request) -------
@@ -266,25 +255,48 @@ class System:
         self._memo[key] = out
         return out
 
+    # -- engine steps: the engines' own EngineSession (memoised like the daemon calls) -------
+
+    def _step(self, e: str, view: EngineView, op: str, *args: Any, memo: Any = None) -> tuple[Any, EngineView]:
+        """``EngineSession.<op>(*args)`` on engine ``e`` in ``view``; the result and the bare view after.
+
+        ``memo`` stands for ``args`` in the memo's key when they are not hashable (a daemon's reply
+        is a function of the daemon's view before the request).
+        """
+        key = (op, view, args if memo is None else memo)
+        hit = self._session_memo.get(key)
+        if hit is not None:
+            return hit
+        session = self.sessions[e]
+        session.restore(view)
+        result = getattr(session, op)(*args)
+        out = (result, session.view().bare())
+        self._session_memo[key] = out
+        return out
+
     # -- initial states ------------------------------------------------------------------
 
     def initial_states(self) -> list[SysState]:
         m = self.model
         out = []
         lack = sorted(m.may_lack_record)
+        engines = tuple(OlderEngine("load") if e in m.older else EngineView.fresh(e, self.R) for e in m.engines)
         for mask in range(1 << len(lack)):
             without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
             daemons = tuple(DaemonView(None if r in without else self.initial_record) for r in m.ranks)
-            engines = tuple(self._blank_engine("load" if e in m.older else "start") for e in m.engines)
             out.append(SysState(daemons, tuple(self.initial_perms for _ in m.ranks), engines, 0))
         return out
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _eng(self, s: SysState, e: str) -> EngineState:
-        return s.engines[self.eidx[e]]
+    def _view(self, s: SysState, e: str) -> EngineView | None:
+        """Engine ``e``'s session view, when it is a live engine with the plugin."""
+        es = s.engines[self.eidx[e]]
+        return es if isinstance(es, EngineView) else None
 
-    def _with(self, s: SysState, e: str, es: EngineState, **kw: Any) -> SysState:
+    def _with(self, s: SysState, e: str, es: Engine, **kw: Any) -> SysState:
+        if isinstance(es, EngineView) and es.phase == "failed":
+            es = GoneEngine("failed")  # the process exits: its memory is gone
         engines = list(s.engines)
         engines[self.eidx[e]] = es
         return replace(s, engines=tuple(engines), **kw)
@@ -295,245 +307,152 @@ class System:
         daemons[r - 1] = view
         return tuple(daemons)
 
-    def _blank_engine(self, phase: str) -> EngineState:
-        """An engine with no process memory: one about to start, or one gone (crashed, failed),
-        which only the daemons still remember (their attachments)."""
-        return EngineState(
-            phase=phase,
-            finds=(None,) * self.R,
-            route=self.initial_perms,
-            ever=0,
-            serv=frozenset(),
-            share=False,
-            step="idle",
-            chunk=frozenset(),
-            replies=("none",) * self.R,
-            commits=(None,) * self.R,
-        )
+    def route(self, v: EngineView) -> tuple[int, ...]:
+        return self.initial_perms if v.rows is None else _perms_cached(v.rows)
 
-    def _drive(self, machine: Any, before: str, event: str, after: str, **kw: Any) -> None:
-        """Send ``event`` to ``machine`` in state ``before``; it must end in ``after``."""
-        key = (type(machine), before, event, after, tuple(sorted((k, repr(v)) for k, v in kw.items())))
-        if key in self._drive_memo:
-            return
-        # A fresh instance each time: a machine that reached a final state takes no more events.
-        # (The memo keeps this to a few hundred instances per exploration.)
-        machine = type(machine)()
-        machine.current_state_value = before
-        machine.send(event, **kw)
-        got = str(machine.current_state_value)
-        if got != after:
-            raise AssertionError(
-                f"{type(machine).__name__}: {event} from {before} went to {got}, the spec's control flow to {after}"
-            )
-        self._drive_memo.add(key)
-
-    @staticmethod
-    def _rebalance_state(es: EngineState) -> str:
-        """The RebalanceMachine state of an engine past its startup."""
-        if es.step in ("idle", "abort"):
-            return "idle" if es.share else "off"
-        return {"begin": "beginning", "move": "moving", "commit": "committing"}[es.step]
-
-    @staticmethod
-    def _startup_state(f: Finding) -> str:
-        if f is None:
-            return "attaching"
-        return "waiting" if f[0] == "pending" else "agreeing"
-
-    def target(self, es: EngineState) -> tuple[int, ...]:
-        return tuple(1 - p if (i + 1) in es.chunk else p for i, p in enumerate(es.route))
-
-    @staticmethod
-    def _finding(f: RankFinding) -> Finding:
-        return (f.kind, f.record)
+    def target(self, v: EngineView) -> tuple[int, ...]:
+        """The layout EPLB moves to with the current chunk (the environment's choice, as the
+        spec's ``Target``): the chunk's rows flipped."""
+        return tuple(1 - p if i in v.chunk else p for i, p in enumerate(self.route(v)))
 
     # -- events (one per spec action, same names) ----------------------------------------
 
     def Attach(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        if e in self.model.older or es.phase != "start" or es.finds[r - 1] is not None:
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or v.findings[r - 1] is not None:
             return None
-        if any(f is None for f in es.finds[: r - 1]):
+        if any(f is None for f in v.findings[: r - 1]):
             return None  # ranks attach in rank order
-        reply, view = self._call(r, s.daemons[r - 1], "attach", e)
-        finding = RankFinding.from_attach_reply(r - 1, reply.to_wire())
-        finds = _set(es.finds, r - 1, self._finding(finding))
-        self._drive(self.startup_machine, "attaching", "found", self._startup_state(finds[r - 1]), finding=finding)
-        return self._with(s, e, replace(es, finds=finds), daemons=self._set_daemon(s, r, view))
+        reply, daemon = self._call(r, s.daemons[r - 1], "attach", e)
+        _, v2 = self._step(e, v, "attached", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Poll(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        f = es.finds[r - 1]
-        if es.phase != "start" or f is None or not needs_wait(RankFinding(r - 1, f[0], f[1])):
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
             return None
         reply, _ = self._call(r, s.daemons[r - 1], "query", None)
-        polled = RankFinding.from_query_reply(r - 1, reply.to_wire())
-        if needs_wait(polled):
-            return None  # still pending: polling again changes nothing
-        self._drive(self.startup_machine, "waiting", "polled", "agreeing", finding=polled)
-        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(polled))))
+        _, v2 = self._step(e, v, "polled", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2)  # still pending: the same state (no edge)
 
     def Timeout(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        f = es.finds[r - 1]
-        if es.phase != "start" or f is None or not needs_wait(RankFinding(r - 1, f[0], f[1])):
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
             return None
-        timed = RankFinding(r - 1, f[0], f[1]).timed_out(300.0)
-        self._drive(self.startup_machine, "waiting", "timed_out", "agreeing")
-        return self._with(s, e, replace(es, finds=_set(es.finds, r - 1, self._finding(timed))))
+        _, v2 = self._step(e, v, "timed_out", r - 1, 300.0)
+        return self._with(s, e, v2)
 
     def Agree(self, s: SysState, e: str) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "start" or any(
-            f is None or needs_wait(RankFinding(i, f[0], f[1])) for i, f in enumerate(es.finds)
-        ):
+        v = self._view(s, e)
+        if v is None or not _may_agree(v):
             return None
-        findings = [RankFinding(i, f[0], f[1]) for i, f in enumerate(es.finds) if f is not None]
-        outcome = startup_decision(findings, self.engine_layout)
-        end = {"fail": "failed", "adopt": "adopted", "keep_own": "kept"}[outcome.kind]
-        self._drive(self.startup_machine, "agreeing", "decided", end, outcome=outcome)
-        if outcome.failed:
-            return self._with(s, e, self._blank_engine("failed"))
-        record = outcome.record
-        mode = rebalance_mode(outcome, ["daemon"] * self.R)
-        shared = mode.enabled and mode.shared
-        self._drive(self.rebalance_machine, "starting", "start", "idle" if shared else "off", mode=mode)
-        return self._with(
-            s,
-            e,
-            replace(
-                es,
-                phase="load",
-                route=perms_of(record.rows) if record is not None else self.initial_perms,
-                ever=record.version if record is not None else 0,
-                share=mode.enabled and mode.shared,
-            ),
-        )
+        outcome, v2 = self._step(e, v, "agree")
+        if not outcome.failed:
+            # Every rank of the spec's engines loads from its daemon.
+            _, v2 = self._step(e, v2, "start_rebalance", ("daemon",) * self.R)
+        return self._with(s, e, v2)
 
     def Fetch(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "load" or r in es.serv or any(q not in es.serv for q in range(1, r)):
+        es = s.engines[self.eidx[e]]
+        if isinstance(es, GoneEngine) or es.phase != "load":
             return None
-        claim = None
-        if e not in self.model.older:
-            claim = FetchLayoutField(e, _session(e), es.ever, _digest(es.route))
-        reply, view = self._call(r, s.daemons[r - 1], "fetch", claim)
-        daemons = self._set_daemon(s, r, view)
-        if reply.ok:
-            serv = es.serv | {r}
-            phase = "run" if len(serv) == self.R else "load"
-            return self._with(s, e, replace(es, serv=serv, phase=phase), daemons=daemons)
-        return self._with(s, e, self._blank_engine("failed"), daemons=daemons)
+        serv = _serv(es)
+        if r in serv or any(q not in serv for q in range(1, r)):
+            return None
+        if isinstance(es, OlderEngine):  # sglang's own loader: no claim
+            reply, daemon = self._call(r, s.daemons[r - 1], "fetch", None)
+            daemons = self._set_daemon(s, r, daemon)
+            if not reply.ok:
+                return self._with(s, e, GoneEngine("failed"), daemons=daemons)
+            served = es.serv | {r}
+            return self._with(s, e, OlderEngine("run" if len(served) == self.R else "load", served), daemons=daemons)
+        claim, _ = self._step(e, es, "fetch_claim", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "fetch", claim)
+        _, v2 = self._step(e, es, "fetched", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or not es.share or es.step != "idle" or s.moves >= self.model.max_moves:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "idle" or s.moves >= self.model.max_moves:
             return None
-        es2 = replace(es, step="begin", chunk=c, replies=("none",) * self.R, commits=(None,) * self.R)
-        self._drive(self.rebalance_machine, "idle", "chunk", "beginning")
-        return self._with(s, e, es2, moves=s.moves + 1)
+        _, v2 = self._step(e, v, "begin_chunk", _layers(c))
+        return self._with(s, e, v2, moves=s.moves + 1)
 
     def Begin(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step != "begin" or es.replies[r - 1] != "none" or "none" in es.replies[: r - 1]:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "beginning" or v.begins[r - 1] is not None:
             return None
-        req = BeginRequest(e, _session(e), es.ever, _layers(es.chunk))
-        reply, view = self._call(r, s.daemons[r - 1], "begin", req)
-        es2 = replace(es, replies=_set(es.replies, r - 1, reply.status.value))
-        return self._with(s, e, es2, daemons=self._set_daemon(s, r, view))
+        if any(a is None for a in v.begins[: r - 1]):
+            return None  # ranks begin in rank order
+        req, _ = self._step(e, v, "begin_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "begin", req)
+        _, v2 = self._step(e, v, "begun", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Decide(self, s: SysState, e: str) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step != "begin" or "none" in es.replies:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "beginning" or any(a is None for a in v.begins):
             return None
-        decision = chunk_decision([_reply(word) for word in es.replies])
-        share = es.share and decision.kind != "disable"
-        if decision.kind == "proceed":
-            es2 = replace(es, step="move")
-        elif decision.abort_ranks:
-            es2 = replace(es, step="abort", share=share)
-        else:
-            es2 = _idle(es, self.R, share=share)
-        self._drive(self.rebalance_machine, "beginning", "begun", self._rebalance_state(es2), decision=decision)
-        return self._with(s, e, es2)
+        _, v2 = self._step(e, v, "decide")
+        return self._with(s, e, v2)
 
     def Abort(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step != "abort" or es.replies[r - 1] != "ok" or "ok" in es.replies[: r - 1]:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "aborting" or not _to_abort(v, r - 1):
             return None
-        reply, view = self._call(r, s.daemons[r - 1], "abort", AbortRequest(e, _session(e)))
+        if any(_to_abort(v, q) for q in range(r - 1)):
+            return None  # ranks abort in rank order
+        req, _ = self._step(e, v, "abort_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "abort", req)
         assert reply.ok, reply
-        replies = _set(es.replies, r - 1, "aborted")
-        es2 = _idle(es, self.R) if "ok" not in replies else replace(es, replies=replies)
-        return self._with(s, e, es2, daemons=self._set_daemon(s, r, view))
+        _, v2 = self._step(e, v, "aborted", r - 1)
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def MoveLayer(self, s: SysState, e: str, r: int, l: int) -> SysState | None:  # noqa: E741
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step != "move" or l not in es.chunk:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "moving" or l - 1 not in v.chunk:
             return None
-        target = self.target(es)
+        target = self.target(v)
         want = target[l - 1]
         if s.truth[r - 1][l - 1] == want:
             return None
-        if any(k < l and s.truth[r - 1][k - 1] != target[k - 1] for k in es.chunk):
+        if any(k < l - 1 and s.truth[r - 1][k] != target[k] for k in v.chunk):
             return None  # layers move in increasing order
         truth = list(s.truth)
         truth[r - 1] = _set(truth[r - 1], l - 1, want)
         return replace(s, truth=tuple(truth))
 
     def Commit(self, s: SysState, e: str, r: int) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step not in ("move", "commit") or es.replies[r - 1] != "ok":
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance not in ("moving", "committing"):
             return None
-        if "ok" in es.replies[: r - 1]:
+        if not _to_commit(v, r - 1) or any(_to_commit(v, q) for q in range(r - 1)):
             return None  # ranks commit in rank order
-        target = self.target(es)
-        if any(s.truth[q - 1][k - 1] != target[k - 1] for q in self.model.ranks for k in es.chunk):
+        target = self.target(v)
+        if any(s.truth[q - 1][k] != target[k] for q in self.model.ranks for k in v.chunk):
             return None  # the device synchronize waits for every layer on every rank
-        layers = _layers(es.chunk)
-        req = CommitRequest(e, _session(e), layers, tuple(ROWS[target[i]] for i in layers))
-        reply, view = self._call(r, s.daemons[r - 1], "commit", req)
-        if reply.ok:
-            word, got = "committed", (reply.data["version"], reply.data["digest"])
-        else:
-            word, got = "commit_refused", None
-        es2 = replace(es, step="commit", replies=_set(es.replies, r - 1, word), commits=_set(es.commits, r - 1, got))
-        if es.step == "move":
-            self._drive(self.rebalance_machine, "moving", "moved", "committing")
-        return self._with(s, e, es2, daemons=self._set_daemon(s, r, view))
+        if v.rebalance == "moving":
+            _, v = self._step(e, v, "moved", rows_of_perms(target))
+        req, _ = self._step(e, v, "commit_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "commit", req)
+        _, v2 = self._step(e, v, "committed", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Verify(self, s: SysState, e: str) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase != "run" or es.step != "commit":
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "committing" or any(a is None for a in v.commits):
             return None
-        if any(w not in ("committed", "commit_refused") for w in es.replies):
-            return None
-        target = self.target(es)
-        replies = [
-            Reply(Status.OK, Reason.COMMITTED, "", {"version": c[0], "digest": c[1]})
-            if c is not None
-            else Reply(Status.REFUSED, Reason.NO_PENDING_MOVE, "")
-            for c in es.commits
-        ]
-        verdict = verify_commits(replies, rows_of_perms(target), expected_version=es.ever + 1)
-        es2 = _idle(
-            replace(es, route=target, ever=es.ever + 1 if verdict.ok else es.ever),
-            self.R,
-            share=es.share and verdict.ok,
-        )
-        self._drive(self.rebalance_machine, "committing", "committed", self._rebalance_state(es2), verdict=verdict)
-        return self._with(s, e, es2)
+        _, v2 = self._step(e, v, "verify")
+        return self._with(s, e, v2)
 
     def Crash(self, s: SysState, e: str) -> SysState | None:
-        es = self._eng(s, e)
-        if es.phase in ("failed", "dead"):
+        if isinstance(s.engines[self.eidx[e]], GoneEngine):
             return None
-        return self._with(s, e, self._blank_engine("dead"))
+        return self._with(s, e, GoneEngine("dead"))
 
     def Detach(self, s: SysState, r: int, e: str) -> SysState | None:
         view = s.daemons[r - 1]
-        if e not in view.attachments or self._eng(s, e).phase not in ("failed", "dead"):
+        if e not in view.attachments or not isinstance(s.engines[self.eidx[e]], GoneEngine):
             return None
         _, view2 = self._call(r, view, "detach", e)
         return replace(s, daemons=self._set_daemon(s, r, view2))
@@ -542,7 +461,7 @@ class System:
         view = s.daemons[r - 1]
         if not self.model.daemon_restarts or view.dirty is None or view.attachments:
             return None
-        if any(r in es.serv for es in s.engines):
+        if any(r in _serv(es) for es in s.engines):
             return None
         truth = list(s.truth)
         truth[r - 1] = self.initial_perms
@@ -585,6 +504,7 @@ class System:
 
     def project(self, s: SysState) -> tuple[Any, ...]:
         """The spec's variables, in ``VARIABLES`` order, as ``layout_model.values`` values."""
+        engines = [self._spec_engine(es) for es in s.engines]
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
@@ -593,13 +513,7 @@ class System:
             tuple(frozenset(ModelValue(e) for e in v.attachments) for v in s.daemons),
             tuple(v.non_following_seen for v in s.daemons),
             s.truth,
-            _fn(self.model.engines, [es.phase for es in s.engines]),
-            _fn(self.model.engines, [tuple(self._find_rec(f) for f in es.finds) for es in s.engines]),
-            _fn(self.model.engines, [es.route for es in s.engines]),
-            _fn(self.model.engines, [es.ever for es in s.engines]),
-            _fn(self.model.engines, [es.serv for es in s.engines]),
-            _fn(self.model.engines, [es.share for es in s.engines]),
-            _fn(self.model.engines, [_reb(es) for es in s.engines]),
+            *(_fn(self.model.engines, [x[i] for x in engines]) for i in range(7)),
             s.moves,
         )
 
@@ -607,14 +521,36 @@ class System:
         """The spec's state as one value, a record of the variables: equal to TLC's state, decoded."""
         return Record(zip(VARIABLES, self.project(s), strict=True))
 
-    def _find_rec(self, f: Finding) -> Record:
+    def _spec_engine(self, es: Engine) -> tuple[Any, ...]:
+        """One engine's spec variables: ephase, efind, eroute, ever, eserv, eshare, reb."""
+        hit = self._spec_memo.get(es)
+        if hit is not None:
+            return hit
+        blank = (tuple(self._find_rec(None) for _ in range(self.R)), self.initial_perms, 0)
+        if isinstance(es, GoneEngine):
+            out = (es.phase, *blank, frozenset(), False, _IDLE_REB[self.R])
+        elif isinstance(es, OlderEngine):
+            out = (es.phase, *blank, es.serv, False, _IDLE_REB[self.R])
+        else:
+            out = (
+                es.phase,
+                tuple(self._find_rec(f) for f in es.findings),
+                self.route(es),
+                es.version,
+                frozenset(r + 1 for r in es.served),
+                es.shares,
+                _reb(es),
+            )
+        self._spec_memo[es] = out
+        return out
+
+    def _find_rec(self, f: RankFinding | None) -> Record:
         if f is None:
             return _finding_rec("nothing", 0, self.initial_perms)
-        kind, record = f
-        word = "wait" if kind == "pending" else kind
-        if record is None:
+        word = "wait" if f.kind == "pending" else f.kind
+        if f.record is None:
             return _finding_rec(word, 0, self.initial_perms)
-        return _finding_rec(word, record.version, _perms_cached(record.rows))
+        return _finding_rec(word, f.record.version, _perms_cached(f.record.rows))
 
     def render(self, s: SysState) -> str:
         return render_projection(self.project(s))
@@ -625,10 +561,10 @@ class System:
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
-            tuple(es.ever for es in s.engines),
-            tuple(es.phase in ("failed", "dead") for es in s.engines),
+            tuple(es.version if isinstance(es, EngineView) else 0 for es in s.engines),
+            tuple(isinstance(es, GoneEngine) for es in s.engines),
             tuple(frozenset(v.attachments) for v in s.daemons),
-            tuple(es.serv for es in s.engines),
+            tuple(_serv(es) for es in s.engines),
             tuple(None if v.pending is None else v.pending.engine_id for v in s.daemons),
         )
 
@@ -666,8 +602,60 @@ def _dpend(v: DaemonView) -> Any:
     return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
 
 
-def _reb(es: EngineState) -> Record:
-    return Record(step=es.step, chunk=es.chunk, replies=es.replies)
+def _reb(v: EngineView) -> Record:
+    step = _STEP.get(v.rebalance, "idle")
+    chunk = frozenset(layer + 1 for layer in v.chunk)
+    return Record((("step", step), ("chunk", chunk), ("replies", tuple(_reply_word(v, i) for i in range(v.num_ranks)))))
+
+
+def _reply_word(v: EngineView, rank: int) -> str:
+    """Rank ``rank``'s entry of the spec's ``reb[e].replies``."""
+    begun = v.begins[rank]
+    if begun is None:
+        return "none"
+    if rank in v.aborted:
+        return "aborted"
+    commit = v.commits[rank]
+    if commit is not None:
+        return "committed" if commit.ok else "commit_refused"
+    return "refused" if begun.status is None else begun.status.value
+
+
+class _IdleRebs(dict[int, Record]):
+    def __missing__(self, num_ranks: int) -> Record:
+        rec = Record((("step", "idle"), ("chunk", frozenset()), ("replies", ("none",) * num_ranks)))
+        self[num_ranks] = rec
+        return rec
+
+
+_IDLE_REB = _IdleRebs()
+
+
+def _serv(es: Engine) -> frozenset[int]:
+    """The spec's ``eserv[e]``: the ranks (1-based) whose fetch_state was served."""
+    if isinstance(es, EngineView):
+        return frozenset(r + 1 for r in es.served)
+    return es.serv if isinstance(es, OlderEngine) else frozenset()
+
+
+def _waits(f: RankFinding | None) -> bool:
+    return f is not None and needs_wait(f)
+
+
+def _may_agree(v: EngineView) -> bool:
+    return v.phase == "start" and all(f is not None and not needs_wait(f) for f in v.findings)
+
+
+def _to_abort(v: EngineView, rank: int) -> bool:
+    """Rank ``rank``'s begin was ok and it has not aborted yet."""
+    begun = v.begins[rank]
+    return begun is not None and begun.ok and rank not in v.aborted
+
+
+def _to_commit(v: EngineView, rank: int) -> bool:
+    """Rank ``rank``'s begin was ok and it has not committed yet."""
+    begun = v.begins[rank]
+    return begun is not None and begun.ok and v.commits[rank] is None
 
 
 @lru_cache(maxsize=16)
@@ -679,17 +667,6 @@ def _fn(engines: tuple[str, ...], values: list[Any]) -> Any:
     return Fn(tuple(zip(_mvs(engines), values, strict=False)))
 
 
-def _idle(es: EngineState, num_ranks: int, share: bool | None = None) -> EngineState:
-    return replace(
-        es,
-        step="idle",
-        chunk=frozenset(),
-        replies=("none",) * num_ranks,
-        commits=(None,) * num_ranks,
-        share=es.share if share is None else share,
-    )
-
-
 def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
     return (*t[:i], v, *t[i + 1 :])
 
@@ -699,24 +676,8 @@ def _session(engine: str) -> str:
 
 
 def _layers(chunk: frozenset[int]) -> tuple[int, ...]:
+    """The chunk's layers as ``layout_sm`` numbers them (0-based, ascending)."""
     return tuple(sorted(layer - 1 for layer in chunk))
-
-
-@lru_cache(maxsize=64)
-def _digest(perms: tuple[int, ...]) -> str:
-    return layout_digest(rows_of_perms(perms))
-
-
-_BEGIN_REASON = {"ok": Reason.BEGUN, "busy": Reason.MOVE_PENDING, "refused": Reason.NOT_ATTACHED}
-
-
-def _reply(word: str) -> Reply:
-    """A begin reply of status ``word`` for ``chunk_decision``, which reads only the status.
-
-    The spec keeps only the status of each begin reply, so the mirror's state does too (a
-    reason kept here could split one spec state into several).
-    """
-    return Reply(Status(word), _BEGIN_REASON[word], "")
 
 
 def _product(domains: list[list[Any]]) -> Iterator[tuple[Any, ...]]:

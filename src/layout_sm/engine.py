@@ -30,8 +30,7 @@ class RankFinding:
     rank: int
     kind: FindingKind
     record: LayoutRecord | None = None
-    detail: str = ""
-    pending: Mapping[str, Any] | None = None  # the other engine's move, for "pending"/"timeout"
+    detail: str = ""  # for people: what the rank saw (the other engine's move, the error)
 
     @property
     def version(self) -> int | None:
@@ -65,7 +64,7 @@ class RankFinding:
             return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
         if reply.data.get("pending"):
             pending = reply.data["pending"]
-            return cls(rank, "pending", record, _describe_move("is moving", pending), dict(pending))
+            return cls(rank, "pending", record, _describe_move("is moving", pending))
         return cls(rank, "record", record)
 
     @classmethod
@@ -99,8 +98,12 @@ class RankFinding:
             return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
         if wire.get("pending"):
             pending = wire["pending"]
-            return cls(rank, "pending", record, _describe_move("is moving", pending), dict(pending))
+            return cls(rank, "pending", record, _describe_move("is moving", pending))
         return cls(rank, "record", record)
+
+    def without_detail(self) -> RankFinding:
+        """The finding as the spec keeps it (kind and record); no decision reads the detail."""
+        return RankFinding(self.rank, self.kind, self.record) if self.detail else self
 
     def timed_out(self, waited_s: float) -> RankFinding:
         """A rank whose wait for another engine's move ran past the timeout."""
@@ -109,7 +112,6 @@ class RankFinding:
             "timeout",
             self.record,
             f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
-            self.pending,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -118,7 +120,6 @@ class RankFinding:
             "kind": self.kind,
             "record": None if self.record is None else self.record.to_wire(include_map=True),
             "detail": self.detail,
-            "pending": None if self.pending is None else dict(self.pending),
         }
 
     @classmethod
@@ -126,7 +127,7 @@ class RankFinding:
         record = None if wire["record"] is None else LayoutRecord.from_wire(wire["record"])
         if wire["kind"] not in FINDING_KINDS:
             raise ValueError(f"finding.kind: {wire['kind']!r} is not one of {FINDING_KINDS}")
-        return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]), wire.get("pending"))
+        return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]))
 
 
 def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
@@ -157,7 +158,7 @@ StartupKind = Literal["adopt", "keep_own", "fail"]
 @dataclass(frozen=True)
 class StartupOutcome:
     kind: StartupKind
-    reason: str
+    reason: Reason
     message: str
     record: LayoutRecord | None = None  # the layout the engine routes with, when known
     shared_rebalance: bool = False  # whether this engine may move shared experts later
@@ -167,7 +168,7 @@ class StartupOutcome:
         return self.kind == "fail"
 
 
-def _fail(reason: str, message: str) -> StartupOutcome:
+def _fail(reason: Reason, message: str) -> StartupOutcome:
     return StartupOutcome("fail", reason, f"expert-layout startup check failed: {message}")
 
 
@@ -178,10 +179,10 @@ def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
 def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
     """docs/protocol.md §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
     for kind, reason, what in (
-        ("unreadable", "unreadable", "could not read its daemon's layout"),
-        ("timeout", "wait_timeout", "timed out waiting for another engine's move"),
-        ("pending", "wait_timeout", "still sees another engine's move pending"),
-        ("dirty", "dirty", "found its daemon dirty"),
+        ("unreadable", Reason.UNREADABLE, "could not read its daemon's layout"),
+        ("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move"),
+        ("pending", Reason.WAIT_TIMEOUT, "still sees another engine's move pending"),
+        ("dirty", Reason.DIRTY, "found its daemon dirty"),
     ):
         bad = _by_rank(findings, kind)
         if bad:
@@ -193,7 +194,7 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
     if not records:
         return StartupOutcome(
             "keep_own",
-            "no_record",
+            Reason.NO_RECORD,
             "no daemon keeps an expert-layout record; starting with the engine's "
             "own initial layout; rebalancing of shared weights stays off",
         )
@@ -202,14 +203,14 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
         if moved:
             ranks = [f.rank for f in moved]
             return _fail(
-                "mixed_after_move",
+                Reason.MIXED_AFTER_MOVE,
                 f"ranks {[f.rank for f in without]} have daemons without a record but the daemons of ranks "
                 f"{ranks} hold a layout other than the engine's initial one (versions "
                 f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
             )
         return StartupOutcome(
             "keep_own",
-            "mixed_initial",
+            Reason.MIXED_INITIAL,
             f"ranks {[f.rank for f in without]} have daemons without a record and "
             "the others are at the initial layout; starting with the engine's own initial layout; "
             "rebalancing of shared weights stays off",
@@ -221,10 +222,10 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
     disagree = [f for f in records if (f.version, f.digest) != (first.version, first.digest)]
     if disagree:
         listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
-        return _fail("disagree", f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
+        return _fail(Reason.DISAGREE, f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
     if first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical:
         return _fail(
-            "shape_mismatch",
+            Reason.SHAPE_MISMATCH,
             f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
             f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
             f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
@@ -232,20 +233,20 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
     if first.digest == engine.initial_digest:
         return StartupOutcome(
             "keep_own",
-            "initial",
+            Reason.INITIAL_LAYOUT,
             f"daemons at version {first.version} hold the engine's initial layout",
             first,
             shared_rebalance=True,
         )
     if not engine.routes_by_metadata:
         return _fail(
-            "not_routing_by_metadata",
+            Reason.NOT_ROUTING_BY_METADATA,
             f"the daemons' experts were moved (version {first.version}) but this engine routes by the "
             f"static layout; start it with --enable-eplb (or --init-expert-location)",
         )
     return StartupOutcome(
         "adopt",
-        "adopt",
+        Reason.ADOPT,
         f"adopting the daemons' layout version {first.version}",
         first,
         shared_rebalance=True,
@@ -261,7 +262,7 @@ LoadSource = Literal["daemon", "disk"]
 class RebalanceMode:
     enabled: bool  # whether EPLB may rebalance at all
     shared: bool  # whether moves go through the daemons' chunk protocol
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -276,72 +277,111 @@ def rebalance_mode(
     ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
     """
     if all(source == "disk" for source in load_sources):
-        return RebalanceMode(True, False, "local", "weights from disk on every rank: rebalancing as sglang does")
+        return RebalanceMode(True, False, Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does")
     if any(source == "disk" for source in load_sources):
         return RebalanceMode(
             False,
             False,
-            "mixed_sources",
+            Reason.MIXED_SOURCES,
             "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
             "shared weights stays off",
         )
     if elastic_ep:
-        return RebalanceMode(False, False, "elastic_ep", "elastic EP is on; rebalancing of shared weights stays off")
+        return RebalanceMode(
+            False, False, Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"
+        )
     if startup is None:
         return RebalanceMode(
             False,
             False,
-            "not_attached",
+            Reason.NOT_ATTACHED,
             "the engine did not attach to its daemons; rebalancing of shared weights stays off",
         )
     if not startup.shared_rebalance:
         return RebalanceMode(
             False, False, startup.reason, f"rebalancing of shared weights stays off: {startup.message}"
         )
-    return RebalanceMode(True, True, "shared", "rebalancing through the daemons' chunk protocol")
+    return RebalanceMode(True, True, Reason.SHARED, "rebalancing through the daemons' chunk protocol")
 
 
 ChunkKind = Literal["proceed", "pause", "disable"]
 
 
 @dataclass(frozen=True)
+class RankAnswer:
+    """One rank's reply to begin or commit, as the engine keeps it until every rank has answered.
+
+    The status decides (None: no readable reply, so the daemon's state is unknown and counts as
+    refused); ``version`` and ``digest`` are what an ok commit recorded; ``text`` only explains.
+    """
+
+    status: Status | None
+    version: int | None = None
+    digest: str | None = None
+    text: str = "no reply"
+
+    @classmethod
+    def of(cls, reply: RankAnswer | Reply | Mapping[str, Any] | None) -> RankAnswer:
+        if isinstance(reply, RankAnswer):
+            return reply
+        if reply is not None and not isinstance(reply, Reply):
+            try:
+                reply = Reply.from_wire(reply)
+            except ValueError as error:
+                return cls(None, text=f"unreadable reply: {error}")
+        if reply is None:
+            return cls(None)
+        version, digest = reply.data.get("version"), reply.data.get("digest")
+        return cls(
+            reply.status,
+            version if isinstance(version, int) and reply.ok else None,
+            digest if isinstance(digest, str) and reply.ok else None,
+            str(reply),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def without_text(self) -> RankAnswer:
+        """The answer as the spec keeps it; no decision reads the text."""
+        return RankAnswer(self.status, self.version, self.digest, "")
+
+
+AnyReply = RankAnswer | Reply | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
 class ChunkDecision:
     kind: ChunkKind
     abort_ranks: tuple[int, ...]
-    reason: str
+    reason: Reason
     message: str
 
 
-def _as_reply(reply: Reply | Mapping[str, Any] | None) -> Reply | None:
-    if reply is None or isinstance(reply, Reply):
-        return reply
-    try:
-        return Reply.from_wire(reply)
-    except ValueError:
-        return None
-
-
-def chunk_decision(begin_replies: Sequence[Reply | Mapping[str, Any] | None]) -> ChunkDecision:
+def chunk_decision(begin_replies: Sequence[AnyReply]) -> ChunkDecision:
     """docs/protocol.md §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
 
     A rank with no readable reply counts as refused: its daemon's state is unknown.
     """
-    replies = [_as_reply(r) for r in begin_replies]
-    ok_ranks = tuple(rank for rank, r in enumerate(replies) if r is not None and r.ok)
-    refused = [(rank, r) for rank, r in enumerate(replies) if r is None or r.status is Status.REFUSED]
+    answers = [RankAnswer.of(r) for r in begin_replies]
+    ok_ranks = tuple(rank for rank, a in enumerate(answers) if a.ok)
+    refused = [(rank, a) for rank, a in enumerate(answers) if a.status in (None, Status.REFUSED)]
     if refused:
-        detail = "; ".join(f"rank {rank}: {r if r is not None else 'no reply'}" for rank, r in refused)
+        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in refused)
         return ChunkDecision(
             "disable",
             ok_ranks,
-            "refused",
+            Reason.BEGIN_REFUSED,
             f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
         )
-    busy = [(rank, r) for rank, r in enumerate(replies) if r is not None and r.status is Status.BUSY]
+    busy = [(rank, a) for rank, a in enumerate(answers) if a.status is Status.BUSY]
     if busy:
-        detail = "; ".join(f"rank {rank}: {r.message}" for rank, r in busy)
-        return ChunkDecision("pause", ok_ranks, "busy", f"rebalance paused, the next interval retries ({detail})")
-    return ChunkDecision("proceed", (), "begun", "every daemon accepted the move")
+        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in busy)
+        return ChunkDecision(
+            "pause", ok_ranks, Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})"
+        )
+    return ChunkDecision("proceed", (), Reason.BEGUN, "every daemon accepted the move")
 
 
 @dataclass(frozen=True)
@@ -349,12 +389,12 @@ class CommitVerdict:
     ok: bool
     version: int | None
     digest: str
-    reason: str
+    reason: Reason
     message: str
 
 
 def verify_commits(
-    commit_replies: Sequence[Reply | Mapping[str, Any] | None],
+    commit_replies: Sequence[AnyReply],
     engine_rows: Sequence[Sequence[int]],
     expected_version: int | None = None,
 ) -> CommitVerdict:
@@ -363,14 +403,14 @@ def verify_commits(
     The engine computes its own digest of its own map: a daemon's word for it is never taken.
     """
     digest = layout_digest(engine_rows)
-    replies = [_as_reply(r) for r in commit_replies]
+    answers = [RankAnswer.of(r) for r in commit_replies]
     problems = []
-    for rank, reply in enumerate(replies):
-        if reply is None or not reply.ok:
-            problems.append(f"rank {rank}: commit not recorded ({reply if reply else 'no reply'})")
-        elif reply.data.get("digest") != digest:
+    for rank, answer in enumerate(answers):
+        if not answer.ok:
+            problems.append(f"rank {rank}: commit not recorded ({answer.text})")
+        elif answer.digest != digest:
             problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
-    versions = {r.data.get("version") for r in replies if r is not None and r.ok}
+    versions = {a.version for a in answers if a.ok}
     if not problems and len(versions) != 1:
         problems.append(f"daemons report different versions {sorted(versions, key=str)}")
     if not problems and expected_version is not None and versions != {expected_version}:
@@ -380,14 +420,14 @@ def verify_commits(
             False,
             None,
             digest,
-            "commit_unverified",
+            Reason.COMMIT_UNVERIFIED,
             "expert move committed inconsistently: "
             + "; ".join(problems)
             + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
             "engine on them.",
         )
     version = versions.pop()
-    return CommitVerdict(True, version, digest, "committed", f"every daemon recorded version {version}")
+    return CommitVerdict(True, version, digest, Reason.COMMITTED, f"every daemon recorded version {version}")
 
 
 # -- phase machines -----------------------------------------------------------------------
@@ -422,29 +462,38 @@ class StartupMachine(StateMachine):
 
 
 class RebalanceMachine(StateMachine):
-    """The engine's rebalancing phase; ``off`` is for good (docs/protocol.md §6)."""
+    """The engine's rebalancing phase, one chunk at a time; ``off`` is for good (docs/protocol.md §6).
+
+    Its states are the spec's ``reb[e].step`` (idle, begin, abort, move, commit), plus whether
+    the engine rebalances at all (starting, local, off). Guards read the event's mode, decision
+    or verdict; ``EngineSession`` keeps the data (replies, chunk, why it is off).
+    """
 
     starting = State(initial=True)
     local = State()  # weights from disk: sglang's own rebalance, no protocol
     idle = State()  # shared weights, between chunks
     beginning = State()
+    aborting = State()  # the chunk does not go on: the ranks whose begin was ok abort it
     moving = State()
     committing = State()
     off = State(final=True)
 
     start = starting.to(idle, cond="shared_mode") | starting.to(local, cond="local_mode") | starting.to(off)
     chunk = idle.to(beginning)
-    begun = beginning.to(moving, cond="proceeds") | beginning.to(idle, cond="pauses") | beginning.to(off)
+    begun = (
+        beginning.to(moving, cond="proceeds")
+        | beginning.to(aborting, cond="some_ranks_begun")
+        | beginning.to(idle, cond="pauses")
+        | beginning.to(off)
+    )
+    aborted = (
+        aborting.to.itself(internal=True, cond="begun_ranks_left") | aborting.to(idle, cond="pauses") | aborting.to(off)
+    )
     moved = moving.to(committing)
     committed = committing.to(idle, cond="verified") | committing.to(off)
     local_rebalance = local.to.itself(internal=True)
     # The engine shuts down (or an operator turns EPLB off): no more rebalances.
     shutdown = local.to(off) | idle.to(off)
-
-    def __init__(self) -> None:
-        self.off_reason: str | None = None
-        self.off_message: str | None = None
-        super().__init__()
 
     def shared_mode(self, mode: RebalanceMode) -> bool:
         return mode.enabled and mode.shared
@@ -455,22 +504,17 @@ class RebalanceMachine(StateMachine):
     def proceeds(self, decision: ChunkDecision) -> bool:
         return decision.kind == "proceed"
 
+    def some_ranks_begun(self, decision: ChunkDecision) -> bool:
+        return bool(decision.abort_ranks)
+
     def pauses(self, decision: ChunkDecision) -> bool:
         return decision.kind == "pause"
 
+    def begun_ranks_left(self, left: int) -> bool:
+        return left > 0
+
     def verified(self, verdict: CommitVerdict) -> bool:
         return verdict.ok
-
-    def on_enter_off(
-        self,
-        mode: RebalanceMode | None = None,
-        decision: ChunkDecision | None = None,
-        verdict: CommitVerdict | None = None,
-        **_: Any,
-    ) -> None:
-        why = mode or decision or verdict
-        if why is not None:
-            self.off_reason, self.off_message = why.reason, why.message
 
     @property
     def phase(self) -> str:
@@ -485,6 +529,7 @@ __all__ = [
     "ChunkDecision",
     "CommitVerdict",
     "EngineLayout",
+    "RankAnswer",
     "RankFinding",
     "Reason",
     "RebalanceMachine",

@@ -123,6 +123,23 @@ def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) 
     return {"engine_id": engine_id, "session": session, "version": version, "digest": digest}
 
 
+def request_wire(request: LayoutRequest | FetchLayoutField) -> dict[str, Any]:
+    """The dict sent for a typed request (``parse_request``'s inverse; the field for a claim)."""
+    if isinstance(request, AttachRequest):
+        return attach_request(request.engine_id)
+    if isinstance(request, QueryRequest):
+        return query_request(request.include_map)
+    if isinstance(request, BeginRequest):
+        return begin_request(request.engine_id, request.session, request.base_version, request.layers)
+    if isinstance(request, CommitRequest):
+        return commit_request(request.engine_id, request.session, request.layers, request.rows)
+    if isinstance(request, AbortRequest):
+        return abort_request(request.engine_id, request.session)
+    if isinstance(request, FetchLayoutField):
+        return fetch_layout_field(request.engine_id, request.session, request.version, request.digest)
+    raise TypeError(f"not a layout request: {type(request).__name__}")
+
+
 # -- validators (what the daemon receives) ------------------------------------------------
 
 

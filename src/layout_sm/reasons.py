@@ -61,6 +61,24 @@ class Reason(StrEnum):
     # layout_refused (fetch_state)
     DIGEST_MISMATCH = "digest_mismatch"
     OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"
+    # the engine's own decisions (docs/protocol.md §5, §6): why it adopts, keeps, fails, or how
+    # it rebalances (``NO_RECORD``, ``DIRTY``, ``NOT_ATTACHED`` and ``COMMITTED`` above serve here too)
+    ADOPT = "adopt"
+    INITIAL_LAYOUT = "initial"
+    MIXED_INITIAL = "mixed_initial"
+    UNREADABLE = "unreadable"
+    WAIT_TIMEOUT = "wait_timeout"
+    MIXED_AFTER_MOVE = "mixed_after_move"
+    DISAGREE = "disagree"
+    SHAPE_MISMATCH = "shape_mismatch"
+    NOT_ROUTING_BY_METADATA = "not_routing_by_metadata"
+    LOCAL = "local"
+    SHARED = "shared"
+    MIXED_SOURCES = "mixed_sources"
+    ELASTIC_EP = "elastic_ep"
+    BEGIN_BUSY = "busy"
+    BEGIN_REFUSED = "refused"
+    COMMIT_UNVERIFIED = "commit_unverified"
 
 
 @dataclass(frozen=True)

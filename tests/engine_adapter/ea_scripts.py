@@ -21,19 +21,21 @@ def _adapter_state() -> Any:
 
 def summary(rank: EngineRank) -> dict[str, Any]:
     st = _adapter_state()
+    view = None if st.session is None else st.session.view()
+    outcome = None if view is None else view.outcome
     return {
         "map": rank.map(),
-        "kind": None if st.startup is None else st.startup.kind,
-        "reason": None if st.startup is None else st.startup.reason,
-        "version": st.version,
-        "digest": st.digest,
-        "shared": st.shared_rebalance,
+        "kind": None if outcome is None else outcome.kind,
+        "reason": None if outcome is None else outcome.reason,
+        "version": None if outcome is None else view.version,
+        "digest": None if view is None else view.digest,
+        "shared": outcome is not None and outcome.shared_rebalance,
         "attached": st.attachment is not None and st.attachment.open,
-        "engine_id": st.engine_id,
+        "engine_id": None if view is None else view.engine_id,
         "source": st.weights_source,  # what the plugin's loader hook recorded
         "loaded": rank.source,  # what the harness loaded (also without the plugin)
-        "timings": dict(st.timings),
-        "chunks_committed": st.chunks_committed,
+        "timings": dict(st.counters.timings),
+        "chunks_committed": st.counters.chunks_committed,
     }
 
 
@@ -83,7 +85,7 @@ def compare_metadata(
     out: dict[Any, Any] = {}
     for dispatch, backend in cases:
         adopted = rank.start(EngineSpec(sockets=sockets, cfg=cfg, dispatch=dispatch, a2a_backend=backend))
-        kind = _adapter_state().startup.kind
+        kind = _adapter_state().session.view().outcome.kind
         a = _tensors(rank.metadata())
         rank.stop()
         rank.start(
@@ -155,9 +157,9 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
         slots=rank.slots(),
         believed=[row[lo : lo + rank.spec.cfg.num_local] for row in rank.map()],
         disabled=rank.manager._rebalance_disabled_reason,
-        phase=None if st.machine is None else st.machine.phase,
+        phase=None if st.session is None or st.session.view().mode is None else st.session.view().rebalance,
         logged=sorted(st.logged),
-        mode=None if st.rebalance_mode is None else st.rebalance_mode.reason,
+        mode=None if st.session is None or st.session.view().mode is None else st.session.view().mode.reason,
     )
     return out
 

@@ -114,23 +114,19 @@ def test_compare_reports_a_changed_state_and_a_missing_edge(small_graph: tuple[P
     assert compare_main([str(dot), str(bad), "--max", "2"]) == 1
 
 
-def test_engine_phase_machines_follow_the_spec(tmp_path: Path) -> None:
-    """layout_sm's RebalanceMachine is driven beside the events; a mutant of it stops the mirror."""
-    from layout_model.system import System, load_model
+def test_the_engine_machines_decide_the_mirrors_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mirror's engines are layout_sm's sessions, whose RebalanceMachine takes every transition:
+    a mutant of it (a busy reply turns rebalancing off for good) changes the mirror's graph."""
+    import layout_sm.session as session_module
     from layout_sm.engine import RebalanceMachine
 
     class PauseTurnsOff(RebalanceMachine):
         def pauses(self, decision):  # type: ignore[no-untyped-def, override]
-            return False  # a busy reply would turn rebalancing off for good
+            return False
 
     spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
-    system = System(load_model(spec, "MCSmall"))
-    system.rebalance_machine = PauseTurnsOff()
-    seen, frontier = set(), system.initial_states()
-    with pytest.raises(AssertionError, match="begun from beginning went to off"):
-        while frontier:
-            s = frontier.pop()
-            for _, t in system.successors(s):
-                if t not in seen:
-                    seen.add(t)
-                    frontier.append(t)
+    assert explore(spec, "MCSmall", tmp_path / "mirror.dot", progress=None).ok
+    monkeypatch.setattr(session_module, "RebalanceMachine", PauseTurnsOff)
+    explore(spec, "MCSmall", tmp_path / "mutant.dot", progress=None, stop_on_violation=False)
+    diff = compare_graphs(load_dot(tmp_path / "mirror.dot"), load_dot(tmp_path / "mutant.dot"))
+    assert not diff.equal

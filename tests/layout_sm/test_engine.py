@@ -236,9 +236,29 @@ def test_rebalance_machine_turns_off_for_good() -> None:
     assert machine.phase == "idle", "busy pauses this rebalance only"
     machine.send("chunk")
     machine.send("begun", decision=chunk_decision([REFUSED]))
-    assert machine.phase == "off" and machine.off_reason == "refused" and not machine.may_rebalance
+    assert machine.phase == "off" and not machine.may_rebalance
     with pytest.raises(TransitionNotAllowed):
         machine.send("chunk")
+
+
+def test_rebalance_machine_aborts_the_begun_ranks_then_pauses_or_stops() -> None:
+    machine = RebalanceMachine()
+    machine.send("start", mode=rebalance_mode(startup_decision([rec(0)], ENGINE), ["daemon"]))
+    machine.send("chunk")
+    paused = chunk_decision([OK, OK, BUSY])
+    machine.send("begun", decision=paused)
+    assert machine.phase == "aborting"
+    machine.send("aborted", decision=paused, left=1)
+    assert machine.phase == "aborting"
+    machine.send("aborted", decision=paused, left=0)
+    assert machine.phase == "idle"
+    machine.send("chunk")
+    stopped = chunk_decision([OK, REFUSED])
+    machine.send("begun", decision=stopped)
+    machine.send("aborted", decision=stopped, left=0)
+    assert machine.phase == "off"
+    with pytest.raises(TransitionNotAllowed):
+        machine.send("aborted", decision=stopped, left=0)
 
 
 def test_rebalance_machine_local_mode_never_uses_the_protocol() -> None:

@@ -3,8 +3,9 @@
 One `RealSystem` per behaviour: one real `LayoutAwareDaemon` per rank (sglang 0.5.23's serve loop
 on a real Unix socket, in its own process or in a thread: `daemon_hosts`), and engines that talk
 to them through the engine adapter's client code (`daemon_adapter.client`: one connection
-per request, the long-lived `Attachment`), build requests with `layout_sm.messages` and decide
-with `layout_sm.engine`'s pure functions, as every rank of an engine does.
+per request, the long-lived `Attachment`) and take every step with their own
+`layout_sm.session.EngineSession`, the object every rank of a real engine runs: it builds each
+request and makes each decision; this file only sends and checks.
 
 The binding of spec values to real ones (`spec/LayoutProtocol.tla`):
 
@@ -34,9 +35,11 @@ from layout_model.system import NUM_LOGICAL, ROWS, rows_of_perms
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
 from layout_sm import messages
-from layout_sm.engine import EngineLayout, RankFinding, chunk_decision, startup_decision, verify_commits
+from layout_sm.engine import EngineLayout
+from layout_sm.messages import request_wire
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
+from layout_sm.session import EngineSession, Gather
 from layout_testkit import daemon_proc
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
@@ -69,16 +72,18 @@ def _at(fn: Any, key: Any) -> Any:
 
 @dataclass
 class EngineSide:
-    """What the processes of one engine (all its ranks) hold: connections, sessions, findings."""
+    """What the processes of one engine (all its ranks) hold: connections and the engine's session
+    (None for an engine without the plugin)."""
 
     name: str
+    session: EngineSession | None
     conns: dict[int, client.Attachment] = field(default_factory=dict)
-    sessions: dict[int, str] = field(default_factory=dict)
-    findings: dict[int, RankFinding] = field(default_factory=dict)
-    begin_replies: dict[int, Reply] = field(default_factory=dict)
-    commit_replies: dict[int, Reply] = field(default_factory=dict)
-    chunk: frozenset[int] = frozenset()
     dead: bool = False
+
+    @property
+    def steps(self) -> EngineSession:
+        assert self.session is not None, f"{self.name} runs no layout plugin"
+        return self.session
 
 
 class RealSystem:
@@ -118,7 +123,8 @@ class RealSystem:
     def engine(self, e: Any) -> EngineSide:
         name = _name(e)
         if name not in self.engines:
-            self.engines[name] = EngineSide(name)
+            session = None if name in self.older else EngineSession(name, self.ranks, self.engine_layout)
+            self.engines[name] = EngineSide(name, session)
         return self.engines[name]
 
     def request(self, r: int, msg: dict[str, Any]) -> dict[str, Any]:
@@ -143,58 +149,57 @@ class RealSystem:
     def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         self.touched.add(r)
-        att = client.Attachment(self.daemons[r].socket_path, messages.attach_request(eng.name))
+        att = client.Attachment(self.daemons[r].socket_path, request_wire(eng.steps.attach_request()))
         wire = att.reply
         self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
         if wire.get("status") == "ok":
             eng.conns[r] = att
-            eng.sessions[r] = wire["session"]
         else:
             att.close()
-        finding = RankFinding.from_attach_reply(r - 1, wire)
-        eng.findings[r] = finding
-        self._expect_finding(finding, _at(after["efind"][e], r), f"Attach({eng.name}, {r})")
+        eng.steps.attached(r - 1, wire)
+        self._expect_finding(eng, e, r, after, f"Attach({eng.name}, {r})")
 
     def do_Poll(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         wire = self.request(r, messages.query_request(include_map=True))
-        finding = RankFinding.from_query_reply(r - 1, wire)
-        eng.findings[r] = finding
-        self._expect_finding(finding, _at(after["efind"][e], r), f"Poll({eng.name}, {r})")
+        step = eng.steps.polled(r - 1, wire)
+        if not isinstance(step, Gather):
+            raise Mismatch(f"Poll({eng.name}, {r}): the rank still waits ({step.detail}); the spec's move ended")
+        self._expect_finding(eng, e, r, after, f"Poll({eng.name}, {r})")
 
     def do_Timeout(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        eng.findings[r] = eng.findings[r].timed_out(WAIT_TIMEOUT_S)
-        self._expect_finding(eng.findings[r], _at(after["efind"][e], r), f"Timeout({eng.name}, {r})")
+        eng.steps.timed_out(r - 1, WAIT_TIMEOUT_S)
+        self._expect_finding(eng, e, r, after, f"Timeout({eng.name}, {r})")
 
     def do_Agree(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        findings = [eng.findings[r] for r in range(1, self.ranks + 1)]
-        outcome = startup_decision(findings, self.engine_layout)
+        outcome = eng.steps.agree()
         want_phase = after["ephase"][e]
         if outcome.failed != (want_phase == "failed"):
-            raise Mismatch(f"Agree({eng.name}): startup_decision gave {outcome.kind} ({outcome.message}); "
+            raise Mismatch(f"Agree({eng.name}): the session decided {outcome.kind} ({outcome.message}); "
                            f"the spec's engine goes to {want_phase!r}")  # fmt: skip
         if outcome.failed:
             return
+        eng.steps.start_rebalance(("daemon",) * self.ranks)
+        view = eng.steps.view()
         route = rows_of_perms(after["eroute"][e])
-        got_rows = outcome.record.rows if outcome.record is not None else self.initial_rows
-        got_version = outcome.record.version if outcome.record is not None else 0
-        if got_rows != route or got_version != after["ever"][e]:
-            raise Mismatch(f"Agree({eng.name}): engine routes with version {got_version} map {got_rows}; "
+        got_rows = tuple(tuple(row) for row in view.rows) if view.rows is not None else self.initial_rows
+        if got_rows != route or view.version != after["ever"][e]:
+            raise Mismatch(f"Agree({eng.name}): engine routes with version {view.version} map {got_rows}; "
                            f"spec: version {after['ever'][e]} map {route}")  # fmt: skip
-        if outcome.shared_rebalance != after["eshare"][e]:
-            raise Mismatch(f"Agree({eng.name}): shared rebalance {outcome.shared_rebalance}, spec {after['eshare'][e]}")
+        if view.shares != after["eshare"][e]:
+            raise Mismatch(f"Agree({eng.name}): shared rebalance {view.shares}, spec {after['eshare'][e]}")
 
     def do_Fetch(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         msg: dict[str, Any] = {"type": "fetch_state", "config": daemon_proc.default_cache_config()}
-        if eng.name not in self.older:
-            route = rows_of_perms(before["eroute"][e])
-            msg[messages.FETCH_FIELD] = messages.fetch_layout_field(
-                eng.name, eng.sessions[r], before["ever"][e], layout_digest(route)
-            )
+        claim = None if eng.session is None else eng.session.fetch_claim(r - 1)
+        if claim is not None:
+            msg[messages.FETCH_FIELD] = request_wire(claim)
         wire = self.request(r, msg)
+        if eng.session is not None:
+            eng.session.fetched(r - 1, wire)
         served = r in after["eserv"][e]
         if (wire.get("status") == "ok") != served:
             raise Mismatch(f"Fetch({eng.name}, {r}): daemon replied {wire.get('status')}({wire.get('reason')}): "
@@ -203,67 +208,58 @@ class RealSystem:
             raise Mismatch(f"Fetch({eng.name}, {r}): refusal is {wire.get('status')}, expected layout_refused")
 
     def do_BeginChunk(self, before: Record, after: Record, e: Any, c: frozenset[int]) -> None:
-        eng = self.engine(e)
-        eng.chunk = c
-        eng.begin_replies.clear()
-        eng.commit_replies.clear()
+        self.engine(e).steps.begin_chunk(wire_layers(c))
 
     def do_Begin(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        wire = self.request(
-            r, messages.begin_request(eng.name, eng.sessions[r], before["ever"][e], wire_layers(eng.chunk))
-        )
-        reply = Reply.from_wire(wire)
-        eng.begin_replies[r] = reply
+        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.begin_request(r - 1))))
+        eng.steps.begun(r - 1, reply)
         want = _at(after["reb"][e]["replies"], r)
         if reply.status.value != _BEGIN_STATUS[want]:
             raise Mismatch(f"Begin({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
     def do_Decide(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        decision = chunk_decision([eng.begin_replies[r] for r in range(1, self.ranks + 1)])
+        decision = eng.steps.decide()
         step = after["reb"][e]["step"]
         want = {"move": "proceed"}.get(step)
         if (decision.kind == "proceed") != (want == "proceed"):
             raise Mismatch(
-                f"Decide({eng.name}): chunk_decision {decision.kind} ({decision.message}); spec step {step!r}"
+                f"Decide({eng.name}): the session decided {decision.kind} ({decision.message}); spec step {step!r}"
             )
         if decision.kind != "proceed":
             oks = {r - 1 for r in range(1, self.ranks + 1) if _at(before["reb"][e]["replies"], r) == "ok"}
             if set(decision.abort_ranks) != oks:
                 raise Mismatch(f"Decide({eng.name}): aborts ranks {list(decision.abort_ranks)}; the spec aborts "
                                f"the ok ranks {sorted(oks)}")  # fmt: skip
-        if (decision.kind != "disable") != after["eshare"][e]:
+        if eng.steps.view().shares != after["eshare"][e]:
             raise Mismatch(f"Decide({eng.name}): {decision.kind} but the spec's eshare is {after['eshare'][e]}")
 
     def do_Abort(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        reply = Reply.from_wire(self.request(r, messages.abort_request(eng.name, eng.sessions[r])))
+        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.abort_request(r - 1))))
         if reply.reason.value != "aborted":
             raise Mismatch(f"Abort({eng.name}, {r}): daemon replied {reply}; the spec aborts the move")
+        eng.steps.aborted(r - 1)
 
     def do_MoveLayer(self, before: Record, after: Record, e: Any, r: int, layer: int) -> None:
         pass  # truth only (see the module docstring)
 
     def do_Commit(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        target = self._target(before, e)
-        layers = wire_layers(eng.chunk)
-        rows = [target[layer] for layer in layers]
-        reply = Reply.from_wire(self.request(r, messages.commit_request(eng.name, eng.sessions[r], layers, rows)))
-        eng.commit_replies[r] = reply
+        if eng.steps.view().rebalance == "moving":  # the first commit: sglang's move has ended
+            eng.steps.moved(self._target(before, e))
+        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.commit_request(r - 1))))
+        eng.steps.committed(r - 1, reply)
         want = _at(after["reb"][e]["replies"], r)
         if reply.ok != (want == "committed"):
             raise Mismatch(f"Commit({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
     def do_Verify(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        target = self._target(before, e)
-        verdict = verify_commits(
-            [eng.commit_replies.get(r) for r in range(1, self.ranks + 1)], target, before["ever"][e] + 1
-        )
+        verdict = eng.steps.verify()
         if verdict.ok != after["eshare"][e]:
-            raise Mismatch(f"Verify({eng.name}): verify_commits ok={verdict.ok} ({verdict.message}); "
+            raise Mismatch(f"Verify({eng.name}): the session's verdict ok={verdict.ok} ({verdict.message}); "
                            f"spec eshare {after['eshare'][e]}")  # fmt: skip
 
     def do_Crash(self, before: Record, after: Record, e: Any) -> None:
@@ -289,7 +285,10 @@ class RealSystem:
         route = state["eroute"][e]
         return rows_of_perms(tuple(1 - p if (i + 1) in chunk else p for i, p in enumerate(route)))
 
-    def _expect_finding(self, finding: RankFinding, want: Record, where: str) -> None:
+    def _expect_finding(self, eng: EngineSide, e: Any, r: int, after: Record, where: str) -> None:
+        finding = eng.steps.view().findings[r - 1]
+        assert finding is not None
+        want = _at(after["efind"][e], r)
         kind = {"wait": "pending"}.get(want["found"], want["found"])
         if finding.kind != kind:
             raise Mismatch(

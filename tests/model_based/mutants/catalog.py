@@ -292,11 +292,11 @@ def _(mod: ModuleType) -> None:
     orig = mod.verify_commits
 
     def verify_commits(commit_replies: Any, engine_rows: Any, expected_version: Any = None) -> Any:
-        replies = [mod._as_reply(r) for r in commit_replies]
-        theirs = next((r.data.get("digest") for r in replies if r is not None and r.ok), None)
+        replies = [mod.RankAnswer.of(r) for r in commit_replies]
+        theirs = next((r.digest for r in replies if r.ok), None)
         verdict = orig(commit_replies, engine_rows, expected_version)
-        if theirs is not None and all(r is not None and r.ok for r in replies):
-            versions = {r.data.get("version") for r in replies if r is not None}
+        if theirs is not None and all(r.ok for r in replies):
+            versions = {r.version for r in replies}
             if len(versions) == 1:
                 return mod.CommitVerdict(True, versions.pop(), theirs, "committed", "mutant: trusted")
         return verdict
@@ -358,6 +358,29 @@ def _(mod: ModuleType) -> None:
     def chunk_decision(begin_replies: Any) -> Any:
         out = orig(begin_replies)
         return replace(out, kind="disable") if out.kind == "pause" else out
+
+    mod.chunk_decision = chunk_decision
+
+
+# -- the engine session (layout_sm.session): the steps every rank of an engine and the mirror run --
+
+S = "layout_sm.session"
+# The adapter's chunk protocol against real daemons and sglang's EPLB, and the mirror against TLC.
+SESSION_TESTS = (
+    "tests/engine_adapter/test_rebalance.py::test_busy_daemon_pauses_the_rebalance_and_nothing_moves",
+    "tests/spec/test_mirror_equals_spec.py",
+)
+
+
+@mutant("session_proceeds_on_busy", S, "busy pauses the rebalance: nothing moves on a busy begin", tests=SESSION_TESTS)
+def _(mod: ModuleType) -> None:
+    orig = mod.chunk_decision
+
+    def chunk_decision(begin_replies: Any) -> Any:
+        out = orig(begin_replies)
+        if out.kind == "pause":
+            return mod.ChunkDecision("proceed", (), mod.Reason.BEGUN, "mutant: proceeds on busy")
+        return out
 
     mod.chunk_decision = chunk_decision
 
