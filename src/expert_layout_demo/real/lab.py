@@ -95,8 +95,7 @@ class Lab:
     chains: list[Chain] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Starts that nothing waits for yet (a reference server, the next chain's daemons) run
-        # beside the current step: on 2 cores shared with other work they overlap its idle waits.
+        # The two lanes of cases (cases.run_all) run side by side in these threads.
         self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="demo-start")
         self.out = Path(self.out).resolve()
         self.logs = self.out / "logs"
