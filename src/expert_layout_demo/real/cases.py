@@ -214,7 +214,8 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Ro
     adopted = startups(b, "adopt")
     b_believed = believed_map(b.beliefs())
     b_out = b.generate()
-    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {versions(b)})")
+    b_versions = versions(b)  # at startup (1-B moves on in cases 2 and 3a)
+    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {b_versions})")
     held = lab.held(chain)
     wrong = memory_probe.wrong_slots(b_believed, held)
     ev["after"] = (b_believed, held)
@@ -224,7 +225,7 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Ro
 
     def finish() -> Row:
         ref = lab.server("ref-map", None, plugin=False, init_map=b_believed)
-        return _case1_row(lab, ref, b, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+        return _case1_row(lab, ref, b_versions, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
 
     return finish
 
@@ -232,7 +233,7 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Ro
 def _case1_row(
     lab: Lab,
     ref: Launched,
-    b: Launched,
+    b_versions: list[Any],
     b_believed: list[list[int]],
     b_out: list[list[int]],
     st_a: list[dict[str, Any]],
@@ -253,7 +254,7 @@ def _case1_row(
         "B adopts A's version on every rank; its outputs equal a disk server started with "
         "--init-expert-location set to that map",
         f"1-A rebalanced {moved} times (daemons at version {st_a[0].get('version')}); 1-B adopted version "
-        f"{version} on {adopted} of {WORLD} ranks (versions {versions(b)}); its map is the record's: "
+        f"{version} on {adopted} of {WORLD} ranks (versions {b_versions}); its map is the record's: "
         f"{b_believed == record_map(st_b)}; {wrong} of {slots} slots wrong; {n - diff} of {n} outputs equal "
         f"ref-map's (loaded from disk with --init-expert-location set to that map)",
         {
