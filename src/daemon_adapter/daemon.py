@@ -269,7 +269,9 @@ class _LayoutGatedTransport:
             self._backend.send_fetch_state_response(conn, **kwargs)
         else:
             logger.warning("[LayoutAwareDaemon] %s", verdict)
-            send_msg(conn, verdict.to_wire())
+            # sglang's loader prints only the reply's daemon_config on a refusal (ipc_loader.py:560-565,
+            # "Daemon config mismatch!"): the reason goes there too, so an older engine's launcher sees it.
+            send_msg(conn, {**verdict.to_wire(), "daemon_config": {"expert_layout_refused": verdict.message}})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

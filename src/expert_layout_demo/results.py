@@ -110,7 +110,9 @@ def text_table(results: Results, width: int = 60) -> str:
     """The table printed at the end of the run: every cell in full, wrapped to its column."""
     import textwrap
 
-    widths = {"case": 4, "ok": 3, "scenario": 30, "observed": width, "numbers": 44}
+    # The case column is as wide as its longest name: a name is never wrapped ("limits").
+    case_width = max([4, *(len(r.case) for r in results.rows)])
+    widths = {"case": case_width, "ok": 3, "scenario": 30, "observed": width, "numbers": 44}
     header = {k: k for k in widths}
     rows = [header] + [
         {

@@ -107,9 +107,11 @@ def test_sglang_loader_fetches_weights_and_its_mismatch_path_raises(make_daemon,
     mover.attach()
     assert status_reason(mover.begin([0])) == ("ok", "begun")
     assert status_reason(mover.commit([0], [[3, 2, 1, 0, 3, 2]])) == ("ok", "committed")
-    with pytest.raises(RuntimeError, match="Daemon config mismatch"):
+    with pytest.raises(RuntimeError, match="Daemon config mismatch") as refused:
         fetch_with_sglang(fresh.socket_path, sglang_engine_side.model_config)
-    # (sglang's client reports any non-ok status as a config mismatch; the reply said why)
+    # sglang's client reports any non-ok status as a config mismatch and prints the reply's
+    # daemon_config: the refusal's reason is there, on the older engine's screen
+    assert "expert_layout_refused" in str(refused.value) and "experts have moved" in str(refused.value)
     assert status_reason(mover.fetch(0, layout_digest(INITIAL_MAP), config=engine_config)) == (
         "layout_refused",
         "digest_mismatch",

@@ -11,7 +11,7 @@ import time
 import torch
 
 from expert_layout_demo import memory_probe, results
-from expert_layout_demo.procmon import ResourceMeter, tree_rss_bytes
+from expert_layout_demo.procmon import ResourceMeter, tree_memory_bytes, tree_rss_bytes
 from expert_layout_demo.real.lab import failure_line
 
 
@@ -61,8 +61,16 @@ def test_text_table_keeps_every_cell_whole() -> None:
     assert max(len(line) for line in table.splitlines()) <= 4 + 3 + 30 + 60 + 44 + 8
 
 
+def test_text_table_never_wraps_a_case_name() -> None:
+    res = results.Results()
+    res.add(results.Row("limits", "time and memory", "x", "600 s", {"wall_s": 1}, True))
+    table = results.text_table(res)
+    assert any(line.split()[:2] == ["limits", "yes"] for line in table.splitlines() if line.strip()), table
+
+
 def test_meter_sees_a_child_process_memory() -> None:
     before, _ = tree_rss_bytes(os.getpid())
+    _, pss_before, _ = tree_memory_bytes(os.getpid())
     meter = ResourceMeter(interval=0.05).start()
     # A child that holds ~200 MB for a moment: the tree's peak must include it.
     code = "b = bytearray(200 * 2**20); import time; time.sleep(1.0)"
@@ -70,6 +78,7 @@ def test_meter_sees_a_child_process_memory() -> None:
     time.sleep(0.1)
     meter.stop()
     assert meter.peak_bytes >= before + 150 * 2**20
+    assert meter.peak_pss_bytes >= pss_before + 150 * 2**20  # the child's pages are its own
     assert meter.peak_processes >= 2
     assert meter.to_json()["wall_s"] >= 1.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from expert_layout_real.engine_probes import StopPoint
 from expert_layout_real.processes import ProcessTree
+from tests.realserver.conftest import lock_holders
 
 
 def test_stop_point_parses_and_refuses_bad_values() -> None:
@@ -42,3 +44,31 @@ def test_kill_reaches_every_descendant_and_the_log_keeps_the_output(tmp_path: Pa
     assert not alive and not tree.alive()
     assert tree.exit_code() == -9
     assert "grandchild pid " in tree.log_tail()
+
+
+def test_server_lock_held_by_an_outer_flock_is_not_waited_for_but_anyone_else_is(tmp_path: Path) -> None:
+    lock_path = str(tmp_path / "realserver.lock")
+    open(lock_path, "a").close()
+    repo = Path(__file__).resolve().parents[2]
+    code = "from tests.realserver.conftest import hold_lock\nwith hold_lock(%r):\n    print('held', flush=True)\n"
+    env = {"PYTHONPATH": f"{repo}:{repo / 'src'}", "PATH": "/usr/bin:/bin"}
+    # Under `flock LOCK pytest`: the outer hold is the test's (it once waited for it forever).
+    outer = ProcessTree("outer", ["flock", lock_path, sys.executable, "-c", code % lock_path], env, tmp_path / "o.log")
+    outer.start()
+    try:
+        assert outer.proc is not None
+        assert outer.proc.wait(60) == 0 and "held" in outer.log_tail(), outer.log_tail()
+    finally:
+        outer.kill()  # the whole tree, if it waited
+    # Held by a process that is not an ancestor (a sibling): the lock still keeps the test out.
+    holder = subprocess.Popen(["flock", lock_path, "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while holder.pid not in lock_holders(lock_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert holder.pid in lock_holders(lock_path)
+        with pytest.raises(subprocess.TimeoutExpired):
+            subprocess.run([sys.executable, "-c", code % lock_path], env=env, capture_output=True, timeout=5)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,15 +1,20 @@
 """The demo's cases on real ``python -m sglang.launch_server`` servers (TP2/EP2, CPU).
 
-Three chains of daemons, one after the other (at most two servers alive at once):
+Three chains of daemons, run in two lanes side by side (``run_all``): on 2 cores a server's start
+is mostly sglang's imports, one process at a time in places, so two starts at once keep both
+cores busy. Within a lane one server starts at a time, and every server and daemon set is
+stopped as soon as its case no longer needs it (at most two daemon sets and three servers alive).
 
-* ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns plain
-  sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
-  before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). A server loaded
-  from disk (``ref-disk``) gives the right outputs.
-* ``noeplb``: standalone layout-aware daemons without ``--enable-eplb`` (M3).
-* ``aware``: standalone layout-aware daemons (``python -m daemon_adapter --enable-eplb``),
-  servers in ``client`` mode: case 1 (restart), the older engine (M2), case 2 (warm standby),
-  3a (SIGKILL between chunks), 3b (SIGKILL mid-move, which leaves the daemons dirty).
+* lane 1, chain ``aware``: standalone layout-aware daemons (``python -m daemon_adapter
+  --enable-eplb``), servers in ``client`` mode: case 1 (restart), the older engine (M2), case 2
+  (warm standby), 3a (SIGKILL between chunks), 3b (SIGKILL mid-move, which leaves the daemons
+  dirty); then ``ref-map``, loaded from disk with case 1's map.
+* lane 2, chain ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns
+  plain sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
+  before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). Then ``ref-disk``,
+  loaded from disk, gives the right outputs.
+* lane 2, chain ``noeplb``: standalone layout-aware daemons without ``--enable-eplb`` (M3): a
+  server with the plugin and one without (``SGLANG_PLUGINS=none``), same flags, same daemons.
 
 What an engine believes is what its ranks route with (the real-server library's belief probe:
 each rank's ``physical_to_logical_map``, version and startup outcome). What memory holds is read
@@ -56,11 +61,10 @@ def _first(pattern: str, text: str) -> str:
 
 
 def reference_outputs(lab: Lab, ev: dict[str, Any]) -> list[list[int]]:
-    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout (started in
-    the background by ``run_all``); stopped once it answered."""
+    """Outputs of ``ref-disk``: a server loaded from disk with sglang's initial layout; stopped
+    once it answered."""
     if "ref_out" not in ev:
-        started = ev.pop("ref-disk", None)
-        ref = started.result() if started is not None else lab.server("ref-disk", None, plugin=False)
+        ref = lab.server("ref-disk", None, plugin=False)
         ev["ref_out"] = ref.generate()
         lab.stop(ref)
         lab.step(f"ref-disk (loaded from disk, sglang's initial layout) answered; ready in {ref.ready_s:.0f}s")
@@ -72,7 +76,6 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     a = lab.server("0-A", chain, plugin=False, mode="daemon")
     lab.step(f"case 0: 0-A (SGLANG_PLUGINS=none) ready in {a.ready_s:.0f}s, spawned plain sglang daemons")
     lab.status(chain, "case 0: 0-A's spawned daemons")
-    ref_out = reference_outputs(lab, ev)
 
     # M1: a layout-aware engine on plain sglang daemons, before any move.
     p = lab.server("M1-P", chain)
@@ -82,8 +85,6 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     p_off = _first(REBALANCE_OFF, p.log_text())
     lab.step(f"matrix M1: layout-aware M1-P on plain daemons: keep_own on {p_keep} ranks; {p_off or 'no off line'}")
     lab.stop(p)
-    # M3's daemons start now, beside 0-A's rebalances and 0-B's start.
-    ev["noeplb"] = lab.background(lab.chain, "noeplb", standalone=True, enable_eplb=False)
 
     moved = lab.rebalance(a, 3)
     a_believed = believed_map(a.beliefs())
@@ -95,7 +96,8 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     held = lab.held(chain)
     wrong = memory_probe.wrong_slots(b_believed, held)
     a_wrong = memory_probe.wrong_slots(a_believed, held)
-    lab.stop(b, a)
+    lab.stop(b, a)  # 0-A's spawned daemons go with it
+    ref_out = reference_outputs(lab, ev)
 
     ev["before"] = (b_believed, held)
     diff = differing(b_out, ref_out)
@@ -129,59 +131,79 @@ def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 
 
 def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
-    started = ev.pop("noeplb", None)
-    chain = started.result() if started is not None else lab.chain("noeplb", standalone=True, enable_eplb=False)
-    aware = ev.get("aware")
-    if aware is not None:  # case 1's first server starts beside M3 (other daemons)
-        ev["1-A"] = lab.background(lambda: lab.server("1-A", aware.result()))
+    """Daemons without ``--enable-eplb`` under servers with it: the plugin must change nothing of
+    what sglang does there. Checked against plain sglang: a server with the plugin and one
+    without (``SGLANG_PLUGINS=none``), same flags, same daemons, must give the same tokens."""
+    chain = lab.chain("noeplb", standalone=True, enable_eplb=False)
     states = lab.status(chain, "matrix M3: layout-aware daemons without --enable-eplb")
     r = lab.server("M3-R", chain)
-    out = r.generate()
+    r_out = r.generate()
     keep = startups(r, "keep_own")
-    lab.rounds(r, 2)
+    lab.rounds(r, 2)  # past EPLB's interval: its rebalance meets the off switch
     r_off = _first(REBALANCE_OFF, r.log_text())
+    r_after = r.generate()
     lab.stop(r)
+    lab.step(f"matrix M3: M3-R (the plugin) on daemons without a record: keep_own on {keep} ranks; {r_off}")
+    # What the daemons hold, as sglang loaded it without --enable-eplb: slots matching no expert
+    # of the checkpoint were never written (sglang's loader without EPLB metadata).
+    held = lab.held(chain)
+    unwritten = sum(e == memory_probe.UNKNOWN for row in held for e in row)
+    slots = len(held) * len(held[0])
+    plain = lab.server("M3-S", chain, plugin=False)  # plain sglang, one round: below EPLB's interval
+    s_out = plain.generate()
+    lab.stop(plain)
     assert chain.daemons is not None
     chain.daemons.stop()
-    n = len(out)
-    same = n - differing(out, reference_outputs(lab, ev))
-    lab.step(f"matrix M3: M3-R on daemons without a record: keep_own on {keep} ranks; {same}/{n} outputs as ref-disk")
-    no_record = all(s.get("version") is None for s in states)
+    n = len(r_out)
+    same = n - differing(r_out, s_out)
+    same_after = n - differing(r_after, s_out)
+    ref_out = ev.get("ref_out")
+    sglang_vs_disk = n - differing(s_out, ref_out) if ref_out is not None else None
+    lab.step(
+        f"matrix M3: {same}/{n} of M3-R's outputs equal M3-S's (SGLANG_PLUGINS=none, same daemons and flags); "
+        f"{unwritten}/{slots} slots hold no expert; plain sglang's outputs equal ref-disk's in {sglang_vs_disk}/{n}"
+    )
+    no_record = all(state.get("version") is None for state in states)
     return [
         Row(
             "M3",
             "daemons without --enable-eplb",
-            "no record; they serve as sglang does",
-            f"status: {', '.join(str(s.get('phase')) for s in states)}; M3-R started with its own layout "
-            f"(keep_own on {keep} ranks); {r_off or 'no rebalancing-off line'}; {same} of {n} outputs equal "
-            f"ref-disk's",
-            {"keep_own_ranks": keep, "outputs_equal": f"{same}/{n}"},
-            r.ready and no_record and keep == WORLD and same == n,
+            "no record; the plugin changes nothing: outputs equal a plugin-off server's on the same daemons",
+            f"status: {', '.join(str(state.get('phase')) for state in states)}; M3-R (the plugin) started with its own "
+            f"layout (keep_own on {keep} ranks); {r_off or 'no rebalancing-off line'}; {same} of {n} outputs "
+            f"equal M3-S's (SGLANG_PLUGINS=none, same daemons, same flags), {same_after} of {n} after M3-R's "
+            f"rebalance met the off switch. sglang's own behaviour on these daemons: {unwritten} of {slots} "
+            f"slots hold no expert of the checkpoint (redundant slots sglang never writes without EPLB "
+            f"metadata), and M3-S's outputs equal ref-disk's in {sglang_vs_disk} of {n}",
+            {
+                "keep_own_ranks": keep,
+                "outputs_equal_plugin_off": f"{same}/{n}",
+                "unwritten_slots": f"{unwritten}/{slots}",
+                "plugin_off_equal_disk": f"{sglang_vs_disk}/{n}",
+            },
+            r.ready and plain.ready and no_record and keep == WORLD and bool(r_off) and same == n and same_after == n,
         )
     ]
 
 
 def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
-    rows: list[Row] = []
-    started = ev.pop("aware", None)
-    chain = started.result() if started is not None else lab.chain("aware", standalone=True)
+    chain = lab.chain("aware", standalone=True)
     lab.status(chain, "case 1: layout-aware daemons up")
     finish_case1 = case1_restart(lab, chain, ev)
     b: Launched = ev["1-B"]
-    row_m2 = m2_older_engine(lab, chain)  # while ref-map starts in the background
-    rows += [finish_case1(), row_m2]
-    rows.append(case2_standby(lab, chain, b))
+    row_m2 = m2_older_engine(lab, chain)
+    row2 = case2_standby(lab, chain, b)
     row3a, d = case3a_between_chunks(lab, chain, b)
-    rows.append(row3a)
-    rows.append(case3b_mid_move(lab, chain, d))
-    return rows
+    row3b = case3b_mid_move(lab, chain, d)
+    assert chain.daemons is not None
+    chain.daemons.stop()  # dirty now; ref-map needs no daemon
+    return [finish_case1(), row_m2, row2, row3a, row3b]
 
 
 def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
-    """Case 1 up to 1-B's outputs; returns what finishes it once ref-map (started in the
-    background) has answered."""
-    started = ev.pop("1-A", None)
-    a = started.result() if started is not None else lab.server("1-A", chain)
+    """Case 1 up to 1-B's outputs; returns what finishes it (``ref-map``: loaded from disk with
+    1-B's map, started once the chain's daemons are gone)."""
+    a = lab.server("1-A", chain)
     moved = lab.rebalance(a, 3)
     st_a = lab.status(chain, f"case 1: 1-A rebalanced {moved} times")
     lab.stop(a)
@@ -192,21 +214,26 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Ro
     adopted = startups(b, "adopt")
     b_believed = believed_map(b.beliefs())
     b_out = b.generate()
-    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {versions(b)})")
+    b_versions = versions(b)  # at startup (1-B moves on in cases 2 and 3a)
+    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {b_versions})")
     held = lab.held(chain)
     wrong = memory_probe.wrong_slots(b_believed, held)
     ev["after"] = (b_believed, held)
     version = st_b[0].get("version")
     slots = len(held) * len(held[0])
     lab.step(f"case 1: 1-B adopted version {version}; {wrong}/{slots} slots hold another expert than 1-B believes")
-    ref_started = lab.background(lab.server, "ref-map", None, plugin=False, init_map=b_believed)
-    return lambda: _case1_row(lab, ref_started.result(), b, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+
+    def finish() -> Row:
+        ref = lab.server("ref-map", None, plugin=False, init_map=b_believed)
+        return _case1_row(lab, ref, b_versions, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+
+    return finish
 
 
 def _case1_row(
     lab: Lab,
     ref: Launched,
-    b: Launched,
+    b_versions: list[Any],
     b_believed: list[list[int]],
     b_out: list[list[int]],
     st_a: list[dict[str, Any]],
@@ -227,7 +254,7 @@ def _case1_row(
         "B adopts A's version on every rank; its outputs equal a disk server started with "
         "--init-expert-location set to that map",
         f"1-A rebalanced {moved} times (daemons at version {st_a[0].get('version')}); 1-B adopted version "
-        f"{version} on {adopted} of {WORLD} ranks (versions {versions(b)}); its map is the record's: "
+        f"{version} on {adopted} of {WORLD} ranks (versions {b_versions}); its map is the record's: "
         f"{b_believed == record_map(st_b)}; {wrong} of {slots} slots wrong; {n - diff} of {n} outputs equal "
         f"ref-map's (loaded from disk with --init-expert-location set to that map)",
         {
@@ -250,16 +277,20 @@ def m2_older_engine(lab: Lab, chain: Chain) -> Row:
     assert chain.daemons is not None
     daemon_log = chain.daemons.tree.log_path.read_text(errors="replace")
     reason = _first(r"fetch_state refused: experts have moved[^\n]*", daemon_log)
+    # sglang's loader prints the refusal reply's daemon_config under "Daemon config mismatch!":
+    # the daemons put the reason there, so it is on the older engine's own screen (its log).
+    on_screen = _first(r"Daemon config: [^\n]*", o.log_text())
     lab.step(f"matrix M2: older server (SGLANG_PLUGINS=none) failed after {o.failed_s:.0f}s: {o.failure}")
-    lab.step(f"matrix M2: the daemons' reason: {reason}")
+    lab.step(f"matrix M2: on its screen: {on_screen or 'no Daemon config line'}")
     return Row(
         "M2",
         "older engine (plugins off) after a move",
         "refused with the reason on screen",
         f"M2-older {'became ready' if o.ready else 'failed at startup'} after {o.failed_s:.0f}s "
-        f"(exit {o.returncode}); sglang's loader says: {o.failure}; the daemons logged: {reason}",
+        f"(exit {o.returncode}); its own output (sglang's loader): {o.failure} {on_screen}; the daemons "
+        f"logged: {reason}",
         {"ready": o.ready, "exit": o.returncode, "fail_s": round(o.failed_s, 1)},
-        not o.ready and bool(reason),
+        not o.ready and bool(reason) and "experts have moved" in on_screen,
     )
 
 
@@ -336,16 +367,12 @@ def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
 
 
 CHAINS = {"off": case0_and_m1, "noeplb": m3_no_eplb, "aware": aware_chain}
+# Two lanes side by side; the rows keep this order in the table.
+LANES = (("off", "noeplb"), ("aware",))
 
 
-def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
-    ev: dict[str, Any] = {}
+def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:
     rows: list[Row] = []
-    chains = chains or list(CHAINS)
-    if {"off", "noeplb"} & set(chains):
-        ev["ref-disk"] = lab.background(lab.server, "ref-disk", None, plugin=False)
-    if "aware" in chains:
-        ev["aware"] = lab.background(lab.chain, "aware", standalone=True)
     for name in chains:
         try:
             rows.extend(CHAINS[name](lab, ev))
@@ -353,4 +380,13 @@ def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[
             first = str(exc).splitlines()[0] if str(exc) else ""
             lab.step(f"chain {name}: could not run: {type(exc).__name__}: {first}")
             rows.append(Row(name, "could not run", "", f"{type(exc).__name__}: {first}", {}, False))
+    return rows
+
+
+def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
+    ev: dict[str, Any] = {}
+    wanted = set(chains or CHAINS)
+    lanes = [[c for c in lane if c in wanted] for lane in LANES]
+    started = [lab.background(run_lane, lab, ev, lane) for lane in lanes if lane]
+    rows = [row for lane in started for row in lane.result()]
     return rows, ev

@@ -35,7 +35,7 @@ REBALANCE_ITERATIONS = 20
 # (the library passes it as --expert-distribution-recorder-buffer-size): 10**9 asked for 80 GB.
 NO_REBALANCE_ITERATIONS = 10_000
 LAYERS_PER_CHUNK = 1  # two chunks per rebalance: a point between them to SIGKILL at
-READY_TIMEOUT_S = 300.0
+READY_TIMEOUT_S = 600.0  # a start took 290-300 s at a load average of 15-20 (other work)
 # sglang's crash diagnostics (a py-spy dump, then a 60 s wait for CUDA coredumps) have nothing to
 # collect on this CPU machine without py-spy; off, so a failed server exits when it fails.
 NO_CRASH_DIAGNOSTICS = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
@@ -95,8 +95,7 @@ class Lab:
     chains: list[Chain] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Starts that nothing waits for yet (a reference server, the next chain's daemons) run
-        # beside the current step: on 2 cores shared with other work they overlap its idle waits.
+        # The two lanes of cases (cases.run_all) run side by side in these threads.
         self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="demo-start")
         self.out = Path(self.out).resolve()
         self.logs = self.out / "logs"
