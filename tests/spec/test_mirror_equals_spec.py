@@ -51,7 +51,7 @@ def _session_proceeds_on_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     original = session_module.chunk_decision
     MUTANTS["session_proceeds_on_busy"].patch(session_module)
     mutated = session_module.chunk_decision
-    monkeypatch.setattr(session_module, "chunk_decision", original)  # what monkeypatch restores
+    session_module.chunk_decision = original  # so that monkeypatch records the original to restore
     monkeypatch.setattr(session_module, "chunk_decision", mutated)
 
 
