@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements/sglang.txt
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
