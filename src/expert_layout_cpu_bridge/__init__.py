@@ -11,7 +11,10 @@ deployment never runs with it.
   ``kernels/ops/kvcache/cache_move.py:10``, ``mem_cache/allocation.py:46`` and speculative ops)
   and a ``sitecustomize`` that loads the bridge in every process that has
   ``EXPERT_LAYOUT_CPU_BRIDGE=1``.
-- ``bridges``: one ``HookRegistry`` AROUND hook per sglang gap, each naming its sglang line.
+- ``bridges``: one ``HookRegistry`` AROUND hook per sglang gap, each naming its sglang line; and
+  one that is no gap but a speed measure (``start_subprocesses_from_a_forkserver``): sglang's
+  subprocesses are forked from a forkserver that imported sglang once, instead of each one
+  importing it again.
 - ``site_hooks``: registers the bridges when sglang's ``HookRegistry`` is imported; sglang's
   ``load_plugins()`` applies them in engine processes, and the import of
   ``sglang.srt.weight_cache.daemon`` applies them in daemon processes (which load no plugins).
@@ -33,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 ENABLE_ENV = "EXPERT_LAYOUT_CPU_BRIDGE"
+FORKSERVER_ENV = "EXPERT_LAYOUT_CPU_FORKSERVER"  # on by default in bridge_env(); see site_hooks
 SITE_DIR = Path(__file__).resolve().parent / "fake_sgl_kernel_site"
 SRC_DIR = Path(__file__).resolve().parent.parent
 MISSING_NCCL = "/nonexistent/expert-layout-cpu-bridge/libnccl.so"
@@ -54,8 +58,13 @@ def omp_threads_bind(tp_size: int) -> str:
     return "|".join(str(rank % cores) for rank in range(tp_size))
 
 
-def bridge_env(base: Mapping[str, str] | None = None, tp_size: int = 2) -> dict[str, str]:
-    """The environment for a command whose sglang processes run on this CPU with the bridge."""
+def bridge_env(base: Mapping[str, str] | None = None, tp_size: int = 2, forkserver: bool = True) -> dict[str, str]:
+    """The environment for a command whose sglang processes run on this CPU with the bridge.
+
+    ``forkserver``: a server's schedulers and detokenizer are forked from one process that
+    imported sglang once, instead of sglang's "spawn" (each child imports sglang again: ~17 CPU-s
+    apiece on a 2-core machine; a server's start went from 131 to 54 CPU-s). Not a CPU gap, a
+    speed measure for small test machines (``bridges.start_subprocesses_from_a_forkserver``)."""
     import torch
 
     if torch.cuda.is_available():
@@ -71,4 +80,8 @@ def bridge_env(base: Mapping[str, str] | None = None, tp_size: int = 2) -> dict[
     env.update(CPU_ENV)
     env["SGLANG_CPU_OMP_THREADS_BIND"] = omp_threads_bind(tp_size)
     env[ENABLE_ENV] = "1"
+    if forkserver:
+        env[FORKSERVER_ENV] = "1"
+    else:
+        env.pop(FORKSERVER_ENV, None)
     return env

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, NamedTuple
 
 logger = logging.getLogger("expert_layout_cpu_bridge")
@@ -132,6 +134,42 @@ def daemon_pads_moe_like_engine(original: Any, *args: Any, **kwargs: Any) -> Any
         adjusted = adjust_config_with_unaligned_cpu_tp(model_config, load_config, daemon.tp_size)
         assert adjusted is model_config, "adjust_config_with_unaligned_cpu_tp no longer adjusts in place"
     return original(*args, **kwargs)
+
+
+# --- entrypoints/engine.py:1995 sets "spawn": each scheduler and detokenizer process imports
+#     sglang again (~17 CPU-s each here). Not a CPU gap: a speed measure for small test machines,
+#     on only with EXPERT_LAYOUT_CPU_FORKSERVER=1. The children still run sglang's own entry
+#     functions; they are forked from one server process that imported sglang once. ---
+# What the children import anyway (launch_server's own module is re-run as __mp_main__, so it is
+# not preloaded: runpy warns when it finds it imported already).
+FORKSERVER_PRELOAD = (
+    "sglang.srt.entrypoints.http_server",
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.detokenizer_manager",
+)
+
+
+def subprocesses_from_a_forkserver(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """After sglang's own settings (it sets "spawn" last): forkserver, with sglang preloaded."""
+    import multiprocessing
+
+    result = original(*args, **kwargs)
+    multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    multiprocessing.set_start_method("forkserver", force=True)
+    return result
+
+
+def start_subprocesses_from_a_forkserver(engine_module: ModuleType) -> None:
+    """Wrap ``_set_envs_and_config`` once ``sglang.srt.entrypoints.engine`` has finished importing
+    (``site_hooks``). Not a HookRegistry hook: launch_server's ``load_plugins()`` can apply hooks
+    while that module is still half-imported (a circular import), and the hook is then lost."""
+    original = engine_module._set_envs_and_config
+
+    @functools.wraps(original)
+    def set_envs_and_config(*args: Any, **kwargs: Any) -> Any:
+        return subprocesses_from_a_forkserver(original, *args, **kwargs)
+
+    engine_module._set_envs_and_config = set_envs_and_config
 
 
 BRIDGES: tuple[Bridge, ...] = (

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from expert_layout_cpu_bridge import FORKSERVER_ENV
+
 HOOK_REGISTRY_MODULE = "sglang.srt.plugins.hook_registry"
 DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
+ENGINE_MODULE = "sglang.srt.entrypoints.engine"
 
 
 class _ThenCall(importlib.abc.Loader):
@@ -75,4 +79,12 @@ def install(*also_register: Callable[[], None]) -> None:
         for register in also_register:
             register()
 
-    sys.meta_path.insert(0, AfterImport({HOOK_REGISTRY_MODULE: on_hook_registry, DAEMON_MODULE: _on_daemon}))
+    def on_engine(module: ModuleType) -> None:
+        from expert_layout_cpu_bridge import bridges
+
+        bridges.start_subprocesses_from_a_forkserver(module)
+
+    callbacks = {HOOK_REGISTRY_MODULE: on_hook_registry, DAEMON_MODULE: _on_daemon}
+    if os.environ.get(FORKSERVER_ENV) == "1":
+        callbacks[ENGINE_MODULE] = on_engine
+    sys.meta_path.insert(0, AfterImport(callbacks))

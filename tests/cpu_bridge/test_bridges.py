@@ -95,3 +95,34 @@ def test_bridge_env_turns_the_bridge_on_and_refuses_cuda(monkeypatch: pytest.Mon
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(bridge.BridgeRefused, match="CPU-only"):
         bridge.bridge_env({}, tp_size=2)
+
+
+def test_forkserver_comes_after_sglangs_spawn_and_preloads_modules_that_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import multiprocessing
+    import types
+
+    import expert_layout_cpu_bridge as bridge
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    monkeypatch.setattr(multiprocessing.context._default_context, "_actual_context", None)
+    preloaded: list[list[str]] = []
+    monkeypatch.setattr(multiprocessing, "set_forkserver_preload", preloaded.append)
+
+    def _set_envs_and_config(server_args: object) -> str:  # engine.py:1995 sets spawn last
+        multiprocessing.set_start_method("spawn", force=True)
+        return "done"
+
+    engine = types.ModuleType("sglang.srt.entrypoints.engine")
+    engine._set_envs_and_config = _set_envs_and_config  # type: ignore[attr-defined]
+    bridges.start_subprocesses_from_a_forkserver(engine)
+    try:
+        assert engine._set_envs_and_config(object()) == "done"  # type: ignore[attr-defined]
+        assert multiprocessing.get_start_method() == "forkserver"
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+    # the forkserver skips a preload it cannot import without a word: every name must exist
+    assert preloaded == [list(bridges.FORKSERVER_PRELOAD)]
+    assert all(importlib.util.find_spec(name) is not None for name in bridges.FORKSERVER_PRELOAD)
+    assert bridge.bridge_env({}, tp_size=2)[bridge.FORKSERVER_ENV] == "1"
+    assert bridge.FORKSERVER_ENV not in bridge.bridge_env({bridge.FORKSERVER_ENV: "1"}, tp_size=2, forkserver=False)
