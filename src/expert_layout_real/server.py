@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import socket
 import subprocess
 import sys
@@ -32,12 +33,46 @@ PLUGINS_ENV = "SGLANG_PLUGINS"
 PROTOCOL_OFF = "none"  # SGLANG_PLUGINS value that leaves this project's plugin out (the bridge stays)
 
 
+# The tiny model's module in sglang.srt.models. sglang's registry imports every module there (255
+# in 0.5.23, ~1.8 CPU-s per process here); its own SGLANG_DISABLED_MODEL_ARCHS skips the others,
+# as a deployment that serves one model may.
+SERVED_MODEL_MODULES = ("qwen3_moe",)
+
+
+def other_model_modules(keep: Sequence[str] = SERVED_MODEL_MODULES) -> str:
+    """SGLANG_DISABLED_MODEL_ARCHS: every module of sglang.srt.models but ``keep`` (not imported)."""
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations, "sglang is not installed"
+    models = [os.path.join(path, "srt", "models") for path in spec.submodule_search_locations]
+    names = sorted({m.name for m in pkgutil.iter_modules(models) if not m.ispkg} - set(keep))
+    return ",".join(names)
+
+
 class ServerFailed(RuntimeError):
     """A server or daemon did not come up; the message ends with its log tail."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_port(low: int = 30000, attempts: int = 64) -> int:
+    """A free port for a server's HTTP socket, which sglang binds only 30-100 s later. Taken below
+    the kernel's ephemeral range (bind(0) and connect() hand out ports from there: another
+    server's gloo connections took one in that window, "address already in use") and above
+    22000-29999, where sglang takes its own (``get_free_port_below_ephemeral``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        high = 32767
+    for port in random.sample(range(low, high + 1), min(attempts, max(high - low + 1, 0))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: any free port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
@@ -99,6 +134,7 @@ class RunDir:
         env[SOCKET_TEMPLATE_ENV] = self.socket_template
         env[READY_TEMPLATE_ENV] = self.ready_template
         env["PYTHONUNBUFFERED"] = "1"
+        env["SGLANG_DISABLED_MODEL_ARCHS"] = other_model_modules()
         for name in (PLUGINS_ENV, engine_probes.DIR_ENV, engine_probes.STOP_ENV):
             env.pop(name, None)
         if plugins is not None:
