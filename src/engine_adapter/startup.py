@@ -174,4 +174,6 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     st.attachment = attachment
     st.counters.record_time("startup_s", time.perf_counter() - t0)
     logger.info("[expert-layout] rank %d startup: %s (%s)", rank, outcome.kind, outcome.message)
+    if outcome.warning:
+        logger.warning("[expert-layout] rank %d: WARNING: %s", rank, outcome.warning)
     return outcome

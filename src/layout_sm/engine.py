@@ -31,6 +31,9 @@ class RankFinding:
     kind: FindingKind
     record: LayoutRecord | None = None
     detail: str = ""  # for people: what the rank saw (the other engine's move, the error)
+    # A layout-aware daemon without a record: loaded without EPLB metadata (no --enable-eplb).
+    # For the warning in ``startup_decision`` only; the spec's finding is kind and record.
+    without_eplb: bool = False
 
     @property
     def version(self) -> int | None:
@@ -57,7 +60,8 @@ class RankFinding:
             dirty = reply.data["dirty"]
             return cls(rank, "dirty", detail=_describe_move("went away while moving", dirty))
         if reply.data.get("record") is None:
-            return cls(rank, "no_record", detail="daemon started without --enable-eplb keeps no record")
+            detail = "daemon started without --enable-eplb keeps no record"
+            return cls(rank, "no_record", detail=detail, without_eplb=True)
         try:
             record = LayoutRecord.from_wire(reply.data["record"])
         except LayoutError as error:
@@ -91,7 +95,7 @@ class RankFinding:
         if wire.get("dirty"):
             return cls(rank, "dirty", detail=_describe_move("went away while moving", wire["dirty"]))
         if not wire.get("has_record"):
-            return cls(rank, "no_record", detail="daemon keeps no record")
+            return cls(rank, "no_record", detail="daemon keeps no record", without_eplb=True)
         try:
             record = LayoutRecord.from_wire(wire)
         except LayoutError as error:
@@ -120,6 +124,7 @@ class RankFinding:
             "kind": self.kind,
             "record": None if self.record is None else self.record.to_wire(include_map=True),
             "detail": self.detail,
+            "without_eplb": self.without_eplb,
         }
 
     @classmethod
@@ -127,7 +132,7 @@ class RankFinding:
         record = None if wire["record"] is None else LayoutRecord.from_wire(wire["record"])
         if wire["kind"] not in FINDING_KINDS:
             raise ValueError(f"finding.kind: {wire['kind']!r} is not one of {FINDING_KINDS}")
-        return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]))
+        return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]), bool(wire.get("without_eplb")))
 
 
 def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
@@ -162,6 +167,7 @@ class StartupOutcome:
     message: str
     record: LayoutRecord | None = None  # the layout the engine routes with, when known
     shared_rebalance: bool = False  # whether this engine may move shared experts later
+    warning: str = ""  # for the operator; changes nothing of the outcome (see unwritten_slots_warning)
 
     @property
     def failed(self) -> bool:
@@ -174,6 +180,24 @@ def _fail(reason: Reason, message: str) -> StartupOutcome:
 
 def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
     return [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == kind]
+
+
+def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: EngineLayout) -> str:
+    """sglang 0.5.23 loads a daemon started without --enable-eplb without EPLB metadata
+    (weight_cache/daemon.py:476 returns early), so its loader writes each logical expert into its
+    local slot only and never the redundant slots (layers/moe/fused_moe_triton/layer.py:1188-1203).
+    An engine with redundant experts routes tokens there, to memory nobody wrote, with or without
+    this plugin. Not the protocol's to refuse (such daemons serve as sglang does); said loudly."""
+    ranks = [f.rank for f in without_record if f.without_eplb]
+    redundant = engine.num_physical - engine.num_logical
+    if not ranks or redundant <= 0:
+        return ""
+    return (
+        f"the daemons of ranks {ranks} were started without --enable-eplb: sglang loads them without "
+        f"EPLB metadata and never writes the engine's {redundant} redundant expert slot(s) per layer, so "
+        f"tokens routed there meet weights nobody wrote (outputs differ from a server loaded from disk); "
+        f"restart the daemons with the servers' --enable-eplb and --ep-num-redundant-experts"
+    )
 
 
 def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
@@ -191,12 +215,14 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
             return _fail(reason, f"{len(bad)} rank(s) {what} ({details}){advice}")
     records = _by_rank(findings, "record")
     without = _by_rank(findings, "no_record")
+    warning = unwritten_slots_warning(without, engine)
     if not records:
         return StartupOutcome(
             "keep_own",
             Reason.NO_RECORD,
             "no daemon keeps an expert-layout record; starting with the engine's "
             "own initial layout; rebalancing of shared weights stays off",
+            warning=warning,
         )
     if without:
         moved = [f for f in records if f.version != 0 or f.digest != engine.initial_digest]
@@ -214,6 +240,7 @@ def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> S
             f"ranks {[f.rank for f in without]} have daemons without a record and "
             "the others are at the initial layout; starting with the engine's own initial layout; "
             "rebalancing of shared weights stays off",
+            warning=warning,
         )
     first = records[0].record
     assert first is not None

@@ -276,3 +276,28 @@ def test_findings_without_a_reply() -> None:
     # No daemon on any rank: the engine loads from disk with its own layout.
     outcome = startup_decision([RankFinding.no_daemon(0, "x"), RankFinding.no_daemon(1, "x")], ENGINE)
     assert outcome.kind == "keep_own" and not outcome.shared_rebalance
+
+
+def test_daemons_without_eplb_under_an_engine_with_redundant_slots_get_a_warning_not_a_refusal() -> None:
+    """README item 7: sglang never writes the redundant slots of a daemon loaded without EPLB
+    metadata. The outcome stays sglang's (keep_own, no record); the operator is told why."""
+    no_eplb = [
+        RankFinding.from_attach_reply(r, DaemonMachine(None).attach_engine(AttachRequest("A"), "s").to_wire())
+        for r in (0, 1)
+    ]
+    assert all(f.without_eplb for f in no_eplb)
+    assert [RankFinding.from_wire(f.to_wire()) for f in no_eplb] == no_eplb  # survives the all-gather
+    redundant = EngineLayout(2, 5, 4, layout_digest([[0, 1, 2, 3, 0], [3, 2, 1, 0, 3]]), routes_by_metadata=True)
+    outcome = startup_decision(no_eplb, redundant)
+    assert (outcome.kind, outcome.reason) == ("keep_own", Reason.NO_RECORD)
+    assert "ranks [0, 1]" in outcome.warning and "--enable-eplb" in outcome.warning
+    assert "1 redundant expert slot(s)" in outcome.warning
+    # no redundant slot, an older daemon (it may have been started with --enable-eplb), or no daemon: silent
+    assert startup_decision(no_eplb, ENGINE).warning == ""
+    older = {"status": "error", "message": "Unknown request type: expert_layout_attach"}
+    silent = [RankFinding.from_attach_reply(0, older), RankFinding.no_daemon(1, "no socket")]
+    assert startup_decision(silent, redundant).warning == ""
+    # one rank without EPLB next to one at the initial record: still keep_own, still said
+    initial = LayoutRecord.initial([[0, 1, 2, 3, 0], [3, 2, 1, 0, 3]], 4)
+    mixed = startup_decision([no_eplb[0], RankFinding(1, "record", initial)], redundant)
+    assert mixed.reason == Reason.MIXED_INITIAL and "ranks [0]" in mixed.warning
