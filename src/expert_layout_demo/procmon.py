@@ -54,6 +54,11 @@ def tree_memory_bytes(root_pid: int, pss: bool = True) -> tuple[int, int, int]:
     return rss, pss_total, count
 
 
+def _machine_busy_s() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
 @dataclass
 class ResourceMeter:
     """Samples the process tree of ``root_pid`` in a background thread until ``stop``."""
@@ -68,6 +73,10 @@ class ResourceMeter:
     samples: int = 0
     started: float = field(default_factory=time.monotonic)
     stopped: float | None = None
+    # the whole machine's busy CPU seconds (the tree's processes come and go; on a machine that
+    # runs nothing else this is the demo's CPU): how far from CPU-bound the run was
+    cpu_busy_start: float = field(default_factory=lambda: _machine_busy_s())
+    cpu_busy_s: float = 0.0
     _halt: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -97,6 +106,7 @@ class ResourceMeter:
             self._thread.join(5)
         self.sample()
         self.stopped = time.monotonic()
+        self.cpu_busy_s = _machine_busy_s() - self.cpu_busy_start
 
     @property
     def seconds(self) -> float:
@@ -112,4 +122,6 @@ class ResourceMeter:
             "peak_processes": self.peak_processes,
             "samples": self.samples,
             "interval_s": self.interval,
+            "cpu_busy_s": round(self.cpu_busy_s, 1),
+            "cpu_use": round(self.cpu_busy_s / (self.seconds * (os.cpu_count() or 1)), 2) if self.seconds else 0.0,
         }

@@ -69,12 +69,14 @@ def main(argv: list[str] | None = None) -> int:
             f"at most {LIMIT_S / 60:.0f} minutes and {LIMIT_GB:.0f} GB peak",
             f"{usage['wall_s']} s wall; peak memory of the process tree {usage['peak_pss_gb']} GB PSS "
             f"(the RSS sum, shared pages counted in every process, peaked at {usage['peak_rss_gb']} GB; "
-            f"{usage['peak_processes']} processes at most); load average at the end "
-            f"{load[0]:.1f}/{load[2]:.1f} (1/15 min) on {os.cpu_count()} cores",
+            f"{usage['peak_processes']} processes at most); CPU {usage['cpu_busy_s']} s busy, "
+            f"{usage['cpu_use']:.0%} of {os.cpu_count()} cores over the run; load average at the end "
+            f"{load[0]:.1f}/{load[2]:.1f} (1/15 min)",
             {
                 "wall_s": usage["wall_s"],
                 "peak_pss_gb": usage["peak_pss_gb"],
                 "peak_rss_gb": usage["peak_rss_gb"],
+                "cpu_busy_s": usage["cpu_busy_s"],
                 "load_15min": round(load[2], 1),
             },
             within,

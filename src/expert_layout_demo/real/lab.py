@@ -82,6 +82,13 @@ class Launched:
     def generate(self) -> list[list[int]]:
         return self.server.generate(list(PROMPTS), MAX_NEW_TOKENS)
 
+    def generate_each(self) -> list[list[int]]:
+        """The prompts one request at a time: the same batch shapes on every server. (One batch of
+        all prompts is split by timing, 4+2 or 6; where weights are garbage, as in the slots
+        sglang never writes, the float differences between batch shapes change greedy tokens.)
+        Counts ~100 forward passes toward EPLB's interval."""
+        return [self.server.generate([prompt], MAX_NEW_TOKENS)[0] for prompt in PROMPTS]
+
     def beliefs(self) -> dict[int, dict[str, Any]]:
         return self.server.beliefs()
 
@@ -95,8 +102,9 @@ class Lab:
     chains: list[Chain] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # The two lanes of cases (cases.run_all) run side by side in these threads.
-        self._background = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="demo-start")
+        # The two lanes of cases (cases.run_all) run side by side in these threads; the third
+        # starts a lane's next daemons while the lane is still busy with servers.
+        self._background = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="demo-start")
         self.out = Path(self.out).resolve()
         self.logs = self.out / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -140,10 +148,12 @@ class Lab:
         init_map: Sequence[Sequence[int]] | None = None,
         stop_at: StopPoint | None = None,
         expect_ready: bool = True,
+        rebalance: bool = True,
     ) -> Launched:
         """Start ``python -m sglang.launch_server`` and wait until it serves or fails.
 
         ``chain=None``: a reference loaded from disk (no weight cache, no rebalance).
+        ``rebalance=False``: EPLB on, but its interval is never reached.
         """
         run = chain.run if chain is not None else rs.RunDir(self.logs / "reference")
         init = None
@@ -152,7 +162,7 @@ class Lab:
         spec = rs.ServerSpec(
             name,
             weight_cache_mode=mode if chain is not None else "off",
-            rebalance_iterations=REBALANCE_ITERATIONS if chain is not None else NO_REBALANCE_ITERATIONS,
+            rebalance_iterations=REBALANCE_ITERATIONS if chain is not None and rebalance else NO_REBALANCE_ITERATIONS,
             layers_per_chunk=LAYERS_PER_CHUNK,
             init_expert_location=init,
             plugins=None if plugin else rs.PROTOCOL_OFF,
