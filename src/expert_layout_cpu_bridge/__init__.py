@@ -11,10 +11,10 @@ deployment never runs with it.
   ``kernels/ops/kvcache/cache_move.py:10``, ``mem_cache/allocation.py:46`` and speculative ops)
   and a ``sitecustomize`` that loads the bridge in every process that has
   ``EXPERT_LAYOUT_CPU_BRIDGE=1``.
-- ``bridges``: one ``HookRegistry`` AROUND hook per sglang gap, each naming its sglang line; and
-  one that is no gap but a speed measure (``start_subprocesses_from_a_forkserver``): sglang's
-  subprocesses are forked from a forkserver that imported sglang once, instead of each one
-  importing it again.
+- ``bridges``: one ``HookRegistry`` AROUND hook per sglang gap, each naming its sglang line (the
+  Qwen2-MoE one is applied right after its model module's import instead, ``AFTER_IMPORT``); and
+  one that is no gap but a speed measure (``FORKSERVER_AFTER_IMPORT``): sglang's subprocesses
+  are forked from a forkserver that imported sglang once, instead of each one importing it again.
 - ``site_hooks``: registers the bridges when sglang's ``HookRegistry`` is imported; sglang's
   ``load_plugins()`` applies them in engine processes, and the import of
   ``sglang.srt.weight_cache.daemon`` applies them in daemon processes (which load no plugins).
@@ -64,7 +64,7 @@ def bridge_env(base: Mapping[str, str] | None = None, tp_size: int = 2, forkserv
     ``forkserver``: a server's schedulers and detokenizer are forked from one process that
     imported sglang once, instead of sglang's "spawn" (each child imports sglang again: ~17 CPU-s
     apiece on a 2-core machine; a server's start went from 131 to 54 CPU-s). Not a CPU gap, a
-    speed measure for small test machines (``bridges.start_subprocesses_from_a_forkserver``)."""
+    speed measure for small test machines (``bridges.FORKSERVER_AFTER_IMPORT``)."""
     import torch
 
     if torch.cuda.is_available():

@@ -136,6 +136,22 @@ def daemon_pads_moe_like_engine(original: Any, *args: Any, **kwargs: Any) -> Any
     return original(*args, **kwargs)
 
 
+# --- models/qwen2_moe.py:821-825 picks the fused shared-expert gate on a CPU without AMX, and
+#     fused_gate_sigmoid_mul_add (kernels/ops/elementwise/elementwise.py:272) is a Triton kernel:
+#     "0 active drivers" on CPU. The unfused path's formula instead (qwen2_moe.py: the shared
+#     expert's output times sigmoid of its gate), added in place. ---
+def shared_expert_gate_on_cpu(
+    original: Any, hidden_states: Any, gate_weight: Any, shared_output: Any, final_hidden_states: Any
+) -> None:
+    if hidden_states.device.type != "cpu":
+        return original(hidden_states, gate_weight, shared_output, final_hidden_states)
+    import torch
+
+    gate = torch.sigmoid(hidden_states @ gate_weight.reshape(-1, 1).to(hidden_states.dtype))
+    final_hidden_states.add_((gate * shared_output).to(final_hidden_states.dtype))
+    return None
+
+
 # --- entrypoints/engine.py:1995 sets "spawn": each scheduler and detokenizer process imports
 #     sglang again (~17 CPU-s each here). Not a CPU gap: a speed measure for small test machines,
 #     on only with EXPERT_LAYOUT_CPU_FORKSERVER=1. The children still run sglang's own entry
@@ -159,17 +175,26 @@ def subprocesses_from_a_forkserver(original: Any, *args: Any, **kwargs: Any) -> 
     return result
 
 
-def start_subprocesses_from_a_forkserver(engine_module: ModuleType) -> None:
-    """Wrap ``_set_envs_and_config`` once ``sglang.srt.entrypoints.engine`` has finished importing
-    (``site_hooks``). Not a HookRegistry hook: launch_server's ``load_plugins()`` can apply hooks
-    while that module is still half-imported (a circular import), and the hook is then lost."""
-    original = engine_module._set_envs_and_config
+def wrap_after_import(module: ModuleType, name: str, hook: Callable[..., Any]) -> None:
+    """Replace ``module.name`` by ``hook(original, ...)``, called by ``site_hooks`` once the
+    module has finished importing. For the bridges that are not HookRegistry hooks: one whose
+    module launch_server's ``load_plugins()`` can meet half-imported (a circular import, and the
+    hook is lost), and one whose module (a model) every process would otherwise import at
+    ``load_plugins()`` (HookRegistry imports each target's module)."""
+    original = getattr(module, name)
 
     @functools.wraps(original)
-    def set_envs_and_config(*args: Any, **kwargs: Any) -> Any:
-        return subprocesses_from_a_forkserver(original, *args, **kwargs)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return hook(original, *args, **kwargs)
 
-    engine_module._set_envs_and_config = set_envs_and_config
+    setattr(module, name, wrapped)
+
+
+# module -> (attribute, hook): applied by site_hooks after the module's import
+AFTER_IMPORT: dict[str, tuple[str, Callable[..., Any]]] = {
+    "sglang.srt.models.qwen2_moe": ("fused_gate_sigmoid_mul_add", shared_expert_gate_on_cpu),
+}
+FORKSERVER_AFTER_IMPORT = ("sglang.srt.entrypoints.engine", "_set_envs_and_config", subprocesses_from_a_forkserver)
 
 
 BRIDGES: tuple[Bridge, ...] = (

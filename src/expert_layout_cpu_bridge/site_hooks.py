@@ -9,6 +9,7 @@ standalone daemon imports that the bridge patches).
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -21,7 +22,6 @@ from expert_layout_cpu_bridge import FORKSERVER_ENV
 
 HOOK_REGISTRY_MODULE = "sglang.srt.plugins.hook_registry"
 DAEMON_MODULE = "sglang.srt.weight_cache.daemon"
-ENGINE_MODULE = "sglang.srt.entrypoints.engine"
 
 
 class _ThenCall(importlib.abc.Loader):
@@ -79,12 +79,16 @@ def install(*also_register: Callable[[], None]) -> None:
         for register in also_register:
             register()
 
-    def on_engine(module: ModuleType) -> None:
-        from expert_layout_cpu_bridge import bridges
+    from expert_layout_cpu_bridge import bridges
 
-        bridges.start_subprocesses_from_a_forkserver(module)
-
-    callbacks = {HOOK_REGISTRY_MODULE: on_hook_registry, DAEMON_MODULE: _on_daemon}
+    wraps = dict(bridges.AFTER_IMPORT)
     if os.environ.get(FORKSERVER_ENV) == "1":
-        callbacks[ENGINE_MODULE] = on_engine
+        module_name, attribute, hook = bridges.FORKSERVER_AFTER_IMPORT
+        wraps[module_name] = (attribute, hook)
+    callbacks: dict[str, Callable[[ModuleType], None]] = {
+        HOOK_REGISTRY_MODULE: on_hook_registry,
+        DAEMON_MODULE: _on_daemon,
+    }
+    for module_name, (attribute, hook) in wraps.items():
+        callbacks[module_name] = functools.partial(bridges.wrap_after_import, name=attribute, hook=hook)
     sys.meta_path.insert(0, AfterImport(callbacks))

@@ -1,6 +1,10 @@
-"""A tiny deterministic Qwen3-MoE checkpoint and byte-level BPE tokenizer, built here.
+"""A tiny deterministic MoE checkpoint and byte-level BPE tokenizer, built here.
 
-``build_tiny_qwen3_moe(root)`` writes (once; later calls reuse it) a Hugging Face folder that
+Two families: Qwen3-MoE (the demo's and the tests' model) and Qwen2-MoE (routed experts plus a
+shared expert, ``TinyMoeRecipe(family="qwen2_moe")``). sglang 0.5.23 serves the second on CPU
+(with the bridge's shared-expert gate), but EPLB cannot rebalance it on any device:
+``Qwen2MoeForCausalLM`` has no ``routed_experts_weights_of_layer`` (``eplb_manager.py:242``).
+``build_tiny_qwen3_moe(root, recipe)`` writes (once; later calls reuse it) a Hugging Face folder that
 ``python -m sglang.launch_server --model-path`` serves: 2 layers, 8 routed experts (top 2),
 hidden size 64, random weights from ``AutoModelForCausalLM.from_config`` under a fixed seed,
 ``save_pretrained``; a byte-level BPE tokenizer trained with ``tokenizers`` on a few sentences.
@@ -39,6 +43,7 @@ PROMPTS = (
 class TinyMoeRecipe:
     """What the checkpoint is made of; its digest names the folder."""
 
+    family: str = "qwen3_moe"  # or "qwen2_moe" (adds a shared expert of shared_expert_intermediate_size)
     num_hidden_layers: int = 2
     num_experts: int = 8
     num_experts_per_tok: int = 2
@@ -50,10 +55,14 @@ class TinyMoeRecipe:
     head_dim: int = 16
     vocab_size: int = 384
     max_position_embeddings: int = 512
+    shared_expert_intermediate_size: int = 48  # qwen2_moe only
     seed: int = 20261201
 
     def digest(self) -> str:
-        text = json.dumps({"recipe": asdict(self), "corpus": CORPUS}, sort_keys=True)
+        recipe = asdict(self)
+        if self.family == "qwen3_moe":  # the folder name the first family always had
+            del recipe["family"], recipe["shared_expert_intermediate_size"]
+        text = json.dumps({"recipe": recipe, "corpus": CORPUS}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -76,12 +85,15 @@ def _train_tokenizer(vocab_size: int, out_dir: Path) -> None:
     fast.save_pretrained(str(out_dir))
 
 
-def _build(recipe: TinyMoeRecipe, out_dir: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+FAMILIES = ("qwen3_moe", "qwen2_moe")
 
-    _train_tokenizer(recipe.vocab_size, out_dir)
-    config = Qwen3MoeConfig(
+
+def _config(recipe: TinyMoeRecipe) -> object:
+    from transformers import Qwen2MoeConfig, Qwen3MoeConfig
+
+    if recipe.family not in FAMILIES:
+        raise ValueError(f"unknown MoE family {recipe.family!r}; known: {', '.join(FAMILIES)}")
+    common = dict(
         vocab_size=recipe.vocab_size,
         hidden_size=recipe.hidden_size,
         intermediate_size=recipe.intermediate_size,
@@ -89,7 +101,6 @@ def _build(recipe: TinyMoeRecipe, out_dir: Path) -> None:
         num_hidden_layers=recipe.num_hidden_layers,
         num_attention_heads=recipe.num_attention_heads,
         num_key_value_heads=recipe.num_key_value_heads,
-        head_dim=recipe.head_dim,
         num_experts=recipe.num_experts,
         num_experts_per_tok=recipe.num_experts_per_tok,
         max_position_embeddings=recipe.max_position_embeddings,
@@ -101,6 +112,17 @@ def _build(recipe: TinyMoeRecipe, out_dir: Path) -> None:
         pad_token_id=1,
         dtype="float32",
     )
+    if recipe.family == "qwen2_moe":
+        return Qwen2MoeConfig(**common, shared_expert_intermediate_size=recipe.shared_expert_intermediate_size)
+    return Qwen3MoeConfig(**common, head_dim=recipe.head_dim)
+
+
+def _build(recipe: TinyMoeRecipe, out_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = _config(recipe)
+    _train_tokenizer(recipe.vocab_size, out_dir)
     torch.manual_seed(recipe.seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     # from_config leaves some weights at exact zeros/ones; a fixed-seed normal init for every
@@ -117,7 +139,7 @@ def _build(recipe: TinyMoeRecipe, out_dir: Path) -> None:
 def build_tiny_qwen3_moe(root: str | os.PathLike[str] = "build/models", recipe: TinyMoeRecipe | None = None) -> Path:
     """Build the checkpoint under ``root`` (cached by recipe digest) and return its folder."""
     recipe = recipe or TinyMoeRecipe()
-    out = Path(root) / f"tiny-qwen3-moe-{recipe.digest()}"
+    out = Path(root) / f"tiny-{recipe.family.replace('_', '-')}-{recipe.digest()}"
     if (out / "expert_layout_recipe.json").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,10 @@ PLUGINS_ENV = "SGLANG_PLUGINS"
 PROTOCOL_OFF = "none"  # SGLANG_PLUGINS value that leaves this project's plugin out (the bridge stays)
 
 
-# The tiny model's module in sglang.srt.models. sglang's registry imports every module there (255
+# The tiny models' modules in sglang.srt.models. sglang's registry imports every module there (255
 # in 0.5.23, ~1.8 CPU-s per process here); its own SGLANG_DISABLED_MODEL_ARCHS skips the others,
 # as a deployment that serves one model may.
-SERVED_MODEL_MODULES = ("qwen3_moe",)
+SERVED_MODEL_MODULES = ("qwen3_moe", "qwen2_moe")  # expert_layout_real.model.FAMILIES
 
 
 def other_model_modules(keep: Sequence[str] = SERVED_MODEL_MODULES) -> str:

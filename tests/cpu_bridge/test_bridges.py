@@ -115,7 +115,9 @@ def test_forkserver_comes_after_sglangs_spawn_and_preloads_modules_that_exist(mo
 
     engine = types.ModuleType("sglang.srt.entrypoints.engine")
     engine._set_envs_and_config = _set_envs_and_config  # type: ignore[attr-defined]
-    bridges.start_subprocesses_from_a_forkserver(engine)
+    module_name, attribute, hook = bridges.FORKSERVER_AFTER_IMPORT
+    assert (module_name, attribute) == ("sglang.srt.entrypoints.engine", "_set_envs_and_config")
+    bridges.wrap_after_import(engine, attribute, hook)
     try:
         assert engine._set_envs_and_config(object()) == "done"  # type: ignore[attr-defined]
         assert multiprocessing.get_start_method() == "forkserver"
@@ -126,3 +128,19 @@ def test_forkserver_comes_after_sglangs_spawn_and_preloads_modules_that_exist(mo
     assert all(importlib.util.find_spec(name) is not None for name in bridges.FORKSERVER_PRELOAD)
     assert bridge.bridge_env({}, tp_size=2)[bridge.FORKSERVER_ENV] == "1"
     assert bridge.FORKSERVER_ENV not in bridge.bridge_env({bridge.FORKSERVER_ENV: "1"}, tp_size=2, forkserver=False)
+
+
+def test_shared_expert_gate_on_cpu_is_the_unfused_formula_added_in_place() -> None:
+    from sglang.srt.models import qwen2_moe
+
+    g = torch.Generator().manual_seed(1)
+    hidden, gate_w, shared = torch.randn(5, 8, generator=g), torch.randn(8, generator=g), torch.randn(5, 8, generator=g)
+    final = torch.randn(5, 8, generator=g)
+    expected = final + torch.sigmoid(torch.nn.functional.linear(hidden, gate_w.unsqueeze(0))) * shared
+    called: list[str] = []
+    bridges.shared_expert_gate_on_cpu(lambda *a: called.append("kernel"), hidden, gate_w, shared, final)
+    assert not called, "on CPU the Triton kernel must not run"
+    torch.testing.assert_close(final, expected)
+    # the bridge wraps the name the model module calls, right after that module's import
+    assert bridges.AFTER_IMPORT["sglang.srt.models.qwen2_moe"][0] == "fused_gate_sigmoid_mul_add"
+    assert callable(qwen2_moe.fused_gate_sigmoid_mul_add)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from expert_layout_demo import memory_probe, results
@@ -95,3 +96,17 @@ def test_failure_line_prefers_the_protocol_reason_over_noise() -> None:
     assert "daemon dirty" in failure_line(log)
     assert failure_line("x\nRuntimeError: shape mismatch\n") == "RuntimeError: shape mismatch"
     assert failure_line("nothing here") == ""
+
+
+def test_model_families_and_the_first_familys_folder_name_is_unchanged() -> None:
+    from expert_layout_real import model
+
+    # the demo's checkpoint keeps the name it always had; a second family names its own folder
+    assert model.TinyMoeRecipe().digest() == "1f0784b8cd52"
+    qwen2 = model.TinyMoeRecipe(family="qwen2_moe")
+    assert qwen2.digest() != model.TinyMoeRecipe().digest()
+    config = model._config(qwen2)
+    assert type(config).__name__ == "Qwen2MoeConfig" and config.shared_expert_intermediate_size == 48
+    assert type(model._config(model.TinyMoeRecipe())).__name__ == "Qwen3MoeConfig"
+    with pytest.raises(ValueError, match="unknown MoE family 'mixtral'"):
+        model._config(model.TinyMoeRecipe(family="mixtral"))
