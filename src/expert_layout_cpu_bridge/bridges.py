@@ -194,7 +194,10 @@ def wrap_after_import(module: ModuleType, name: str, hook: Callable[..., Any]) -
 AFTER_IMPORT: dict[str, tuple[str, Callable[..., Any]]] = {
     "sglang.srt.models.qwen2_moe": ("fused_gate_sigmoid_mul_add", shared_expert_gate_on_cpu),
 }
-FORKSERVER_AFTER_IMPORT = ("sglang.srt.entrypoints.engine", "_set_envs_and_config", subprocesses_from_a_forkserver)
+# the same, only with EXPERT_LAYOUT_CPU_FORKSERVER=1
+FORKSERVER_AFTER_IMPORT: dict[str, tuple[str, Callable[..., Any]]] = {
+    "sglang.srt.entrypoints.engine": ("_set_envs_and_config", subprocesses_from_a_forkserver),
+}
 
 
 BRIDGES: tuple[Bridge, ...] = (

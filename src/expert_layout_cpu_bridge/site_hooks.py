@@ -83,8 +83,7 @@ def install(*also_register: Callable[[], None]) -> None:
 
     wraps = dict(bridges.AFTER_IMPORT)
     if os.environ.get(FORKSERVER_ENV) == "1":
-        module_name, attribute, hook = bridges.FORKSERVER_AFTER_IMPORT
-        wraps[module_name] = (attribute, hook)
+        wraps.update(bridges.FORKSERVER_AFTER_IMPORT)
     callbacks: dict[str, Callable[[ModuleType], None]] = {
         HOOK_REGISTRY_MODULE: on_hook_registry,
         DAEMON_MODULE: _on_daemon,

@@ -75,7 +75,7 @@ class ResourceMeter:
     stopped: float | None = None
     # the whole machine's busy CPU seconds (the tree's processes come and go; on a machine that
     # runs nothing else this is the demo's CPU): how far from CPU-bound the run was
-    cpu_busy_start: float = field(default_factory=lambda: _machine_busy_s())
+    cpu_busy_start: float = field(default_factory=_machine_busy_s)
     cpu_busy_s: float = 0.0
     _halt: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None

@@ -7,6 +7,7 @@ output in ``<run>/logs/<name>.log``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -25,6 +26,7 @@ from typing import Any
 from expert_layout_cpu_bridge import CPU_SERVER_ARGS, bridge_env
 from expert_layout_cpu_bridge.bridges import cpu_device_uuid
 from expert_layout_real import engine_probes
+from expert_layout_real.model import FAMILIES
 from expert_layout_real.processes import ProcessTree
 
 SOCKET_TEMPLATE_ENV = "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"
@@ -33,14 +35,12 @@ PLUGINS_ENV = "SGLANG_PLUGINS"
 PROTOCOL_OFF = "none"  # SGLANG_PLUGINS value that leaves this project's plugin out (the bridge stays)
 
 
-# The tiny models' modules in sglang.srt.models. sglang's registry imports every module there (255
-# in 0.5.23, ~1.8 CPU-s per process here); its own SGLANG_DISABLED_MODEL_ARCHS skips the others,
-# as a deployment that serves one model may.
-SERVED_MODEL_MODULES = ("qwen3_moe", "qwen2_moe")  # expert_layout_real.model.FAMILIES
-
-
-def other_model_modules(keep: Sequence[str] = SERVED_MODEL_MODULES) -> str:
-    """SGLANG_DISABLED_MODEL_ARCHS: every module of sglang.srt.models but ``keep`` (not imported)."""
+@functools.cache
+def other_model_modules(keep: tuple[str, ...] = FAMILIES) -> str:
+    """SGLANG_DISABLED_MODEL_ARCHS: every module of sglang.srt.models but the tiny models' own
+    (``model.FAMILIES`` are their module names). sglang's registry imports every module there (255
+    in 0.5.23, ~1.8 CPU-s per process here); its own switch skips the others, as a deployment that
+    serves one model may. Listed once per process, not per command."""
     import importlib.util
     import pkgutil
 

@@ -115,8 +115,8 @@ def test_forkserver_comes_after_sglangs_spawn_and_preloads_modules_that_exist(mo
 
     engine = types.ModuleType("sglang.srt.entrypoints.engine")
     engine._set_envs_and_config = _set_envs_and_config  # type: ignore[attr-defined]
-    module_name, attribute, hook = bridges.FORKSERVER_AFTER_IMPORT
-    assert (module_name, attribute) == ("sglang.srt.entrypoints.engine", "_set_envs_and_config")
+    attribute, hook = bridges.FORKSERVER_AFTER_IMPORT["sglang.srt.entrypoints.engine"]
+    assert attribute == "_set_envs_and_config"
     bridges.wrap_after_import(engine, attribute, hook)
     try:
         assert engine._set_envs_and_config(object()) == "done"  # type: ignore[attr-defined]
