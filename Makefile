@@ -28,8 +28,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q --durations=25 tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tools tests
+	$(VENV)/bin/ruff format --check src tools tests
 
 diagrams: $(STAMP)
 	@command -v dot >/dev/null || { echo "[diagrams] installing Graphviz (dot)"; \

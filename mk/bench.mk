@@ -9,4 +9,4 @@
 BENCH_ARGS ?=
 
 bench: $(STAMP)
-	$(PY) -m expert_layout_demo.bench --out bench-results $(BENCH_ARGS)
+	$(PY) -m tools.bench --out bench-results $(BENCH_ARGS)

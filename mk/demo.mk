@@ -18,7 +18,7 @@ $(DEMO_STAMP): $(STAMP) mk/demo.mk
 	@touch $@
 
 demo: $(DEMO_STAMP)
-	$(PY) -m expert_layout_demo.real --out demo-results $(DEMO_ARGS)
+	$(PY) -m tools.demo.real --out demo-results $(DEMO_ARGS)
 
 demo-harness: $(DEMO_STAMP)
-	$(PY) -m expert_layout_demo --out demo-results/harness $(DEMO_ARGS)
+	$(PY) -m tools.demo.harness --out demo-results/harness $(DEMO_ARGS)

@@ -14,22 +14,22 @@ SPEC_MUTANTS ?=
 .PHONY: check-spec check-model traces witnesses spec-mutants
 
 check-spec: $(STAMP)
-	$(PY) -m layout_model.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m)) \
+	$(PY) -m tools.mirror.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m)) \
 	  --witnesses --traces build/witnesses
 
 witnesses: $(STAMP)
-	$(PY) -m layout_model.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses
+	$(PY) -m tools.mirror.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses
 	$(PY) -m tests.model_based.witness_traces --from build/witnesses
 
 spec-mutants: $(STAMP)
-	$(PY) -m layout_model.spec_mutants --spec-dir spec --doc docs/spec-mutants.md \
+	$(PY) -m tools.mirror.spec_mutants --spec-dir spec --doc docs/spec-mutants.md \
 	  $(if $(SPEC_MUTANTS),--only $(SPEC_MUTANTS))
 
 check-model: $(STAMP)
-	$(PY) -m layout_model.explore $(SPEC_MODELS) --spec-dir spec --dot-dir build/mirror
+	$(PY) -m tools.mirror.explore $(SPEC_MODELS) --spec-dir spec --dot-dir build/mirror
 
 traces: $(STAMP)
-	@rc=0; $(PY) -m layout_model.check_spec --spec-dir spec --dump build/tlc \
+	@rc=0; $(PY) -m tools.mirror.check_spec --spec-dir spec --dump build/tlc \
 	  $(foreach m,$(TRACE_MODELS),--model $(m)) || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
 	  for m in $(TRACE_MODELS); do $(PY) -m tests.model_based.suites --model $$m --dot build/tlc/$$m.dot || exit 1; done; \

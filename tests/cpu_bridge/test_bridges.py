@@ -7,8 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from expert_layout_cpu_bridge import bridges
+from tools.cpu_bridge import bridges
 
 
 def _moe_inputs(tokens: int = 6, experts: int = 5, hidden: int = 8, inter: int = 4):
@@ -86,7 +85,7 @@ def test_default_device_module_is_cpu_and_explicit_devices_pass_through() -> Non
 
 
 def test_bridge_env_turns_the_bridge_on_and_refuses_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    import expert_layout_cpu_bridge as bridge
+    import tools.cpu_bridge as bridge
 
     env = bridge.bridge_env({"PYTHONPATH": "/elsewhere"}, tp_size=2)
     assert env[bridge.ENABLE_ENV] == "1" and env["SGLANG_USE_CPU_ENGINE"] == "1"
@@ -102,7 +101,7 @@ def test_forkserver_comes_after_sglangs_spawn_and_preloads_modules_that_exist(mo
     import multiprocessing
     import types
 
-    import expert_layout_cpu_bridge as bridge
+    import tools.cpu_bridge as bridge
 
     before = multiprocessing.get_start_method(allow_none=True)
     monkeypatch.setattr(multiprocessing.context._default_context, "_actual_context", None)

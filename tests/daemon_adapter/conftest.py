@@ -1,4 +1,4 @@
-"""Fixtures: real layout-aware sglang daemons (``layout_testkit.daemon_proc``) on real sockets."""
+"""Fixtures: real layout-aware sglang daemons (``tools.harness.daemon_proc``) on real sockets."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-from layout_testkit.daemon_proc import DaemonProcess, start_daemon
+from tools.harness.daemon_proc import DaemonProcess, start_daemon
 
 # 3 layers, 6 physical slots (4 logical experts + 2 redundant), as sglang builds it.
 INITIAL_MAP = [[0, 1, 2, 3, 0, 1], [0, 1, 2, 3, 2, 3], [3, 2, 1, 0, 1, 0]]

@@ -10,8 +10,9 @@ import json
 import sys
 import time
 
+from tools.harness.daemon_proc import attach, request
+
 from layout_sm.messages import begin_request
-from layout_testkit.daemon_proc import attach, request
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ import socket
 import time
 from typing import Any
 
+from tools.harness.daemon_proc import attach, default_cache_config, request
+
 from layout_sm.messages import (
     abort_request,
     begin_request,
@@ -13,7 +15,6 @@ from layout_sm.messages import (
     fetch_layout_field,
     query_request,
 )
-from layout_testkit.daemon_proc import attach, default_cache_config, request
 
 
 class Engine:

@@ -14,9 +14,9 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tools.harness.daemon_proc import connect, recv_frame, request, send_frame
 
 from layout_sm.record import layout_digest
-from layout_testkit.daemon_proc import connect, recv_frame, request, send_frame
 
 from .conftest import INITIAL_MAP
 from .helpers import Engine, query
@@ -111,7 +111,7 @@ def fuzz_daemon(tmp_path_factory):
     import shutil
     import tempfile
 
-    from layout_testkit.daemon_proc import start_daemon
+    from tools.harness.daemon_proc import start_daemon
 
     from .conftest import NUM_LOGICAL
 

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from tools.harness.daemon_proc import DaemonProcess, attach, connect, recv_frame, request
 
 from daemon_adapter.daemon import REQUEST_READ_TIMEOUT_S
 from daemon_adapter.wire import MAX_REQUEST_OPCODES
 from layout_sm.daemon import MAX_ATTACHMENTS
-from layout_testkit.daemon_proc import DaemonProcess, attach, connect, recv_frame, request
 
 from .helpers import Engine, fetch_state, query, status_reason, wait_for
 
@@ -174,7 +174,7 @@ def test_no_frame_makes_the_daemon_allocate_more_than_the_bound(daemon: DaemonPr
 
 
 def test_a_deepseek_scale_commit_still_passes(make_daemon: Callable[..., DaemonProcess]) -> None:
-    from expert_layout_demo.bench import LOGICAL, deepseek_map
+    from tools.bench.protocol import LOGICAL, deepseek_map
 
     rows = deepseek_map()
     daemon = make_daemon("deepseek", physical_to_logical_map=rows, num_logical=LOGICAL)

@@ -16,9 +16,8 @@ def build_record(model_dir: str, *flags: str):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
     from sglang.srt.server_args import prepare_server_args
-
-    from layout_testkit.daemon_proc import default_cache_config
-    from layout_testkit.loaded_daemon import FakeLoadedLayoutAwareDaemon
+    from tools.harness.daemon_proc import default_cache_config
+    from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon
 
     argv = ["--model-path", model_dir, "--device", "cpu", "--skip-tokenizer-init", "--tp-size", "2", "--ep-size", "2"]
     server_args = prepare_server_args([*argv, *flags])

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
+from tools.harness.daemon_proc import default_cache_config, request
+
 from layout_sm.record import layout_digest
-from layout_testkit.daemon_proc import default_cache_config, request
 
 from .conftest import INITIAL_MAP, NUM_LOGICAL
 from .helpers import Engine, fetch_state, query, status_reason, wait_for

@@ -12,6 +12,7 @@ import tempfile
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tools.harness.daemon_proc import DaemonProcess, attach, request, start_daemon
 
 from layout_sm.daemon import DaemonMachine
 from layout_sm.messages import (
@@ -27,7 +28,6 @@ from layout_sm.messages import (
     fetch_layout_field,
 )
 from layout_sm.record import LayoutRecord
-from layout_testkit.daemon_proc import DaemonProcess, attach, request, start_daemon
 
 from .conftest import INITIAL_MAP, NUM_LOGICAL
 from .helpers import fetch_state, query, wait_for

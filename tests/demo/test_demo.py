@@ -30,7 +30,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "expert_layout_demo", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "tools.demo.harness", "--quick", "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -10,10 +10,9 @@ import time
 
 import pytest
 import torch
-
-from expert_layout_demo import memory_probe, results
-from expert_layout_demo.procmon import ResourceMeter, tree_memory_bytes, tree_rss_bytes
-from expert_layout_demo.real.lab import failure_line
+from tools.demo import memory_probe, results
+from tools.demo.procmon import ResourceMeter, tree_memory_bytes, tree_rss_bytes
+from tools.demo.real.lab import failure_line
 
 
 def _gates(num_experts: int = 8, inter: int = 4, hidden: int = 6) -> list[torch.Tensor]:
@@ -99,7 +98,7 @@ def test_failure_line_prefers_the_protocol_reason_over_noise() -> None:
 
 
 def test_model_families_and_the_first_familys_folder_name_is_unchanged() -> None:
-    from expert_layout_real import model
+    from tools.realserver import model
 
     # the demo's checkpoint keeps the name it always had; a second family names its own folder
     assert model.TinyMoeRecipe().digest() == "1f0784b8cd52"

@@ -14,8 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # the rank scripts must import by name in the ranks
 
 from ea_helpers import Daemons
-
-from layout_testkit.engine_ranks import EngineRanks
+from tools.harness.engine_ranks import EngineRanks
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tools.harness import daemon_proc, toy_moe
+from tools.harness.toy_moe import ToyMoEConfig
+
 from layout_sm.messages import begin_request, commit_request, query_request
-from layout_testkit import daemon_proc, toy_moe
-from layout_testkit.toy_moe import ToyMoEConfig
 
 
 @dataclass

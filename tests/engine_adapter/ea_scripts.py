@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from layout_testkit.engine_ranks import EngineRank, EngineSpec
+from tools.harness.engine_ranks import EngineRank, EngineSpec
 
 
 def spec(sockets: tuple[str | None, ...], **kwargs: Any) -> EngineSpec:
@@ -124,7 +124,7 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
     import os
     import signal
 
-    from layout_testkit import toy_moe
+    from tools.harness import toy_moe
 
     assert rank.spec is not None
     restore = None

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ea_scripts
 from ea_helpers import OtherEngine, rotated_map
-
-from layout_testkit import toy_moe
+from tools.harness import toy_moe
 
 
 def _rebalance_stays_off(ranks, d, mode: str) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ea_scripts
 from ea_helpers import OtherEngine, rotated_map
-
-from layout_testkit import toy_moe
+from tools.harness import toy_moe
 
 
 def test_the_loader_sends_the_layout_field(ranks, daemons):

@@ -8,9 +8,8 @@ import json
 import ea_scripts
 import pytest
 from ea_helpers import OtherEngine
-
-from layout_testkit import toy_moe
-from layout_testkit.toy_moe import ToyMoEConfig
+from tools.harness import toy_moe
+from tools.harness.toy_moe import ToyMoEConfig
 
 FIELDS = ea_scripts.METADATA_FIELDS  # the fields the rank script compares, in its order
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ea_scripts
 from ea_helpers import OtherEngine
+from tools.harness import daemon_proc, toy_moe
 
 from layout_sm.record import layout_digest
-from layout_testkit import daemon_proc, toy_moe
 
 
 def _ok(results):

@@ -10,9 +10,9 @@ import time
 
 import ea_scripts
 from ea_helpers import OtherEngine, rotated_map
+from tools.harness import toy_moe
 
 from layout_sm.record import layout_digest
-from layout_testkit import toy_moe
 
 FAST_POLL = (("SGLANG_EXPERT_LAYOUT_POLL_INTERVAL", "0.1"),)
 

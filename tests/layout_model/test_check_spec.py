@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from layout_model import check_spec
+from tools.mirror import check_spec
 
 SAMPLES = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"  # real TLC output
 

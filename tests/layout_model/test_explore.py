@@ -11,13 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tools.mirror.compare import compare_graphs
+from tools.mirror.compare import main as compare_main
+from tools.mirror.dot import StateGraph, escape, load_dot
+from tools.mirror.explore import explore
+from tools.mirror.render import one_line, pretty, state_vars
 
 import layout_sm.daemon as daemon_module
-from layout_model.compare import compare_graphs
-from layout_model.compare import main as compare_main
-from layout_model.dot import StateGraph, escape, load_dot
-from layout_model.explore import explore
-from layout_model.render import one_line, pretty, state_vars
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 

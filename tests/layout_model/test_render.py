@@ -1,13 +1,13 @@
-"""``layout_model.values.tlc_text`` and ``layout_model.render`` print values as TLC does (checked against TLC's own
+"""``tools.mirror.values.tlc_text`` and ``tools.mirror.render`` print values as TLC does (checked against TLC's own
 sample dump)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from layout_model.dot import load_dot
-from layout_model.render import canonical_text, one_line, pretty, state_vars
-from layout_model.values import Fn, ModelValue, Record, decode_text, tlc_intern_order, tlc_text
+from tools.mirror.dot import load_dot
+from tools.mirror.render import canonical_text, one_line, pretty, state_vars
+from tools.mirror.values import Fn, ModelValue, Record, decode_text, tlc_intern_order, tlc_text
 
 SAMPLES = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"
 

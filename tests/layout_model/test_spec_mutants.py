@@ -12,9 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from layout_model import spec_mutants
-from layout_model.check_spec import MODELS
+from tools.mirror import spec_mutants
+from tools.mirror.check_spec import MODELS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TOY = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"
@@ -84,7 +83,7 @@ def test_a_parse_error_is_not_a_kill() -> None:
 
 
 def test_verdicts_table_and_exit_without_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from layout_model import check_spec
+    from tools.mirror import check_spec
 
     monkeypatch.delenv("TLA2TOOLS_JAR", raising=False)
     monkeypatch.setattr(check_spec, "CACHE", tmp_path / "none.jar")

@@ -3,7 +3,7 @@
 Both run `daemon_adapter.LayoutAwareDaemon` (sglang 0.5.23's `WeightCacheDaemon` with the layout
 record) built without a model, and sglang's own `serve()` loop on a real Unix socket:
 
-- `ProcessHost`: one process per daemon (`layout_testkit.daemon_proc`); a restart is a SIGKILL
+- `ProcessHost`: one process per daemon (`tools.harness.daemon_proc`); a restart is a SIGKILL
   and a fresh process. About 50 ms a daemon: for samples and `make replay-full`.
 - `InProcessHost`: `serve()` in a thread of the test process; about 2 ms a daemon, so the
   whole MCSmall suite (thousands of fresh systems) and Hypothesis fit in CI. sglang's `serve()`
@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 from typing import Any, Protocol
 
-from layout_testkit import daemon_proc
+from tools.harness import daemon_proc
 
 
 class DaemonHandle(Protocol):
@@ -105,8 +105,7 @@ class _Thread:
 
     def _start(self) -> None:
         import torch
-
-        from layout_testkit.loaded_daemon import FakeLoadedLayoutAwareDaemon
+        from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon
 
         torch.multiprocessing.set_sharing_strategy("file_system")
         # a fresh path per start: a stopped serve loop unlinks its own socket up to 1 s later

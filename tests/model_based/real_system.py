@@ -30,20 +30,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.harness import daemon_proc
+from tools.mirror.system import NUM_LOGICAL, ROWS, rows_of_perms
+from tools.mirror.tlc_formats import Action
+from tools.mirror.values import ModelValue, Record
+
 from daemon_adapter import client
-from layout_model.system import NUM_LOGICAL, ROWS, rows_of_perms
-from layout_model.tlc_formats import Action
-from layout_model.values import ModelValue, Record
 from layout_sm import messages
 from layout_sm.engine import EngineLayout
 from layout_sm.messages import request_wire
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
 from layout_sm.session import EngineSession, Gather
-from layout_testkit import daemon_proc
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
-PERMS = ROWS  # the mirror's binding of the spec's two permutations (layout_model.system)
+PERMS = ROWS  # the mirror's binding of the spec's two permutations (tools.mirror.system)
 NOTICE_TIMEOUT_S = 5.0
 WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (docs/protocol.md §5), reported in a timed-out finding
 

@@ -13,11 +13,11 @@ Each model's state graph is TLC's own `-dump dot,actionlabels` graph:
 - `--source mirror`: the mirror explorer's own dump (same format), asked for by name only, for
   a spec change TLC has not yet been run on; the manifest then says `source: mirror`.
 
-The suite covers every edge (`layout_model.dot.StateGraph.edge_cover`: canonical, the
+The suite covers every edge (`tools.mirror.dot.StateGraph.edge_cover`: canonical, the
 same for equal graphs whatever their node ids, line order or variable order) and is written to
 `tests/model_based/traces/<Model>/suite.json.gz` with a manifest: the SHA-256 of the spec, the
 model's .tla and .cfg, the graph's source, file and SHA-256, TLC's version, the order TLC prints
-the variables in (`layout_model.render.sany_variable_order`) and the counts.
+the variables in (`tools.mirror.render.sany_variable_order`) and the counts.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layout_model.dot import StateGraph, load_dot
-from layout_model.render import fit_variable_order
-from layout_model.system import VARIABLES
-from layout_model.tlc_formats import Suite, TlcFormatError, file_sha256
+from tools.mirror.dot import StateGraph, load_dot
+from tools.mirror.render import fit_variable_order
+from tools.mirror.system import VARIABLES
+from tools.mirror.tlc_formats import Suite, TlcFormatError, file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
@@ -123,7 +123,7 @@ def mirror_dump(model: str, out: Path) -> str:
     Returns its verdict line: a graph with an invariant violation still makes a suite (the
     replay then shows where code and spec part), but the manifest says so.
     """
-    cmd = [sys.executable, "-m", "layout_model.explore", model, "--spec-dir", str(SPEC), "--dump", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "tools.mirror.explore", model, "--spec-dir", str(SPEC), "--dump", str(out), "--quiet"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if not out.exists():
         raise SystemExit(f"the explorer wrote no graph for {model}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -153,10 +153,10 @@ def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS, sourc
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / f"{model}.dot"
             verdict = mirror_dump(model, out)
-            manifest.update(source="mirror", dot="layout_model.explore", tlc_version=None, explorer=verdict)
+            manifest.update(source="mirror", dot="tools.mirror.explore", tlc_version=None, explorer=verdict)
             graph = load_dot(out)
             manifest.update(variable_order_manifest(graph, str(out)))
-        return Suite.from_graph(graph, manifest, max_steps)
+        return graph.suite(manifest, max_steps)
     if dot is None:
         dot = tlc_graph(model)
         if dot is None:
@@ -177,7 +177,7 @@ def build(model: str, dot: Path | None = None, max_steps: int = MAX_STEPS, sourc
         tlc_version=_tlc_version(dot, model),
         **variable_order_manifest(graph, str(dot)),
     )
-    return Suite.from_graph(graph, manifest, max_steps)
+    return graph.suite(manifest, max_steps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from tools.mirror.system import load_model
+from tools.mirror.tlc_formats import Suite
 
-from layout_model.system import load_model
-from layout_model.tlc_formats import Suite
 from tests.model_based.daemon_hosts import DaemonHost, InProcessHost, ProcessHost
 from tests.model_based.real_system import Mismatch, RealSystem
 from tests.model_based.suites import MODELS, SPEC

@@ -1,9 +1,9 @@
-"""Replay every committed behaviour against the mirror (the `layout_sm` machines composed by `layout_model.system`).
+"""Replay every committed behaviour against the mirror (the `layout_sm` machines composed by `tools.mirror.system`).
 
 After each step the mirror's state, rendered as TLA+, must equal the state in the suite (TLC's
 text: the suites are derived from TLC's own graphs), and the actions the mirror enables there must
 be exactly the edges the graph lists out of that state. The mirror prints the variables in the
-order TLC does (`layout_model.render.sany_variable_order`, fitted to TLC's graph when the suite is
+order TLC does (`tools.mirror.render.sany_variable_order`, fitted to TLC's graph when the suite is
 derived and recorded in its manifest), so the texts must be equal character for character.
 """
 
@@ -15,11 +15,11 @@ from functools import cache
 from typing import Any
 
 import pytest
+from tools.mirror.dot import load_dot
+from tools.mirror.render import reorder_state, sany_variable_order
+from tools.mirror.system import VARIABLES, System, load_model
+from tools.mirror.tlc_formats import Suite
 
-from layout_model.dot import load_dot
-from layout_model.render import reorder_state, sany_variable_order
-from layout_model.system import VARIABLES, System, load_model
-from layout_model.tlc_formats import Suite
 from tests.model_based.suites import (
     MODELS,
     REGENERATE,
@@ -177,7 +177,7 @@ def test_tlcs_variable_order_is_sanys_symbol_table_order(model: str) -> None:
         pytest.skip("the suite comes from the mirror's own dump, printed in declaration order")
     assert m["sany_symbol_table"] is not None, (
         f"TLC printed {model}'s variables in an order that no java.util.Hashtable capacity explains: "
-        f"{m['variable_order']}; see layout_model.render.sany_variable_order"
+        f"{m['variable_order']}; see tools.mirror.render.sany_variable_order"
     )
     table = m["sany_symbol_table"]
     assert (

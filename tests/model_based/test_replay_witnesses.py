@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from tools.mirror.check_spec import WITNESSES
+from tools.mirror.system import load_model
 
-from layout_model.check_spec import WITNESSES
-from layout_model.system import load_model
 from tests.model_based.daemon_hosts import DaemonHost, InProcessHost, ProcessHost
 from tests.model_based.real_system import RealSystem
 from tests.model_based.witness_traces import MANIFEST, REGENERATE, SPEC, WITNESS_DIR, load_witness, spec_hashes, witness

@@ -2,7 +2,7 @@
 
 `SpecOnRealDaemons` is a `RuleBasedStateMachine` with one rule per action of the spec's `Next`
 (spec/LayoutProtocol.tla); a rule's precondition is the action's enabling condition, as the
-mirror (`layout_model.system`, the `layout_sm` machines composed) computes it in the current
+mirror (`tools.mirror.system`, the `layout_sm` machines composed) computes it in the current
 state, and the rule draws one enabled instance (its parameters). Each step is then done on real
 `LayoutAwareDaemon`s (sglang's serve loop on real Unix sockets, one per rank, in this process
 for speed: `daemon_hosts.InProcessHost`), whose replies and `expert_layout_query` must match the
@@ -23,11 +23,11 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tools.mirror.invariants import INVARIANTS, Vars
+from tools.mirror.system import System, load_model
+from tools.mirror.tlc_formats import Action
+from tools.mirror.values import Record
 
-from layout_model.invariants import INVARIANTS, Vars
-from layout_model.system import System, load_model
-from layout_model.tlc_formats import Action
-from layout_model.values import Record
 from tests.model_based.daemon_hosts import InProcessHost
 from tests.model_based.real_system import RealSystem
 from tests.model_based.suites import SPEC
@@ -142,7 +142,7 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
 
 
 def test_every_spec_action_is_a_rule() -> None:
-    from layout_model.system import EVENTS
+    from tools.mirror.system import EVENTS
 
     # Hypothesis marks a rule with this attribute (hypothesis.stateful.RULE_MARKER)
     missing = [n for n in EVENTS if not hasattr(getattr(SpecOnRealDaemons, n, None), "hypothesis_stateful_rule")]

@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tools.mirror.dot import load_dot
+from tools.mirror.render import fit_variable_order, java_string_hash, sany_variable_order
 
-from layout_model.dot import load_dot
-from layout_model.render import fit_variable_order, java_string_hash, sany_variable_order
 from tests.model_based import suites
 
 SAMPLES = Path(__file__).parent / "fixtures" / "tlc-samples"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from layout_model.values import (
+from tools.mirror.values import (
     Fn,
     ModelValue,
     Record,

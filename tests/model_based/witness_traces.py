@@ -6,7 +6,7 @@ copies each witness's ``-dumpTrace json`` (written by ``make check-spec``) into
 ``tests/model_based/witnesses/<Name>.json`` and records in ``manifest.json`` the SHA-256 of the
 spec files it came from and its length. ``load_witness`` reads one back as a ``Behaviour`` with
 typed states: JSON erases sets, so each step is matched, by its action label and its state, to
-the mirror's successor (``layout_model.system``), whose state is then the typed one. A step the
+the mirror's successor (``tools.mirror.system``), whose state is then the typed one. A step the
 mirror cannot match is an error naming it: the mirror and TLC disagree on that witness.
 """
 
@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from layout_model.check_spec import WITNESSES, Witness
-from layout_model.system import System, load_model
-from layout_model.tlc_formats import Action, Behaviour, Step, file_sha256
-from layout_model.values import json_matches
+from tools.mirror.check_spec import WITNESSES, Witness
+from tools.mirror.system import System, load_model
+from tools.mirror.tlc_formats import Action, Behaviour, Step, file_sha256
+from tools.mirror.values import json_matches
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"

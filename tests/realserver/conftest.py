@@ -17,9 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from expert_layout_real.model import build_tiny_qwen3_moe
-from expert_layout_real.server import RealServer, RunDir, daemon_status
+from tools.realserver.model import build_tiny_qwen3_moe
+from tools.realserver.server import RealServer, RunDir, daemon_status
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_PATH = "/tmp/realserver.lock"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tools.realserver.engine_probes import StopPoint
+from tools.realserver.processes import ProcessTree
 
-from expert_layout_real.engine_probes import StopPoint
-from expert_layout_real.processes import ProcessTree
 from tests.realserver.conftest import lock_holders
 
 

@@ -17,9 +17,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from expert_layout_real.model import PROMPTS
-from expert_layout_real.server import (
+from tools.realserver.model import PROMPTS
+from tools.realserver.server import (
     RealServer,
     RunDir,
     ServerSpec,
@@ -28,6 +27,7 @@ from expert_layout_real.server import (
     daemon_status,
     write_expert_location,
 )
+
 from tests.realserver.conftest import drive_until_version
 
 # The rule this test checks can be broken from outside: B's SGLANG_PLUGINS (None: all plugins).

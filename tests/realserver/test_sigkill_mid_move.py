@@ -1,7 +1,7 @@
 """Cases 3a and 3b on real servers, on one set of standalone daemons (one module fixture).
 
 3a, SIGKILL between chunks: server A runs with the test probe
-``EXPERT_LAYOUT_TEST_STOP=after_commit:1`` (``expert_layout_real.engine_probes``): each rank stops
+``EXPERT_LAYOUT_TEST_STOP=after_commit:1`` (``tools.realserver.engine_probes``): each rank stops
 once its daemon has answered ok to the commit of A's first chunk (one layer of two), before the
 second chunk begins. The test SIGKILLs A's whole process tree. The daemons must stay clean at
 that committed version, and server D on the same daemons must adopt it on every rank.
@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from expert_layout_real.engine_probes import StopPoint
-from expert_layout_real.model import PROMPTS
-from expert_layout_real.server import (
+from tools.realserver.engine_probes import StopPoint
+from tools.realserver.model import PROMPTS
+from tools.realserver.server import (
     RealServer,
     RunDir,
     ServerFailed,

@@ -1,9 +1,9 @@
 """A line-by-line Python reading of spec/LayoutProtocol.tla's Init and Next: a stand-in for TLC.
 
-Why: TLC cannot run here, and the mirror (``layout_model.system``) takes every decision from
+Why: TLC cannot run here, and the mirror (``tools.mirror.system``) takes every decision from
 ``layout_sm``. This oracle takes none from it: each function below transcribes one TLA+ action,
 conjunct by conjunct, over the spec's own variables. Exploring it yields the graph TLC would
-dump, so ``layout_model.compare`` can hold the mirror's graph against the spec's today. It is a
+dump, so ``tools.mirror.compare`` can hold the mirror's graph against the spec's today. It is a
 test oracle, not a second implementation: when TLC's graphs arrive under ``../shared/tlc/``
 they replace it.
 
@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from layout_model.dot import escape
-from layout_model.explore import fingerprint
-from layout_model.system import Model, label, load_model, render_projection
-from layout_model.values import Fn, ModelValue, Record, tlc_intern_order
+from tools.mirror.dot import escape
+from tools.mirror.explore import fingerprint
+from tools.mirror.system import Model, label, load_model, render_projection
+from tools.mirror.values import Fn, ModelValue, Record, tlc_intern_order
 
 State = tuple[Any, ...]
 (DPHASE, DVER, DMAP, DPEND, DATT, DNF, TRUTH, EPHASE, EFIND, EROUTE, EVER, ESERV, ESHARE, REB, MOVES) = range(15)
@@ -327,7 +327,7 @@ class SpecOracle:
             if t is not None and t != s:
                 yield label(name, shown), t
 
-    # -- the spec's variables as layout_model.values values -------------------------------
+    # -- the spec's variables as tools.mirror.values values -------------------------------
 
     def project(self, s: State) -> tuple[Any, ...]:
         engines = tuple(ModelValue(e) for e in self.E)

@@ -1,4 +1,4 @@
-"""Structural cross-check between the spec and the mirror (``layout_model.system``).
+"""Structural cross-check between the spec and the mirror (``tools.mirror.system``).
 
 Why: the graphs can only be equal if the mirror has exactly the spec's actions (same names,
 same parameters) and maps every spec variable; this fails fast, before any exploration.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from layout_model.invariants import ACTION_PROPERTIES, INVARIANTS, LIVENESS
-from layout_model.system import EVENTS, VARIABLE_SOURCES, VARIABLES, System, load_model
+from tools.mirror.invariants import ACTION_PROPERTIES, INVARIANTS, LIVENESS
+from tools.mirror.system import EVENTS, VARIABLE_SOURCES, VARIABLES, System, load_model
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()

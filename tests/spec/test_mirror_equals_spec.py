@@ -17,15 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.layout_model.test_explore import SPEC, _variant
 from tests.model_based import suites
 from tests.model_based.mutants.catalog import MUTANTS
 from tests.spec.spec_oracle import dump
+from tests.tools.mirror.test_explore import SPEC, _variant
+from tools.mirror.compare import compare_graphs
+from tools.mirror.dot import load_dot
+from tools.mirror.explore import explore
 
 import layout_sm.session as session_module
-from layout_model.compare import compare_graphs
-from layout_model.dot import load_dot
-from layout_model.explore import explore
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def test_required_properties_are_named_operators() -> None:
 
 
 def test_every_witness_is_a_scenario_with_its_invariant() -> None:
-    from layout_model.check_spec import WITNESSES
+    from tools.mirror.check_spec import WITNESSES
 
     defs = _definitions((SPEC / "Scenarios.tla").read_text())
     for w in WITNESSES:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from layout_model.system import EVENTS, VARIABLES
+from tools.mirror.system import EVENTS, VARIABLES
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()

@@ -2,14 +2,14 @@
 
 Patching right after the target executes, before any other module runs `from target import name`,
 makes every such name the mutated one, in the test process and in every process it spawns. The
-import hook is the CPU bridge's (`expert_layout_cpu_bridge.site_hooks.AfterImport`, stdlib only).
+import hook is the CPU bridge's (`tools.cpu_bridge.site_hooks.AfterImport`, stdlib only).
 """
 
 from __future__ import annotations
 
 import sys
 
-from expert_layout_cpu_bridge.site_hooks import AfterImport
+from tools.cpu_bridge.site_hooks import AfterImport
 
 
 def install() -> str | None:

@@ -1,0 +1,535 @@
+"""``make bench`` / ``python -m tools.bench.protocol``: the protocol's costs, each against a floor.
+
+Every figure is a ratio to a floor measured in the same run, with the absolute numbers beside it
+(medians over many repetitions; the machine is shared, so medians, not means). Parts:
+
+1. chunk: begin + commit of one chunk (one layer of a DeepSeek-V3-sized map, 61 x 288) against a
+   real layout-aware daemon process, on 1 rank and on 2 ranks (gloo all-gathers, as the engine
+   adapter does), with the engine adapter's own socket client (``daemon_adapter.client``) and
+   the engine session every rank runs (``layout_sm.session.EngineSession``); floor: the same
+   number of bare round trips (sglang's ``ping`` through the same serve loop) and bare all-gathers.
+2. startup: attach + all-gather of the findings + the session's ``agree``; floor: a bare
+   ``query_config`` (and a bare all-gather on 2 ranks).
+3. scale: the digest of a 61 x 288 map, a full-map commit daemon-side (parse + machine + reply),
+   and the commit's size on the wire.
+4. fetch: ``fetch_state`` through the layout-aware handler (with the layout check) against
+   sglang's own ``WeightCacheDaemon._handle_connection``, on the same daemon object with the same
+   exported tensors.
+5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
+   against 1.
+6. request check: the daemon's check of a request's pickle before unpickling it
+   (``daemon_adapter.wire.request_pickle_problem``) on a full-map commit and on a one-layer chunk;
+   floor: unpickling the same bytes.
+7. real servers (``tools.bench.real``): ``python -m sglang.launch_server`` ready time
+   with and without the plugin on the same daemons, and EPLB's rebalance wall time with and
+   without the protocol; a few minutes on 2 cores (``--no-real`` skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import pickle
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tools.demo.results import machine
+
+LAYERS, PHYSICAL, LOGICAL = 61, 288, 256  # DeepSeek-V3: 58 MoE layers of 61, 256 routed + 32 redundant
+TARGETS = {"chunk_ratio_max": 3.0, "fetch_overhead_max": 0.05, "commit_ms_max": 2.0}
+
+
+def deepseek_map() -> list[list[int]]:
+    """A valid 61 x 288 map: every logical expert placed, the 32 redundant slots spread."""
+    return [[(p + layer) % LOGICAL for p in range(PHYSICAL)] for layer in range(LAYERS)]
+
+
+def _median_us(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1e6, 1)
+
+
+def _timeit(fn: Callable[[], Any], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# -- 1 and 2: chunk and startup, in rank processes -------------------------------------------
+
+
+def _rank_worker(rank: int, world: int, init: str, sockets: list[str], n: int, conn: Any) -> None:
+    """One engine rank: attach to its daemon, then time startup and chunks against their floors."""
+    import torch.distributed as dist
+
+    from daemon_adapter import client
+    from layout_sm.engine import EngineLayout, RankFinding
+    from layout_sm.messages import request_wire
+    from layout_sm.record import layout_digest
+    from layout_sm.session import EngineSession
+
+    dist.init_process_group("gloo", init_method=init, world_size=world, rank=rank)
+    path = sockets[rank]
+    rows = deepseek_map()
+    engine = EngineLayout(LAYERS, PHYSICAL, LOGICAL, layout_digest(rows), True)
+
+    def gather(obj: Any) -> list[Any]:
+        out: list[Any] = [None] * world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def collective(fn: Callable[[], Any]) -> list[float]:
+        dist.barrier()
+        return _timeit(fn, n)
+
+    ping = {"type": "ping"}
+    floors = {
+        "ping_s": collective(lambda: client.request(path, ping)),
+        "query_config_s": collective(lambda: client.request(path, {"type": "query_config"})),
+        "all_gather_s": collective(lambda: gather({"status": "ok"})) if world > 1 else [0.0],
+    }
+
+    attachments: list[Any] = []
+
+    def startup() -> None:
+        session = EngineSession(f"bench-{rank}", world, engine)
+        att = client.Attachment(path, request_wire(session.attach_request()))
+        finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
+        session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
+        session.agree()
+        attachments.append(att)
+
+    startup_s = []
+    for _ in range(n):
+        dist.barrier()
+        t0 = time.perf_counter()
+        startup()
+        startup_s.append(time.perf_counter() - t0)
+        attachments.pop().close()
+        # The daemon notices the detach on its watcher thread: let it, before the next attach.
+        time.sleep(0.002)
+
+    session = EngineSession("bench-chunks", world, engine)
+    att = client.Attachment(path, request_wire(session.attach_request()))
+    finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
+    session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
+    assert session.agree().kind == "keep_own"
+    session.fetched(rank, {"status": "ok"})  # the load's fetch_state is not timed here
+    session.start_rebalance(["daemon"] * world)
+    time.sleep(0.05)
+    chunk_s = []
+    for i in range(n):
+        layer = i % LAYERS
+        rows[layer] = rows[layer][1:] + rows[layer][:1]  # a move: the row rotates
+        dist.barrier()
+        t0 = time.perf_counter()
+        session.begin_chunk([layer])
+        decision = session.begun_all(gather(client.request(path, request_wire(session.begin_request(rank)))))
+        assert decision.kind == "proceed", decision.message
+        session.moved(rows)
+        committed = gather(client.request(path, request_wire(session.commit_request(rank))))
+        verdict = session.committed_all(committed)
+        chunk_s.append(time.perf_counter() - t0)
+        assert verdict.ok, verdict.message
+    att.close()
+    conn.send({"floors": floors, "startup_s": startup_s, "chunk_s": chunk_s})
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_ranks(world: int, workdir: str, n: int) -> dict[str, Any]:
+    from tools.harness.daemon_proc import start_daemon
+
+    daemons = [
+        start_daemon(
+            os.path.join(workdir, f"chunk{world}-{r}.sock"),
+            physical_to_logical_map=deepseek_map(),
+            num_logical=LOGICAL,
+            log_path=os.path.join(workdir, f"chunk{world}-{r}.log"),
+        )
+        for r in range(world)
+    ]
+    ctx = mp.get_context("spawn")
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    pipes, procs = [], []
+    for rank in range(world):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_rank_worker, args=(rank, world, init, [d.socket_path for d in daemons], n, child))
+        proc.start()
+        pipes.append(parent)
+        procs.append(proc)
+    out = []
+    for rank, (pipe, proc) in enumerate(zip(pipes, procs, strict=True)):
+        while not pipe.poll(0.5):
+            if not proc.is_alive():  # a worker that died never answers: fail instead of waiting
+                for other in procs:
+                    other.kill()
+                raise RuntimeError(f"bench rank {rank} exited with code {proc.exitcode}")
+        out.append(pipe.recv())
+    for proc in procs:
+        proc.join(30)
+    for d in daemons:
+        d.stop()
+
+    # The slowest rank decides a collective step: take rank-wise maxima per repetition.
+    def worst(key: str, sub: str | None = None) -> list[float]:
+        series = [o[key][sub] if sub else o[key] for o in out]
+        return [max(vals) for vals in zip(*series, strict=True)]
+
+    ping, allg = _median_us(worst("floors", "ping_s")), _median_us(worst("floors", "all_gather_s"))
+    query_config = _median_us(worst("floors", "query_config_s"))
+    chunk, startup = _median_us(worst("chunk_s")), _median_us(worst("startup_s"))
+    chunk_floor = 2 * ping + 2 * allg
+    startup_floor = query_config + allg
+    return {
+        "ranks": world,
+        "chunk_us": chunk,
+        "chunk_floor_us": round(chunk_floor, 1),
+        "chunk_ratio": round(chunk / chunk_floor, 2),
+        "ping_us": ping,
+        "all_gather_us": allg,
+        "startup_us": startup,
+        "query_config_us": query_config,
+        "startup_floor_us": round(startup_floor, 1),
+        "startup_ratio": round(startup / startup_floor, 2),
+        "repetitions": n,
+    }
+
+
+# -- 3: digest and commit at DeepSeek scale -----------------------------------------------------
+
+
+def bench_scale(n: int) -> dict[str, Any]:
+    from layout_sm.daemon import DaemonMachine
+    from layout_sm.messages import begin_request, commit_request, parse_request
+    from layout_sm.reasons import Reply
+    from layout_sm.record import LayoutRecord, layout_digest
+
+    rows = deepseek_map()
+    digest_s = _timeit(lambda: layout_digest(rows), n)
+    machine = DaemonMachine(LayoutRecord.initial(rows, LOGICAL))
+    session = "s" * 32
+    attach = parse_request({"type": "expert_layout_attach", "engine_id": "bench"})
+    assert not isinstance(attach, Reply)
+    machine.handle(attach, session=session)
+    layers = list(range(LAYERS))
+    commit_s: list[float] = []
+    for version in range(n):
+        new_rows = [[(p + layer + version + 1) % LOGICAL for p in range(PHYSICAL)] for layer in range(LAYERS)]
+        begin = parse_request(begin_request("bench", session, version, layers))
+        assert not isinstance(begin, Reply)
+        assert machine.handle(begin).ok
+        wire = pickle.loads(pickle.dumps(commit_request("bench", session, layers, new_rows)))  # as received
+        t0 = time.perf_counter()
+        parsed = parse_request(wire)  # daemon-side: validate, then the machine, then the reply dict
+        assert not isinstance(parsed, Reply)
+        reply = machine.handle(parsed)
+        reply.to_wire()
+        commit_s.append(time.perf_counter() - t0)
+        assert reply.ok, reply.message
+    wire_bytes = 4 + len(pickle.dumps(commit_request("bench", session, layers, rows), protocol=pickle.HIGHEST_PROTOCOL))
+    # Floor for the commit: unpickling the same message (what any request of this size costs).
+    blob = pickle.dumps(commit_request("bench", session, layers, rows), protocol=pickle.HIGHEST_PROTOCOL)
+    unpickle_s = _timeit(lambda: pickle.loads(blob), n)
+    commit_us, unpickle_us = _median_us(commit_s), _median_us(unpickle_s)
+    return {
+        "map": f"{LAYERS}x{PHYSICAL}",
+        "digest_us": _median_us(digest_s),
+        "commit_full_map_daemon_us": commit_us,
+        "commit_floor_unpickle_us": unpickle_us,
+        "commit_ratio_to_unpickle": round(commit_us / unpickle_us, 2),
+        "commit_wire_bytes": wire_bytes,
+        "repetitions": n,
+    }
+
+
+# -- 4: fetch_state with and without the layout check, same daemon object -----------------------
+
+
+def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
+    import torch
+    from sglang.srt.weight_cache.daemon import WeightCacheDaemon
+
+    from layout_sm.messages import AttachRequest, fetch_layout_field
+    from layout_sm.record import layout_digest
+    from tools.harness.daemon_proc import default_cache_config, recv_frame, send_frame
+    from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon
+
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    rows = deepseek_map()
+    tensors = {f"model.layers.{i // 16}.t{i}": torch.zeros(8) for i in range(num_tensors)}
+    config = default_cache_config()
+    daemon = FakeLoadedLayoutAwareDaemon(socket_path="", config=config, tensors=tensors)
+    daemon.set_initial_layout(rows, LOGICAL)
+    machine, _ = daemon._machine()
+    machine.handle(AttachRequest("bench"), session="s" * 32)
+    field = fetch_layout_field("bench", "s" * 32, 0, layout_digest(rows))
+    with_check = {"type": "fetch_state", "config": config, "expert_layout": field}
+    plain = {"type": "fetch_state", "config": config}
+    client, server = socket.socketpair()
+    replies: list[Any] = []
+    got = threading.Event()
+
+    def reader() -> None:
+        while True:
+            try:
+                replies.append(recv_frame(client))
+            except (ConnectionError, OSError):
+                return
+            got.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+
+    def one(handler: Callable[[socket.socket], None], msg: dict[str, Any]) -> float:
+        got.clear()
+        t0 = time.perf_counter()
+        send_frame(client, msg)
+        # As sglang's serve loop does before each handler (the layout-aware handler serves a dup
+        # of the connection in a thread, which sets the shared descriptor non-blocking).
+        server.settimeout(30.0)
+        handler(server)
+        got.wait()
+        return time.perf_counter() - t0
+
+    layout_s, plain_s = [], []
+    for _ in range(n):  # interleaved, so drift on a shared machine hits both alike
+        layout_s.append(one(daemon._handle_connection, with_check))
+        plain_s.append(one(lambda conn: WeightCacheDaemon._handle_connection(daemon, conn), plain))
+    assert replies[0]["status"] == "ok" and replies[1]["status"] == "ok"
+    assert len(replies[0]["entries"]) == num_tensors
+    client.close()
+    server.close()
+    layout_us, plain_us = _median_us(layout_s), _median_us(plain_s)
+    return {
+        "tensors": num_tensors,
+        "fetch_with_layout_check_us": layout_us,
+        "fetch_plain_sglang_us": plain_us,
+        "overhead": round(layout_us / plain_us - 1, 4),
+        "repetitions": n,
+    }
+
+
+# -- 5: throughput with 16 attached engines polling query ---------------------------------------
+
+
+def _poller(path: str, engine_id: str, ready: Any, go: Any, seconds: float, out: Any) -> None:
+    from layout_sm.messages import query_request
+    from tools.harness.daemon_proc import attach, request
+
+    conn, reply = attach(path, engine_id)
+    assert reply["status"] == "ok", reply
+    ready.put(engine_id)
+    go.wait()
+    count, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        request(path, query_request())
+        count += 1
+    out.put(count)
+    conn.close()
+
+
+def bench_throughput(workdir: str, seconds: float) -> dict[str, Any]:
+    from tools.harness.daemon_proc import start_daemon
+
+    daemon = start_daemon(
+        os.path.join(workdir, "tput.sock"),
+        physical_to_logical_map=deepseek_map(),
+        num_logical=LOGICAL,
+        log_path=os.path.join(workdir, "tput.log"),
+    )
+    ctx = mp.get_context("spawn")
+    result = {}
+    for clients in (1, 16):
+        ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+        procs = [
+            ctx.Process(target=_poller, args=(daemon.socket_path, f"poller-{i}", ready, go, seconds, out))
+            for i in range(clients)
+        ]
+        for p in procs:
+            p.start()
+        for _ in procs:  # every engine attached (and its watcher thread running) before polling starts
+            ready.get(timeout=120)
+        go.set()
+        counts = [out.get(timeout=60 + seconds) for _ in procs]
+        for p in procs:
+            p.join(10)
+        result[clients] = sum(counts) / seconds
+    daemon.stop()
+    return {
+        "queries_per_s_1_engine": round(result[1]),
+        "queries_per_s_16_engines": round(result[16]),
+        "ratio_16_to_1": round(result[16] / result[1], 2),
+        "seconds_each": seconds,
+    }
+
+
+# -- 6: the request check before unpickling ------------------------------------------------------
+
+
+def bench_request_check(n: int) -> dict[str, Any]:
+    from daemon_adapter.wire import request_pickle_problem
+    from layout_sm.messages import commit_request
+
+    rows = deepseek_map()
+    out: dict[str, Any] = {"repetitions": n}
+    for name, layers in (("full_map", list(range(LAYERS))), ("one_layer", [0])):
+        blob = pickle.dumps(commit_request("bench", "s" * 32, layers, [rows[i] for i in layers]), protocol=5)
+        assert request_pickle_problem(blob) is None
+        check_us = _median_us(_timeit(lambda blob=blob: request_pickle_problem(blob), n))
+        unpickle_us = _median_us(_timeit(lambda blob=blob: pickle.loads(blob), n))
+        out[f"{name}_check_us"], out[f"{name}_unpickle_us"] = check_us, unpickle_us
+        out[f"{name}_ratio"] = round(check_us / unpickle_us, 1)
+    return out
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any]) -> str:
+    r1, r2, sc, fe, tp = data["chunk_1_rank"], data["chunk_2_ranks"], data["scale"], data["fetch"], data["throughput"]
+    t = data["targets"]
+
+    def yes(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    lines = [
+        "# Expert-layout protocol: bench",
+        "",
+        "Medians; every figure beside the floor measured in the same run. Daemons are real processes",
+        "(tools.harness.daemon_proc), clients use the engine adapter's socket client and layout_sm.",
+        "",
+        "| what | measured | floor | ratio | target |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in (r1, r2):
+        lines.append(
+            f"| begin+commit per chunk, {r['ranks']} rank(s), 1 layer of 61x288 | {r['chunk_us']} µs | "
+            f"{r['chunk_floor_us']} µs (2 pings {r['ping_us']} µs each + 2 all-gathers {r['all_gather_us']} µs each) | "
+            f"{r['chunk_ratio']}x | ≤{t['chunk_ratio_max']}x: {yes(r['chunk_ratio'] <= t['chunk_ratio_max'])} |"
+        )
+    for r in (r1, r2):
+        lines.append(
+            f"| startup (attach + agreement), {r['ranks']} rank(s) | {r['startup_us']} µs | "
+            f"{r['startup_floor_us']} µs (query_config {r['query_config_us']} µs + all-gather) | "
+            f"{r['startup_ratio']}x | none |"
+        )
+    lines += [
+        f"| digest of a 61x288 map | {sc['digest_us']} µs | | | |",
+        f"| full-map commit, daemon side (parse + machine + reply) | {sc['commit_full_map_daemon_us']} µs | "
+        f"{sc['commit_floor_unpickle_us']} µs (unpickling the message) | {sc['commit_ratio_to_unpickle']}x | "
+        f"< {t['commit_ms_max']} ms: {yes(sc['commit_full_map_daemon_us'] < 1000 * t['commit_ms_max'])} |",
+        f"| full-map commit on the wire | {sc['commit_wire_bytes']} bytes | | | |",
+        f"| fetch_state with the layout check, {fe['tensors']} tensors | {fe['fetch_with_layout_check_us']} µs | "
+        f"{fe['fetch_plain_sglang_us']} µs (sglang's own handler, same daemon) | overhead "
+        f"{100 * fe['overhead']:.2f}% | ≤{100 * t['fetch_overhead_max']:.0f}%: "
+        f"{yes(fe['overhead'] <= t['fetch_overhead_max'])} |",
+        f"| query throughput, 16 attached engines polling | {tp['queries_per_s_16_engines']} /s | "
+        f"{tp['queries_per_s_1_engine']} /s (1 engine) | {tp['ratio_16_to_1']}x | none |",
+    ]
+    if "request_check" in data:
+        rc = data["request_check"]
+        lines += [
+            f"| request check before unpickling, {what} commit | {rc[f'{key}_check_us']} µs | "
+            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | none |"
+            for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
+        ]
+    if data.get("real_servers"):
+        from tools.bench.real import markdown_rows
+
+        lines += markdown_rows(data["real_servers"])
+    lines += [
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.protocol", description=__doc__)
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("-n", type=int, default=200, help="repetitions per figure")
+    parser.add_argument("--seconds", type=float, default=2.0, help="throughput window per client count")
+    parser.add_argument("--no-real", action="store_true", help="skip the real-server part (a few minutes)")
+    parser.add_argument("--real-repeats", type=int, default=1, help="real servers per side for the ready time")
+    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
+    args = parser.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="expert-layout-bench-")
+    t0 = time.monotonic()
+
+    def step(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+    step("scale: digest and full-map commit at DeepSeek-V3 scale (61 x 288)")
+    scale = bench_scale(args.n)
+    step(f"  {scale}")
+    step("chunk + startup on 1 rank (a daemon process, the engine adapter's client)")
+    one = bench_ranks(1, workdir, args.n)
+    step(f"  {one}")
+    step("chunk + startup on 2 ranks (2 daemons, 2 rank processes over gloo)")
+    two = bench_ranks(2, workdir, args.n)
+    step(f"  {two}")
+    step("fetch_state: layout-aware handler vs sglang's own, same daemon object")
+    fetch = bench_fetch(args.n)
+    step(f"  {fetch}")
+    step("throughput: query with 1 and with 16 attached engines polling")
+    tput = bench_throughput(workdir, args.seconds)
+    step(f"  {tput}")
+    step("request check: the daemon's pickle check before unpickling, against unpickling")
+    request_check = bench_request_check(args.n)
+    step(f"  {request_check}")
+    real = None
+    if not args.no_real:
+        from tools.bench.real import bench_real_servers
+
+        real = bench_real_servers(workdir, args.real_repeats, args.real_rebalances, step)
+        step(f"  {real['ready']}")
+        step(f"  {real['rebalance']}")
+    data = {
+        "chunk_1_rank": one,
+        "chunk_2_ranks": two,
+        "scale": scale,
+        "fetch": fetch,
+        "throughput": tput,
+        "request_check": request_check,
+        "real_servers": real,
+        "targets": TARGETS,
+        "met": {
+            "chunk_1_rank": one["chunk_ratio"] <= TARGETS["chunk_ratio_max"],
+            "chunk_2_ranks": two["chunk_ratio"] <= TARGETS["chunk_ratio_max"],
+            "fetch_overhead": fetch["overhead"] <= TARGETS["fetch_overhead_max"],
+            "commit_under_2ms": scale["commit_full_map_daemon_us"] < 1000 * TARGETS["commit_ms_max"],
+        },
+        "machine": machine(),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    text = markdown(data)
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(text)
+    print()
+    print(text)
+    step(f"wrote {args.out}/bench.md and bench.json; targets met: {data['met']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

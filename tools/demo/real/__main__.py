@@ -1,0 +1,109 @@
+"""``python -m tools.demo.real [--out DIR]``: ``make demo`` on real sglang servers.
+
+Every server is ``python -m sglang.launch_server`` (TP2/EP2, a tiny Qwen3-MoE built here, on
+CPU through the test-only CPU bridge), requests go over HTTP with greedy sampling, daemons are
+spawned (``--weight-cache-mode daemon``) or standalone (``python -m daemon_adapter``). The
+terminal gets one line per step; sglang's logs go to ``DIR/logs/``; ``DIR`` gets the results
+table (``results.md``, ``results.json``), ``status.md`` (every ``expert-layout status`` run) and
+``layout.png``. The run's wall time and the peak memory of its process tree (PSS; the RSS sum
+beside it) are measured against the limits (10 minutes, 16 GB) and reported in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+LIMIT_S = 600.0
+LIMIT_GB = 16.0
+
+INTRO = (
+    "Real servers: `python -m sglang.launch_server` (sglang 0.5.23, TP2/EP2 with 2 redundant experts,",
+    "`--enable-eplb`, a tiny Qwen3-MoE built here) on CPU through the test-only CPU bridge; greedy",
+    "requests over HTTP; weight cache daemons spawned by a server (`--weight-cache-mode daemon`) or",
+    "standalone (`python -m daemon_adapter`, engines in `client` mode). A slot is *wrong* when the",
+    "daemon's memory (read with sglang's own `fetch_state`, each slot matched against the checkpoint)",
+    "holds another expert than the engine's map says. `status.md` has every `expert-layout status`",
+    "run between the steps; sglang's logs are in `logs/`.",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.demo.real", description=__doc__)
+    parser.add_argument("--out", default="demo-results", help="results, picture and logs go here")
+    parser.add_argument("--no-picture", action="store_true")
+    parser.add_argument("--chains", default="off,noeplb,aware", help="a subset of off,noeplb,aware (debugging)")
+    args = parser.parse_args(argv)
+    chains = [c.strip() for c in args.chains.split(",") if c.strip()]
+    unknown = sorted(set(chains) - {"off", "noeplb", "aware"})
+    if unknown:
+        parser.error(f"unknown chains {unknown}; known: off, noeplb, aware")
+
+    from tools.demo import picture, results
+    from tools.demo.procmon import ResourceMeter
+    from tools.demo.real import cases
+    from tools.demo.real.lab import Lab
+
+    meter = ResourceMeter().start()
+    os.makedirs(args.out, exist_ok=True)
+    lab = Lab(args.out)
+    lab.step(f"expert-layout demo on real sglang servers: model {lab.model.name}; sglang's logs in {lab.logs}/")
+    try:
+        rows, ev = cases.run_all(lab, chains)
+    finally:
+        lab.close()
+        meter.stop()
+    res = results.Results(intro=INTRO)
+    for row in rows:
+        res.add(row)
+    usage = meter.to_json()
+    # Memory is judged on PSS (each shared page divided among the processes that map it: the
+    # physical memory the tree takes); the RSS sum counts torch's libraries once per process.
+    within = usage["wall_s"] <= LIMIT_S and usage["peak_pss_gb"] <= LIMIT_GB
+    load = os.getloadavg()
+    res.add(
+        results.Row(
+            "limits",
+            "time and memory on 2 cores",
+            f"at most {LIMIT_S / 60:.0f} minutes and {LIMIT_GB:.0f} GB peak",
+            f"{usage['wall_s']} s wall; peak memory of the process tree {usage['peak_pss_gb']} GB PSS "
+            f"(the RSS sum, shared pages counted in every process, peaked at {usage['peak_rss_gb']} GB; "
+            f"{usage['peak_processes']} processes at most); CPU {usage['cpu_busy_s']} s busy, "
+            f"{usage['cpu_use']:.0%} of {os.cpu_count()} cores over the run; load average at the end "
+            f"{load[0]:.1f}/{load[2]:.1f} (1/15 min)",
+            {
+                "wall_s": usage["wall_s"],
+                "peak_pss_gb": usage["peak_pss_gb"],
+                "peak_rss_gb": usage["peak_rss_gb"],
+                "cpu_busy_s": usage["cpu_busy_s"],
+                "load_15min": round(load[2], 1),
+            },
+            within,
+        )
+    )
+    res.meta["usage"] = usage
+    res.meta["servers"] = lab.timings()
+    files = results.write(res, args.out)
+    files.append(os.path.join(args.out, "status.md"))
+    if not args.no_picture and {"before", "after"} <= set(ev):
+        png = os.path.join(args.out, "layout.png")
+        (b_believed, b_held), (a_believed, a_held) = ev["before"], ev["after"]
+        if picture.draw(png, b_believed, b_held, a_believed, a_held):
+            files.append(png)
+        else:
+            lab.step("picture skipped: matplotlib is not installed (make demo installs it)")
+    print()
+    print(results.text_table(res))
+    print()
+    lab.step(f"wrote {', '.join(files)}")
+    lab.step(
+        f"wall {usage['wall_s']} s, peak PSS {usage['peak_pss_gb']} GB (RSS sum {usage['peak_rss_gb']} GB) "
+        f"(limits {LIMIT_S:.0f} s, {LIMIT_GB:.0f} GB)"
+    )
+    lab.step("every case as designed" if res.all_passed else "SOME CASES DID NOT GO AS DESIGNED")
+    return 0 if res.all_passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

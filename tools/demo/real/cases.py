@@ -1,0 +1,411 @@
+"""The demo's cases on real ``python -m sglang.launch_server`` servers (TP2/EP2, CPU).
+
+Three chains of daemons, run in two lanes side by side (``run_all``): on 2 cores a server's start
+is mostly sglang's imports, one process at a time in places, so two starts at once keep both
+cores busy. Within a lane one server starts at a time, and every server and daemon set is
+stopped as soon as its case no longer needs it (at most two daemon sets and three servers alive).
+
+* lane 1, chain ``aware``: standalone layout-aware daemons (``python -m daemon_adapter
+  --enable-eplb``), servers in ``client`` mode: case 1 (restart), the older engine (M2), case 2
+  (warm standby), 3a (SIGKILL between chunks), 3b (SIGKILL mid-move, which leaves the daemons
+  dirty); then ``ref-map``, loaded from disk with case 1's map.
+* lane 2, chain ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns
+  plain sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
+  before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). The right
+  outputs are 0-A's own, asked before its first rebalance.
+* lane 2, chain ``noeplb``: standalone layout-aware daemons without ``--enable-eplb`` (M3): a
+  server with the plugin and one without (``SGLANG_PLUGINS=none``), same flags, same daemons.
+
+What an engine believes is what its ranks route with (the real-server library's belief probe:
+each rank's ``physical_to_logical_map``, version and startup outcome). What memory holds is read
+from the daemons' memory (``memory_probe``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+from tools.demo import memory_probe
+from tools.demo.real.lab import (
+    PAUSED,
+    READY_TIMEOUT_S,
+    WORLD,
+    Chain,
+    Lab,
+    Launched,
+    believed_map,
+    differing,
+    record_map,
+    same_record,
+)
+from tools.demo.results import Row
+from tools.realserver.engine_probes import StopPoint
+
+UNWRITTEN_WARNING = r"\[expert-layout\] rank \d+: WARNING: [^\n]*--enable-eplb[^\n]*"
+REBALANCE_OFF = r"\[EPLBManager\] rebalance disabled: [^\n]*|\[expert-layout\] [^\n]*rebalancing[^\n]* off[^\n]*"
+
+
+def startups(launched: Launched, kind: str) -> int:
+    """Ranks whose plugin reported this startup outcome (adopt, keep_own...)."""
+    return sum(1 for b in launched.beliefs().values() if b.get("startup") == kind)
+
+
+def versions(launched: Launched) -> list[Any]:
+    return [b.get("version") for _, b in sorted(launched.beliefs().items())]
+
+
+def _first(pattern: str, text: str) -> str:
+    import re
+
+    found = re.search(pattern, text)
+    return " ".join(found.group(0).split()) if found else ""
+
+
+def case0_and_m1(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    chain = lab.chain("off")
+    a = lab.server("0-A", chain, plugin=False, mode="daemon")
+    # The reference: 0-A itself before anything moved (its daemons loaded sglang's initial
+    # layout from disk; one round stays below EPLB's interval).
+    ref_out = a.generate()
+    lab.step(f"case 0: 0-A (SGLANG_PLUGINS=none) ready in {a.ready_s:.0f}s, spawned plain sglang daemons, answered")
+    if ev.get("noeplb_wanted"):  # M3's daemons start now, so they are up when this lane gets there
+        ev["noeplb_chain"] = lab.background(lab.chain, "noeplb", standalone=True, enable_eplb=False)
+    lab.status(chain, "case 0: 0-A's spawned daemons")
+
+    # M1: a layout-aware engine on plain sglang daemons, before any move.
+    p = lab.server("M1-P", chain)
+    p_keep = startups(p, "keep_own")
+    p_out = p.generate()
+    lab.rounds(p, 2)  # past EPLB's interval: its rebalance meets the off switch
+    p_off = _first(REBALANCE_OFF, p.log_text())
+    lab.step(f"matrix M1: layout-aware M1-P on plain daemons: keep_own on {p_keep} ranks; {p_off or 'no off line'}")
+    lab.stop(p)
+
+    moved = lab.rebalance(a, 3)
+    a_believed = believed_map(a.beliefs())
+    lab.step(f"case 0: 0-A rebalanced {moved} times (EPLB moved experts in the daemons' memory)")
+    b = lab.server("0-B", chain, plugin=False)
+    lab.step(f"case 0: 0-B (SGLANG_PLUGINS=none) started on the same daemons without error in {b.ready_s:.0f}s")
+    b_believed = believed_map(b.beliefs())
+    b_out = b.generate()
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(b_believed, held)
+    a_wrong = memory_probe.wrong_slots(a_believed, held)
+    lab.stop(b, a)  # 0-A's spawned daemons go with it
+
+    ev["before"] = (b_believed, held)
+    diff = differing(b_out, ref_out)
+    slots = len(held) * len(held[0])
+    lab.step(
+        f"case 0: {wrong}/{slots} slots hold another expert than 0-B believes; {diff}/{len(ref_out)} outputs differ"
+    )
+    p_diff = differing(p_out, ref_out)
+    n = len(ref_out)
+    return [
+        Row(
+            "0",
+            "protocol off: a second server on moved daemons",
+            "B starts without error on A's daemons, believes sglang's initial layout and serves wrong outputs",
+            f"0-A rebalanced {moved} times ({a_wrong} of {slots} slots differ from 0-A's own map); 0-B started "
+            f"without error; {wrong} of {slots} slots hold another expert than 0-B believes; {diff} of {n} "
+            f"prompts' outputs differ from 0-A's own before its first rebalance (sglang's initial layout, loaded "
+            f"from disk)",
+            {"rebalances": moved, "wrong_slots": f"{wrong}/{slots}", "outputs_differ": f"{diff}/{n}"},
+            b.ready and moved > 0 and a_wrong == 0 and wrong > 0 and diff > 0,
+        ),
+        Row(
+            "M1",
+            "layout-aware engine on plain sglang daemons",
+            "keeps its own layout; rebalancing of shared weights off",
+            f"M1-P started with keep_own on {p_keep} of {WORLD} ranks; {p_off or 'no rebalancing-off line'}; "
+            f"{n - p_diff} of {n} outputs equal 0-A's before any move",
+            {"keep_own_ranks": p_keep, "outputs_equal": f"{n - p_diff}/{n}"},
+            p.ready and p_keep == WORLD and bool(p_off) and p_diff == 0,
+        ),
+    ]
+
+
+def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    """Daemons without ``--enable-eplb`` under servers with it: the plugin must change nothing of
+    what sglang does there. Checked against plain sglang: a server with the plugin and one
+    without (``SGLANG_PLUGINS=none``), same flags, same daemons, must give the same tokens. The
+    prompts go one at a time (``generate_each``): tokens routed to the slots sglang never writes
+    there meet garbage weights, and with garbage the batch shape alone changes greedy tokens."""
+    started = ev.get("noeplb_chain")
+    chain = started.result() if started is not None else lab.chain("noeplb", standalone=True, enable_eplb=False)
+    states = lab.status(chain, "matrix M3: layout-aware daemons without --enable-eplb")
+    r = lab.server("M3-R", chain)
+    keep = startups(r, "keep_own")
+    # ~100 forward passes: EPLB's interval (20) ends during the 2nd prompt, so the rebalance meets
+    # the off switch while these outputs are made; the later prompts' are from after it
+    r_out = r.generate_each()
+    r_off = _first(REBALANCE_OFF, r.log_text())
+    r_warned = _first(UNWRITTEN_WARNING, r.log_text())
+    lab.stop(r)
+    lab.step(f"matrix M3: M3-R (the plugin) on daemons without a record: keep_own on {keep} ranks; {r_off}")
+    lab.step(f"matrix M3: M3-R warned: {r_warned or 'NO WARNING'}")
+    # What the daemons hold, as sglang loaded it without --enable-eplb: slots matching no expert
+    # of the checkpoint were never written (sglang's loader without EPLB metadata).
+    held = lab.held(chain)
+    unwritten = sum(e == memory_probe.UNKNOWN for row in held for e in row)
+    slots = len(held) * len(held[0])
+    # plain sglang; its EPLB interval is never reached, so it moves nothing in the daemons either
+    plain = lab.server("M3-S", chain, plugin=False, rebalance=False)
+    s_out = plain.generate_each()
+    lab.stop(plain)
+    assert chain.daemons is not None
+    chain.daemons.stop()
+    n = len(r_out)
+    same = n - differing(r_out, s_out)
+    lab.step(
+        f"matrix M3: {same}/{n} of M3-R's outputs equal M3-S's (SGLANG_PLUGINS=none, same daemons and flags); "
+        f"{unwritten}/{slots} slots hold no expert"
+    )
+    no_record = all(state.get("version") is None for state in states)
+    return [
+        Row(
+            "M3",
+            "daemons without --enable-eplb",
+            "no record; the plugin changes nothing: outputs equal a plugin-off server's on the same daemons; "
+            "it warns that sglang never wrote the redundant slots",
+            f"status: {', '.join(str(state.get('phase')) for state in states)}; M3-R (the plugin) started with its own "
+            f"layout (keep_own on {keep} ranks); {r_off or 'no rebalancing-off line'}; {same} of {n} outputs "
+            f"equal M3-S's (SGLANG_PLUGINS=none, same daemons, same flags; each prompt its own request; "
+            f"M3-R's rebalance met the off switch during the 2nd prompt); it warned: {r_warned or 'nothing'}. "
+            f"sglang's own behaviour on these "
+            f"daemons: {unwritten} of {slots} slots hold no expert of the checkpoint (redundant slots sglang "
+            f"never writes without EPLB metadata)",
+            {
+                "keep_own_ranks": keep,
+                "outputs_equal_plugin_off": f"{same}/{n}",
+                "unwritten_slots": f"{unwritten}/{slots}",
+            },
+            r.ready and plain.ready and no_record and keep == WORLD and bool(r_off) and same == n and bool(r_warned),
+        )
+    ]
+
+
+def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
+    try:
+        chain = lab.chain("aware", standalone=True)
+        lab.status(chain, "case 1: layout-aware daemons up")
+        finished.set_result(case1_restart(lab, chain, ev))  # the other lane starts ref-map
+    except BaseException as exc:
+        if not finished.done():
+            finished.set_exception(exc)
+        raise
+    b: Launched = ev["1-B"]
+    row_m2 = m2_older_engine(lab, chain)
+    row2 = case2_standby(lab, chain, b)
+    row3a, d = case3a_between_chunks(lab, chain, b)
+    row3b = case3b_mid_move(lab, chain, d)
+    assert chain.daemons is not None
+    chain.daemons.stop()  # dirty now
+    return [row_m2, row2, row3a, row3b]
+
+
+def case1_reference(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    """Case 1's last step, in the other lane: ``ref-map`` (from disk, with 1-B's map) once the
+    aware lane has 1-B's map."""
+    finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
+    return [finished.result(timeout=2 * READY_TIMEOUT_S + 600)()]
+
+
+def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
+    """Case 1 up to 1-B's outputs; returns what finishes it (``ref-map``: loaded from disk with
+    1-B's map, started once the chain's daemons are gone)."""
+    a = lab.server("1-A", chain)
+    moved = lab.rebalance(a, 3)
+    st_a = lab.status(chain, f"case 1: 1-A rebalanced {moved} times")
+    lab.stop(a)
+    # 1-B is the mover of cases 2 and 3a: its 3rd commit (the first chunk of its 2nd rebalance,
+    # after case 2's) is where it is parked and SIGKILLed, between two chunks.
+    b = lab.server("1-B", chain, stop_at=StopPoint("after_commit", 3))
+    ev["1-B"] = b
+    adopted = startups(b, "adopt")
+    b_believed = believed_map(b.beliefs())
+    b_out = b.generate()
+    b_versions = versions(b)  # at startup (1-B moves on in cases 2 and 3a)
+    st_b = lab.status(chain, f"case 1: 1-B started (adopt on {adopted} ranks, versions {b_versions})")
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(b_believed, held)
+    ev["after"] = (b_believed, held)
+    version = st_b[0].get("version")
+    slots = len(held) * len(held[0])
+    lab.step(f"case 1: 1-B adopted version {version}; {wrong}/{slots} slots hold another expert than 1-B believes")
+
+    def finish() -> Row:
+        ref = lab.server("ref-map", None, plugin=False, init_map=b_believed)
+        return _case1_row(lab, ref, b_versions, b_believed, b_out, st_a, st_b, moved, adopted, wrong)
+
+    return finish
+
+
+def _case1_row(
+    lab: Lab,
+    ref: Launched,
+    b_versions: list[Any],
+    b_believed: list[list[int]],
+    b_out: list[list[int]],
+    st_a: list[dict[str, Any]],
+    st_b: list[dict[str, Any]],
+    moved: int,
+    adopted: int,
+    wrong: int,
+) -> Row:
+    ref_out = ref.generate()
+    lab.stop(ref)
+    diff = differing(b_out, ref_out)
+    version = st_b[0].get("version")
+    slots, n = len(b_believed) * len(b_believed[0]), len(b_out)
+    lab.step(f"case 1: {n - diff}/{n} of 1-B's outputs equal ref-map's (disk, --init-expert-location = 1-B's map)")
+    return Row(
+        "1",
+        "restart with the protocol on",
+        "B adopts A's version on every rank; its outputs equal a disk server started with "
+        "--init-expert-location set to that map",
+        f"1-A rebalanced {moved} times (daemons at version {st_a[0].get('version')}); 1-B adopted version "
+        f"{version} on {adopted} of {WORLD} ranks (versions {b_versions}); its map is the record's: "
+        f"{b_believed == record_map(st_b)}; {wrong} of {slots} slots wrong; {n - diff} of {n} outputs equal "
+        f"ref-map's (loaded from disk with --init-expert-location set to that map)",
+        {
+            "version": version,
+            "adopt_ranks": adopted,
+            "wrong_slots": f"{wrong}/{slots}",
+            "outputs_equal": f"{n - diff}/{n}",
+        },
+        moved > 0
+        and adopted == WORLD
+        and same_record(st_b)
+        and b_believed == record_map(st_b)
+        and wrong == 0
+        and diff == 0,
+    )
+
+
+def m2_older_engine(lab: Lab, chain: Chain) -> Row:
+    o = lab.server("M2-older", chain, plugin=False, expect_ready=False)
+    assert chain.daemons is not None
+    daemon_log = chain.daemons.tree.log_path.read_text(errors="replace")
+    reason = _first(r"fetch_state refused: experts have moved[^\n]*", daemon_log)
+    # sglang's loader prints the refusal reply's daemon_config under "Daemon config mismatch!":
+    # the daemons put the reason there, so it is on the older engine's own screen (its log).
+    on_screen = _first(r"Daemon config: [^\n]*", o.log_text())
+    lab.step(f"matrix M2: older server (SGLANG_PLUGINS=none) failed after {o.failed_s:.0f}s: {o.failure}")
+    lab.step(f"matrix M2: on its screen: {on_screen or 'no Daemon config line'}")
+    return Row(
+        "M2",
+        "older engine (plugins off) after a move",
+        "refused with the reason on screen",
+        f"M2-older {'became ready' if o.ready else 'failed at startup'} after {o.failed_s:.0f}s "
+        f"(exit {o.returncode}); its own output (sglang's loader): {o.failure} {on_screen}; the daemons "
+        f"logged: {reason}",
+        {"ready": o.ready, "exit": o.returncode, "fail_s": round(o.failed_s, 1)},
+        not o.ready and bool(reason) and "experts have moved" in on_screen,
+    )
+
+
+def case2_standby(lab: Lab, chain: Chain, b: Launched) -> Row:
+    c = lab.server("2-C", chain)
+    c_adopt = startups(c, "adopt")
+    st_c = lab.status(chain, "case 2: standby 2-C attached next to 1-B")
+    paused = lab.until(b, PAUSED, 1)
+    st_busy = lab.status(chain, f"case 2: 1-B's rebalance paused {paused} times (busy)")
+    unchanged = same_record(st_busy) and st_busy[0].get("digest") == st_c[0].get("digest")
+    lab.stop(c)
+    lab.status(chain, "case 2: 2-C stopped")
+    again = lab.rebalance(b, 1)
+    st_again = lab.status(chain, f"case 2: 1-B rebalanced {again} times after 2-C stopped")
+    v_before, v_after = st_busy[0].get("version"), st_again[0].get("version")
+    return Row(
+        "2",
+        "warm standby",
+        "while B is attached A's rebalances are busy and the record does not change; after B stops A rebalances again",
+        f"2-C adopted on {c_adopt} ranks; 1-B's rebalance paused {paused} times with 2-C attached; record "
+        f"{'unchanged' if unchanged else 'CHANGED'} at version {v_before}; after 2-C stopped, 1-B rebalanced "
+        f"{again} times: version {v_before} -> {v_after}",
+        {"paused": paused, "version_busy": v_before, "version_after": v_after},
+        c_adopt == WORLD and paused > 0 and unchanged and again > 0 and (v_after or 0) > (v_before or 0),
+    )
+
+
+def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Launched]:
+    took = lab.kill_at_stop(b)
+    lab.step(f"case 3a: 1-B parked after its 3rd commit (between two chunks) in {took:.0f}s and was SIGKILLed")
+    st_k = lab.wait_detached(chain, "case 3a: after the SIGKILL")
+    # 3a-D is 3b's mover: parked after its first begin (a move pending) and SIGKILLed there.
+    d = lab.server("3a-D", chain, stop_at=StopPoint("mid_move", 1))
+    d_adopt = startups(d, "adopt")
+    d_believed = believed_map(d.beliefs())
+    st_d = lab.status(chain, f"case 3a: 3a-D started (adopt on {d_adopt} ranks, versions {versions(d)})")
+    held = lab.held(chain)
+    wrong = memory_probe.wrong_slots(d_believed, held)
+    clean = not any(s.get("dirty") or s.get("pending") for s in st_k)
+    v_kill, v_d = st_k[0].get("version"), versions(d)
+    slots = len(held) * len(held[0])
+    row = Row(
+        "3a",
+        "SIGKILL between chunks",
+        "the next server adopts the last committed version",
+        f"1-B SIGKILLed between two chunks of a rebalance; the daemons stayed "
+        f"{'clean' if clean else 'NOT clean'} at version {v_kill}; 3a-D adopted versions {v_d} on {d_adopt} "
+        f"ranks; {wrong} of {slots} slots hold another expert than 3a-D believes",
+        {"version": v_kill, "adopt_ranks": d_adopt, "wrong_slots": f"{wrong}/{slots}"},
+        clean and d_adopt == WORLD and wrong == 0 and all(v == v_kill for v in v_d) and d_believed == record_map(st_d),
+    )
+    return row, d
+
+
+def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
+    took = lab.kill_at_stop(d)
+    lab.step(f"case 3b: 3a-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
+    st = lab.wait_detached(chain, "case 3b: after the SIGKILL")
+    dirty = all(s.get("dirty") for s in st)
+    e = lab.server("3b-E", chain, expect_ready=False)
+    ready = [s.ready_s for s in lab.launched if s.ready]
+    typical = sorted(ready)[len(ready) // 2] if ready else 0.0
+    lab.step(f"case 3b: 3b-E failed at startup after {e.failed_s:.0f}s (exit {e.returncode}): {e.failure}")
+    return Row(
+        "3b",
+        "SIGKILL mid-move",
+        "daemons dirty; the next server fails at startup, promptly, with the reason",
+        f"daemons {'dirty' if dirty else 'NOT dirty'} after the SIGKILL; 3b-E "
+        f"{'became ready' if e.ready else 'exited'} after {e.failed_s:.0f}s (exit {e.returncode}; a server "
+        f"is ready after {typical:.0f}s here) with: {e.failure}",
+        {"dirty": dirty, "fail_s": round(e.failed_s, 1), "typical_ready_s": round(typical, 1), "exit": e.returncode},
+        dirty and not e.ready and e.returncode not in (None, 0) and "dirty" in e.failure.lower(),
+    )
+
+
+CHAINS = {"off": case0_and_m1, "case1-ref": case1_reference, "noeplb": m3_no_eplb, "aware": aware_chain}
+# Two lanes side by side. The aware lane is the longer one: case 1's reference (no daemons, only
+# 1-B's map) runs in the other.
+LANES = (("off", "case1-ref", "noeplb"), ("aware",))
+ROW_ORDER = ("0", "1", "2", "3a", "3b", "M1", "M2", "M3")
+
+
+def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    for name in chains:
+        try:
+            rows.extend(CHAINS[name](lab, ev))
+        except Exception as exc:  # one broken chain must not hide the others' rows
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            lab.step(f"chain {name}: could not run: {type(exc).__name__}: {first}")
+            rows.append(Row(name, "could not run", "", f"{type(exc).__name__}: {first}", {}, False))
+    return rows
+
+
+def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
+    wanted = set(chains or ("off", "noeplb", "aware"))
+    if "aware" in wanted:
+        wanted.add("case1-ref")
+    ev: dict[str, Any] = {"noeplb_wanted": "noeplb" in wanted and "off" in wanted}
+    lanes = [[c for c in lane if c in wanted] for lane in LANES]
+    started = [lab.background(run_lane, lab, ev, lane) for lane in lanes if lane]
+    rows = [row for lane in started for row in lane.result()]
+    rank = {case: k for k, case in enumerate(ROW_ORDER)}
+    return sorted(rows, key=lambda row: rank.get(row.case, len(rank))), ev

@@ -1,0 +1,160 @@
+"""The spec's invariants and action properties, in Python, over the spec's variables.
+
+Why: the explorer must check the same properties TLC checks, on the mirror's states. Each
+function is named after its TLA+ operator in spec/LayoutProtocol.tla and reads the spec's
+variables (``tools.mirror.system.System.project`` values, through ``Vars``), not the
+machines' internals, so the formulas can be read side by side with the spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tools.mirror.system import VARIABLES, Model
+from tools.mirror.values import Fn, ModelValue, Record
+
+NONE = ModelValue("NONE")
+
+
+class Vars:
+    """The spec's variables of one state; engine-indexed functions become dicts by engine id."""
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        for name, v in zip(VARIABLES, values, strict=True):
+            if isinstance(v, Fn):
+                v = {k.name: x for k, x in v.items()}
+            setattr(self, name, v)
+
+
+def TypeOK(m: Model, s: Vars) -> bool:
+    bits = {0, 1}
+    ranks = range(m.num_ranks)
+    ok = all(s.dphase[r] in ("no_record", "clean", "pending", "dirty") for r in ranks)
+    ok &= all(0 <= s.dver[r] <= m.max_moves for r in ranks)
+    ok &= all(len(s.dmap[r]) == m.num_layers and set(s.dmap[r]) <= bits for r in ranks)
+    ok &= all(s.dpend[r] == NONE or isinstance(s.dpend[r], Record) for r in ranks)
+    ok &= all({e.name for e in s.datt[r]} <= set(m.newer) for r in ranks)
+    ok &= all(set(s.truth[r]) <= bits for r in ranks)
+    ok &= all(s.ephase[e] in ("start", "load", "run", "failed", "dead") for e in m.engines)
+    ok &= all(0 <= s.ever[e] <= m.max_moves for e in m.engines)
+    ok &= all(s.eserv[e] <= set(m.ranks) for e in m.engines)
+    ok &= 0 <= s.moves <= m.max_moves
+    return bool(ok)
+
+
+def _moving(s: Vars, e: str) -> bool:
+    return s.reb[e]["step"] in ("move", "commit")
+
+
+def SafeRouting(m: Model, s: Vars) -> bool:
+    return all(
+        s.eroute[e] == s.truth[r - 1] for e in m.engines for r in m.ranks if r in s.eserv[e] and not _moving(s, e)
+    )
+
+
+def CleanRecordIsTruth(m: Model, s: Vars) -> bool:
+    return all(s.dmap[r] == s.truth[r] for r in range(m.num_ranks) if s.dphase[r] == "clean")
+
+
+def OneMover(m: Model, s: Vars) -> bool:
+    for r in m.ranks:
+        if s.dphase[r - 1] != "pending":
+            continue
+        pend = s.dpend[r - 1]
+        if pend == NONE:
+            return False
+        if any(r in s.eserv[e] for e in m.engines if e != pend["mover"].name):
+            return False
+    return True
+
+
+def AgreedVersions(m: Model, s: Vars) -> bool:
+    for e in m.newer:
+        if not s.eserv[e]:
+            continue
+        recs = [f for f in s.efind[e] if f["found"] == "record"]
+        if any(f["fver"] != recs[0]["fver"] or f["fmap"] != recs[0]["fmap"] for f in recs):
+            return False
+    return True
+
+
+def _gone(s: Vars, e: str) -> bool:
+    return s.ephase[e] in ("failed", "dead")
+
+
+def PendingHasMover(m: Model, s: Vars) -> bool:
+    for r in m.ranks:
+        if s.dphase[r - 1] != "pending":
+            continue
+        pend = s.dpend[r - 1]
+        mover = pend["mover"].name
+        if _gone(s, mover):
+            continue
+        reb = s.reb[mover]
+        if reb["step"] == "idle" or reb["chunk"] != pend["layers"] or reb["replies"][r - 1] != "ok":
+            return False
+    return True
+
+
+def LoadsOnCleanFindings(m: Model, s: Vars) -> bool:
+    return all(
+        f["found"] in ("record", "no_record") for e in m.newer if s.ephase[e] in ("load", "run") for f in s.efind[e]
+    )
+
+
+def SharesOnlyAdopted(m: Model, s: Vars) -> bool:
+    return all(f["found"] == "record" for e in m.newer if s.eshare[e] for f in s.efind[e])
+
+
+INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
+    "TypeOK": TypeOK,
+    "SafeRouting": SafeRouting,
+    "CleanRecordIsTruth": CleanRecordIsTruth,
+    "OneMover": OneMover,
+    "AgreedVersions": AgreedVersions,
+    "PendingHasMover": PendingHasMover,
+    "LoadsOnCleanFindings": LoadsOnCleanFindings,
+    "SharesOnlyAdopted": SharesOnlyAdopted,
+}
+
+
+# What the action properties read of a state: (dphase, dver, ever, gone engines, datt, eserv, movers)
+StepView = tuple[Any, ...]
+
+
+def DirtySticky(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return all(t[0][r - 1] == "dirty" or action == f"Restart({r})" for r in m.ranks if s[0][r - 1] == "dirty")
+
+
+def VersionMonotonic(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    daemons = all(t[1][r - 1] >= s[1][r - 1] or action == f"Restart({r})" for r in m.ranks)
+    return daemons and all(gone or b >= a for a, b, gone in zip(s[2], t[2], t[3], strict=True))
+
+
+def BeginsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    for r in m.ranks:
+        if s[0][r - 1] != "pending" and t[0][r - 1] == "pending":
+            mover = t[6][r - 1]
+            if s[4][r - 1] != frozenset({mover}):
+                return False
+            if any(r in serv and e != mover for e, serv in zip(m.engines, s[5], strict=True)):
+                return False
+    return True
+
+
+ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
+    "DirtySticky": DirtySticky,
+    "VersionMonotonic": VersionMonotonic,
+    "BeginsAlone": BeginsAlone,
+}
+
+# Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
+LIVENESS = (
+    "DeadMoverEndsDirty",
+    "WaitEnds",
+    "StartsAlone",
+    "FindingsAgreedServes",
+    "PendingEnds",
+    "LiveMoveFreesDaemon",
+)

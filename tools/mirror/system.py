@@ -1,0 +1,702 @@
+"""The mirror: ``layout_sm`` composed into the system that spec/LayoutProtocol.tla describes.
+
+Why: TLC checks the spec, the tests check ``layout_sm``; the mirror shows that both are the same
+protocol. It composes one ``DaemonMachine`` per daemon and one ``EngineSession`` per engine (the
+object every rank of a real engine runs, ``layout_sm.session``) into a system with the constants
+of a TLC model, and every spec action is an event of the same name here (``EVENTS``). The mirror
+only *wires*: every reply and every engine step (attach, poll, timeout, agree, fetch claim,
+begin, decide, abort, move, commit, verify) is ``layout_sm``'s, with its machines taking the
+transitions; a step that they do not allow raises and stops the exploration.
+What the mirror adds is what the spec calls the environment: the real layout of each
+daemon's memory (``truth``), which ``MoveLayer`` rewrites, the order in which ranks act and
+which engine acts next, the layout EPLB moves to (``System.target``), crashes, engines without
+the plugin (``OlderEngine``), and an operator restarting a dirty daemon.
+
+State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one engine per engine id
+(its session's bare ``EngineView``, an ``OlderEngine`` or a ``GoneEngine``) and the count of
+chunks begun. ``project`` maps it to the spec's variables (Python values of
+``tools.mirror.values``); ``render`` prints it as TLC does.
+
+Abstraction (the same as the spec's): 2 physical slots and 2 logical experts per layer, each
+layer's row is permutation 0 = (0, 1) or 1 = (1, 0); spec layers are 1-based, ``layout_sm``'s
+0-based. The session token of engine ``e`` is ``"s-" + e`` (an engine id attaches once).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from layout_sm.daemon import DaemonMachine, DaemonView
+from layout_sm.engine import EngineLayout, RankFinding, needs_wait
+from layout_sm.messages import AttachRequest
+from layout_sm.record import LayoutRecord
+from layout_sm.session import EngineSession, EngineView
+from tools.mirror.render import pretty
+from tools.mirror.values import Fn, ModelValue, Record, tlc_text
+
+ROWS = ((0, 1), (1, 0))  # the two permutations a layer's row can be
+NUM_LOGICAL = 2
+
+# The spec's variables, in declaration order (the order TLC prints them).
+VARIABLES = (
+    "dphase", "dver", "dmap", "dpend", "datt", "dnf", "truth",
+    "ephase", "efind", "eroute", "ever", "eserv", "eshare", "reb", "moves",
+)  # fmt: skip
+
+# Spec action -> parameter names (the spec's Next, in order).
+EVENTS: dict[str, tuple[str, ...]] = {
+    "Attach": ("e", "r"),
+    "Poll": ("e", "r"),
+    "Timeout": ("e", "r"),
+    "Agree": ("e",),
+    "Fetch": ("e", "r"),
+    "BeginChunk": ("e", "c"),
+    "Begin": ("e", "r"),
+    "Decide": ("e",),
+    "Abort": ("e", "r"),
+    "MoveLayer": ("e", "r", "l"),
+    "Commit": ("e", "r"),
+    "Verify": ("e",),
+    "Crash": ("e",),
+    "Detach": ("r", "e"),
+    "Restart": ("r",),
+}
+
+# How each spec variable is computed from the mirror's state (for the structural cross-check).
+VARIABLE_SOURCES: dict[str, str] = {
+    "dphase": "DaemonView.phase",
+    "dver": "DaemonView.record.version (0 without a record)",
+    "dmap": "DaemonView.record.rows (as permutation indexes)",
+    "dpend": "DaemonView.pending, or DaemonView.dirty once dirty, else NONE",
+    "datt": "DaemonView.attachments (engine ids)",
+    "dnf": "DaemonView.non_following_seen",
+    "truth": "SysState.truth (the environment)",
+    "ephase": "EngineView.phase (OlderEngine.phase, GoneEngine.phase)",
+    "efind": "EngineView.findings (RankFinding kind and record)",
+    "eroute": "EngineView.rows (None: the initial layout)",
+    "ever": "EngineView.version",
+    "eserv": "EngineView.served (OlderEngine.serv)",
+    "eshare": "EngineView.shares (the startup outcome, then the RebalanceMachine state)",
+    "reb": "EngineView.rebalance / chunk / begins, aborted, commits",
+    "moves": "SysState.moves",
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    """The constants of one TLC model (the .cfg, read by ``load_model``)."""
+
+    name: str
+    num_ranks: int
+    num_layers: int
+    engines: tuple[str, ...]
+    older: frozenset[str]
+    may_lack_record: frozenset[int]
+    chunks: tuple[frozenset[int], ...]
+    max_moves: int
+    daemon_restarts: bool
+    invariants: tuple[str, ...] = ()
+    properties: tuple[str, ...] = ()
+
+    @property
+    def ranks(self) -> range:
+        return range(1, self.num_ranks + 1)
+
+    @property
+    def layers(self) -> range:
+        return range(1, self.num_layers + 1)
+
+    @property
+    def newer(self) -> tuple[str, ...]:
+        return tuple(e for e in self.engines if e not in self.older)
+
+
+def _set_of(text: str) -> list[str]:
+    inner = text.strip()
+    assert inner.startswith("{") and inner.endswith("}"), text
+    return re.findall(r"\{[^{}]*\}|[^,{}\s]+", inner[1:-1])
+
+
+def load_model(spec_dir: str | Path, name: str) -> Model:
+    """Read the constants of ``spec/<name>.cfg`` (and the chunks of ``spec/<name>.tla``)."""
+    spec_dir = Path(spec_dir)
+    cfg = re.sub(r"\\\*[^\n]*", "", (spec_dir / f"{name}.cfg").read_text())
+    consts = dict(re.findall(r"^\s*(\w+)\s*=\s*(.+?)\s*$", cfg, re.M))
+    subst = dict(re.findall(r"^\s*(\w+)\s*<-\s*(\w+)\s*$", cfg, re.M))
+    mc = (spec_dir / f"{name}.tla").read_text()
+
+    def const(key: str) -> str:
+        if key in consts:
+            return consts[key]
+        m = re.search(rf"^{subst[key]}\s*==\s*(.+)$", mc, re.M)
+        assert m, f"{name}: no value for {key}"
+        return m.group(1).strip()
+
+    def block(keyword: str) -> tuple[str, ...]:
+        m = re.search(rf"^{keyword}S?\b(.*?)(?=^[A-Z]+\b|\Z)", cfg, re.M | re.S)
+        return tuple(m.group(1).split()) if m else ()
+
+    chunks = tuple(frozenset(int(x) for x in re.findall(r"\d+", c)) for c in _set_of(const("Chunks")))
+    return Model(
+        name=name,
+        num_ranks=int(const("NumRanks")),
+        num_layers=int(const("NumLayers")),
+        engines=tuple(_set_of(const("Engines"))),
+        older=frozenset(_set_of(const("Older"))),
+        may_lack_record=frozenset(int(x) for x in _set_of(const("MayLackRecord"))),
+        chunks=chunks,
+        max_moves=int(const("MaxMoves")),
+        daemon_restarts=const("DaemonRestarts") == "TRUE",
+        invariants=block("INVARIANT"),
+        properties=block("PROPERTY") or block("PROPERTIES"),
+    )
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OlderEngine:
+    """An engine without the layout plugin (the spec's ``Older``): it only fetches, with no claim."""
+
+    phase: str  # "load" or "run"
+    serv: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class GoneEngine:
+    """An engine whose process is gone (the spec's ``Forget``): it failed, or it crashed."""
+
+    phase: str  # "failed" or "dead"
+
+
+# A newer engine is its ``EngineSession``'s bare view (``EngineView.bare``): what the spec keeps.
+Engine = EngineView | OlderEngine | GoneEngine
+
+
+@dataclass(frozen=True)
+class SysState:
+    """The whole system: the daemons' views, the truth, the engines, the chunks begun."""
+
+    daemons: tuple[DaemonView, ...]
+    truth: tuple[tuple[int, ...], ...]
+    engines: tuple[Engine, ...]
+    moves: int
+
+
+def rows_of_perms(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The map whose layer ``i`` is permutation ``perms[i]`` (the spec's ``dmap``/``eroute`` values)."""
+    return tuple(ROWS[p] for p in perms)
+
+
+def perms_of(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    return tuple(ROWS.index(tuple(row)) for row in rows)
+
+
+# The spec's reb[e].step for each RebalanceMachine state.
+_STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
+
+
+class System:
+    """One model's system: the initial states, the events, the projection to spec variables."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.R = model.num_ranks
+        self.initial_perms = tuple(0 for _ in model.layers)
+        self.initial_record = LayoutRecord.initial(rows_of_perms(self.initial_perms), NUM_LOGICAL)
+        self.engine_layout = EngineLayout(
+            num_layers=model.num_layers,
+            num_physical=len(ROWS[0]),
+            num_logical=NUM_LOGICAL,
+            initial_digest=self.initial_record.digest,
+            routes_by_metadata=True,
+        )
+        # One reused machine per daemon and one reused session per engine: states are loaded into
+        # them (``restore``), never rebuilt.
+        self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
+        self.sessions = {e: EngineSession(e, self.R, self.engine_layout) for e in model.newer}
+        self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
+        self._session_memo: dict[tuple[Any, ...], tuple[Any, EngineView]] = {}
+        self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
+        self.eidx = {e: i for i, e in enumerate(model.engines)}
+
+    # -- daemon calls (memoised: the reply is a function of the view and the request) -------
+
+    def _call(self, r: int, view: DaemonView, op: str, arg: Any) -> tuple[Any, DaemonView]:
+        key = (op, view, arg)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        m = self.machines[r - 1]
+        m.restore(view)
+        if op == "attach":
+            result: Any = m.attach_engine(AttachRequest(arg), session=_session(arg))
+        elif op == "query":
+            result = m.query_state(include_map=True)
+        elif op == "fetch":
+            result = m.fetch_check(arg)
+        elif op == "begin":
+            result = m.begin_move(arg)
+        elif op == "commit":
+            result = m.commit_move(arg)
+        elif op == "abort":
+            result = m.abort_move(arg)
+        elif op == "detach":
+            result = m.detach_engine(arg, _session(arg))
+        else:  # pragma: no cover
+            raise ValueError(op)
+        out = (result, m.view())
+        self._memo[key] = out
+        return out
+
+    # -- engine steps: the engines' own EngineSession (memoised like the daemon calls) -------
+
+    def _step(self, e: str, view: EngineView, op: str, *args: Any, memo: Any = None) -> tuple[Any, EngineView]:
+        """``EngineSession.<op>(*args)`` on engine ``e`` in ``view``; the result and the bare view after.
+
+        ``memo`` stands for ``args`` in the memo's key when they are not hashable (a daemon's reply
+        is a function of the daemon's view before the request).
+        """
+        key = (op, view, args if memo is None else memo)
+        hit = self._session_memo.get(key)
+        if hit is not None:
+            return hit
+        session = self.sessions[e]
+        session.restore(view)
+        result = getattr(session, op)(*args)
+        out = (result, session.view().bare())
+        self._session_memo[key] = out
+        return out
+
+    # -- initial states ------------------------------------------------------------------
+
+    def initial_states(self) -> list[SysState]:
+        m = self.model
+        out = []
+        lack = sorted(m.may_lack_record)
+        engines = tuple(OlderEngine("load") if e in m.older else EngineView.fresh(e, self.R) for e in m.engines)
+        for mask in range(1 << len(lack)):
+            without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
+            daemons = tuple(DaemonView(None if r in without else self.initial_record) for r in m.ranks)
+            out.append(SysState(daemons, tuple(self.initial_perms for _ in m.ranks), engines, 0))
+        return out
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _view(self, s: SysState, e: str) -> EngineView | None:
+        """Engine ``e``'s session view, when it is a live engine with the plugin."""
+        es = s.engines[self.eidx[e]]
+        return es if isinstance(es, EngineView) else None
+
+    def _with(self, s: SysState, e: str, es: Engine, **kw: Any) -> SysState:
+        if isinstance(es, EngineView) and es.phase == "failed":
+            es = GoneEngine("failed")  # the process exits: its memory is gone
+        engines = list(s.engines)
+        engines[self.eidx[e]] = es
+        return replace(s, engines=tuple(engines), **kw)
+
+    @staticmethod
+    def _set_daemon(s: SysState, r: int, view: DaemonView) -> tuple[DaemonView, ...]:
+        daemons = list(s.daemons)
+        daemons[r - 1] = view
+        return tuple(daemons)
+
+    def route(self, v: EngineView) -> tuple[int, ...]:
+        return self.initial_perms if v.rows is None else _perms_cached(v.rows)
+
+    def target(self, v: EngineView) -> tuple[int, ...]:
+        """The layout EPLB moves to with the current chunk (the environment's choice, as the
+        spec's ``Target``): the chunk's rows flipped."""
+        return tuple(1 - p if i in v.chunk else p for i, p in enumerate(self.route(v)))
+
+    # -- events (one per spec action, same names) ----------------------------------------
+
+    def Attach(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or v.findings[r - 1] is not None:
+            return None
+        if any(f is None for f in v.findings[: r - 1]):
+            return None  # ranks attach in rank order
+        reply, daemon = self._call(r, s.daemons[r - 1], "attach", e)
+        _, v2 = self._step(e, v, "attached", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def Poll(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
+            return None
+        reply, _ = self._call(r, s.daemons[r - 1], "query", None)
+        _, v2 = self._step(e, v, "polled", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2)  # still pending: the same state (no edge)
+
+    def Timeout(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
+            return None
+        _, v2 = self._step(e, v, "timed_out", r - 1, 300.0)
+        return self._with(s, e, v2)
+
+    def Agree(self, s: SysState, e: str) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or not _may_agree(v):
+            return None
+        outcome, v2 = self._step(e, v, "agree")
+        if not outcome.failed:
+            # Every rank of the spec's engines loads from its daemon.
+            _, v2 = self._step(e, v2, "start_rebalance", ("daemon",) * self.R)
+        return self._with(s, e, v2)
+
+    def Fetch(self, s: SysState, e: str, r: int) -> SysState | None:
+        es = s.engines[self.eidx[e]]
+        if isinstance(es, GoneEngine) or es.phase != "load":
+            return None
+        serv = _serv(es)
+        if r in serv or any(q not in serv for q in range(1, r)):
+            return None
+        if isinstance(es, OlderEngine):  # sglang's own loader: no claim
+            reply, daemon = self._call(r, s.daemons[r - 1], "fetch", None)
+            daemons = self._set_daemon(s, r, daemon)
+            if not reply.ok:
+                return self._with(s, e, GoneEngine("failed"), daemons=daemons)
+            served = es.serv | {r}
+            return self._with(s, e, OlderEngine("run" if len(served) == self.R else "load", served), daemons=daemons)
+        claim, _ = self._step(e, es, "fetch_claim", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "fetch", claim)
+        _, v2 = self._step(e, es, "fetched", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "idle" or s.moves >= self.model.max_moves:
+            return None
+        _, v2 = self._step(e, v, "begin_chunk", _layers(c))
+        return self._with(s, e, v2, moves=s.moves + 1)
+
+    def Begin(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "beginning" or v.begins[r - 1] is not None:
+            return None
+        if any(a is None for a in v.begins[: r - 1]):
+            return None  # ranks begin in rank order
+        req, _ = self._step(e, v, "begin_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "begin", req)
+        _, v2 = self._step(e, v, "begun", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def Decide(self, s: SysState, e: str) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "beginning" or any(a is None for a in v.begins):
+            return None
+        _, v2 = self._step(e, v, "decide")
+        return self._with(s, e, v2)
+
+    def Abort(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "aborting" or not _to_abort(v, r - 1):
+            return None
+        if any(_to_abort(v, q) for q in range(r - 1)):
+            return None  # ranks abort in rank order
+        req, _ = self._step(e, v, "abort_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "abort", req)
+        assert reply.ok, reply
+        _, v2 = self._step(e, v, "aborted", r - 1)
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def MoveLayer(self, s: SysState, e: str, r: int, l: int) -> SysState | None:  # noqa: E741
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "moving" or l - 1 not in v.chunk:
+            return None
+        target = self.target(v)
+        want = target[l - 1]
+        if s.truth[r - 1][l - 1] == want:
+            return None
+        if any(k < l - 1 and s.truth[r - 1][k] != target[k] for k in v.chunk):
+            return None  # layers move in increasing order
+        truth = list(s.truth)
+        truth[r - 1] = _set(truth[r - 1], l - 1, want)
+        return replace(s, truth=tuple(truth))
+
+    def Commit(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance not in ("moving", "committing"):
+            return None
+        if not _to_commit(v, r - 1) or any(_to_commit(v, q) for q in range(r - 1)):
+            return None  # ranks commit in rank order
+        target = self.target(v)
+        if any(s.truth[q - 1][k] != target[k] for q in self.model.ranks for k in v.chunk):
+            return None  # the device synchronize waits for every layer on every rank
+        if v.rebalance == "moving":
+            _, v = self._step(e, v, "moved", rows_of_perms(target))
+        req, _ = self._step(e, v, "commit_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "commit", req)
+        _, v2 = self._step(e, v, "committed", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def Verify(self, s: SysState, e: str) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "committing" or any(a is None for a in v.commits):
+            return None
+        _, v2 = self._step(e, v, "verify")
+        return self._with(s, e, v2)
+
+    def Crash(self, s: SysState, e: str) -> SysState | None:
+        if isinstance(s.engines[self.eidx[e]], GoneEngine):
+            return None
+        return self._with(s, e, GoneEngine("dead"))
+
+    def Detach(self, s: SysState, r: int, e: str) -> SysState | None:
+        view = s.daemons[r - 1]
+        if e not in view.attachments or not isinstance(s.engines[self.eidx[e]], GoneEngine):
+            return None
+        _, view2 = self._call(r, view, "detach", e)
+        return replace(s, daemons=self._set_daemon(s, r, view2))
+
+    def Restart(self, s: SysState, r: int) -> SysState | None:
+        view = s.daemons[r - 1]
+        if not self.model.daemon_restarts or view.dirty is None or view.attachments:
+            return None
+        if any(r in _serv(es) for es in s.engines):
+            return None
+        truth = list(s.truth)
+        truth[r - 1] = self.initial_perms
+        return replace(s, daemons=self._set_daemon(s, r, DaemonView(self.initial_record)), truth=tuple(truth))
+
+    # -- successor enumeration (the spec's Next, in order) --------------------------------
+
+    def actions(self) -> list[tuple[str, tuple[Any, ...], Callable[..., SysState | None]]]:
+        """Every (action name, parameters, bound event) instance of Next."""
+        m = self.model
+        domain: dict[str, list[Any]] = {
+            "e": list(m.engines),
+            "r": list(m.ranks),
+            "c": sorted(m.chunks, key=lambda c: (len(c), sorted(c))),
+            "l": list(m.layers),
+        }
+        out = []
+        for name, params in EVENTS.items():
+            fn = getattr(self, name)
+            for combo in _product([domain[p] for p in params]):
+                out.append((name, combo, fn))
+        return out
+
+    def successors(self, s: SysState) -> Iterator[tuple[str, SysState]]:
+        for name, params, fn in self._actions:
+            nxt = fn(s, *params)
+            if nxt is not None and nxt != s:
+                yield self._labels[(name, params)], nxt
+
+    @property
+    def _actions(self) -> list[tuple[str, tuple[Any, ...], Callable[..., SysState | None]]]:
+        cached = self.__dict__.get("_actions_cache")
+        if cached is None:
+            cached = self.actions()
+            self.__dict__["_actions_cache"] = cached
+            self.__dict__["_labels"] = {(n, p): label(n, p) for n, p, _ in cached}
+        return cached
+
+    # -- projection to the spec's variables ----------------------------------------------
+
+    def project(self, s: SysState) -> tuple[Any, ...]:
+        """The spec's variables, in ``VARIABLES`` order, as ``tools.mirror.values`` values."""
+        engines = [self._spec_engine(es) for es in s.engines]
+        return (
+            tuple(v.phase for v in s.daemons),
+            tuple(0 if v.record is None else v.record.version for v in s.daemons),
+            tuple(self.initial_perms if v.record is None else _perms_cached(v.record.rows) for v in s.daemons),
+            tuple(_dpend(v) for v in s.daemons),
+            tuple(frozenset(ModelValue(e) for e in v.attachments) for v in s.daemons),
+            tuple(v.non_following_seen for v in s.daemons),
+            s.truth,
+            *(_fn(self.model.engines, [x[i] for x in engines]) for i in range(7)),
+            s.moves,
+        )
+
+    def spec_state(self, s: SysState) -> Record:
+        """The spec's state as one value, a record of the variables: equal to TLC's state, decoded."""
+        return Record(zip(VARIABLES, self.project(s), strict=True))
+
+    def _spec_engine(self, es: Engine) -> tuple[Any, ...]:
+        """One engine's spec variables: ephase, efind, eroute, ever, eserv, eshare, reb."""
+        hit = self._spec_memo.get(es)
+        if hit is not None:
+            return hit
+        blank = (tuple(self._find_rec(None) for _ in range(self.R)), self.initial_perms, 0)
+        if isinstance(es, GoneEngine):
+            out = (es.phase, *blank, frozenset(), False, _IDLE_REB[self.R])
+        elif isinstance(es, OlderEngine):
+            out = (es.phase, *blank, es.serv, False, _IDLE_REB[self.R])
+        else:
+            out = (
+                es.phase,
+                tuple(self._find_rec(f) for f in es.findings),
+                self.route(es),
+                es.version,
+                frozenset(r + 1 for r in es.served),
+                es.shares,
+                _reb(es),
+            )
+        self._spec_memo[es] = out
+        return out
+
+    def _find_rec(self, f: RankFinding | None) -> Record:
+        if f is None:
+            return _finding_rec("nothing", 0, self.initial_perms)
+        word = "wait" if f.kind == "pending" else f.kind
+        if f.record is None:
+            return _finding_rec(word, 0, self.initial_perms)
+        return _finding_rec(word, f.record.version, _perms_cached(f.record.rows))
+
+    def render(self, s: SysState) -> str:
+        return render_projection(self.project(s))
+
+    @staticmethod
+    def step_view(s: SysState) -> tuple[Any, ...]:
+        """What the action properties read (``invariants.StepView``)."""
+        return (
+            tuple(v.phase for v in s.daemons),
+            tuple(0 if v.record is None else v.record.version for v in s.daemons),
+            tuple(es.version if isinstance(es, EngineView) else 0 for es in s.engines),
+            tuple(isinstance(es, GoneEngine) for es in s.engines),
+            tuple(frozenset(v.attachments) for v in s.daemons),
+            tuple(_serv(es) for es in s.engines),
+            tuple(None if v.pending is None else v.pending.engine_id for v in s.daemons),
+        )
+
+
+def render_projection(values: tuple[Any, ...]) -> str:
+    return "\n".join(f"/\\ {name} = {_var_text(name, v)}" for name, v in zip(VARIABLES, values, strict=True))
+
+
+@lru_cache(maxsize=200_000)
+def _var_text(name: str, v: Any) -> str:
+    # Keyed by the variable too: 0 == False in Python, so (0, 0) and (False, False) would share
+    # one cache entry; within one variable the types never mix.
+    return pretty(tlc_text(v))
+
+
+def _tla_cached(v: Any) -> str:
+    return tlc_text(v)
+
+
+@lru_cache(maxsize=4096)
+def _perms_cached(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    return perms_of(rows)
+
+
+@lru_cache(maxsize=4096)
+def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Record:
+    return Record(found=word, fver=version, fmap=perms)
+
+
+def _dpend(v: DaemonView) -> Any:
+    move = v.pending if v.pending is not None else v.dirty
+    if move is None:
+        return ModelValue("NONE")
+    layers = frozenset(x + 1 for x in move.layers)
+    return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
+
+
+def _reb(v: EngineView) -> Record:
+    step = _STEP.get(v.rebalance, "idle")
+    chunk = frozenset(layer + 1 for layer in v.chunk)
+    return Record((("step", step), ("chunk", chunk), ("replies", tuple(_reply_word(v, i) for i in range(v.num_ranks)))))
+
+
+def _reply_word(v: EngineView, rank: int) -> str:
+    """Rank ``rank``'s entry of the spec's ``reb[e].replies``."""
+    begun = v.begins[rank]
+    if begun is None:
+        return "none"
+    if rank in v.aborted:
+        return "aborted"
+    commit = v.commits[rank]
+    if commit is not None:
+        return "committed" if commit.ok else "commit_refused"
+    return "refused" if begun.status is None else begun.status.value
+
+
+class _IdleRebs(dict[int, Record]):
+    def __missing__(self, num_ranks: int) -> Record:
+        rec = Record((("step", "idle"), ("chunk", frozenset()), ("replies", ("none",) * num_ranks)))
+        self[num_ranks] = rec
+        return rec
+
+
+_IDLE_REB = _IdleRebs()
+
+
+def _serv(es: Engine) -> frozenset[int]:
+    """The spec's ``eserv[e]``: the ranks (1-based) whose fetch_state was served."""
+    if isinstance(es, EngineView):
+        return frozenset(r + 1 for r in es.served)
+    return es.serv if isinstance(es, OlderEngine) else frozenset()
+
+
+def _waits(f: RankFinding | None) -> bool:
+    return f is not None and needs_wait(f)
+
+
+def _may_agree(v: EngineView) -> bool:
+    return v.phase == "start" and all(f is not None and not needs_wait(f) for f in v.findings)
+
+
+def _to_abort(v: EngineView, rank: int) -> bool:
+    """Rank ``rank``'s begin was ok and it has not aborted yet."""
+    begun = v.begins[rank]
+    return begun is not None and begun.ok and rank not in v.aborted
+
+
+def _to_commit(v: EngineView, rank: int) -> bool:
+    """Rank ``rank``'s begin was ok and it has not committed yet."""
+    begun = v.begins[rank]
+    return begun is not None and begun.ok and v.commits[rank] is None
+
+
+@lru_cache(maxsize=16)
+def _mvs(engines: tuple[str, ...]) -> tuple[ModelValue, ...]:
+    return tuple(ModelValue(e) for e in engines)
+
+
+def _fn(engines: tuple[str, ...], values: list[Any]) -> Any:
+    return Fn(tuple(zip(_mvs(engines), values, strict=False)))
+
+
+def _set(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
+    return (*t[:i], v, *t[i + 1 :])
+
+
+def _session(engine: str) -> str:
+    return "s-" + engine
+
+
+def _layers(chunk: frozenset[int]) -> tuple[int, ...]:
+    """The chunk's layers as ``layout_sm`` numbers them (0-based, ascending)."""
+    return tuple(sorted(layer - 1 for layer in chunk))
+
+
+def _product(domains: list[list[Any]]) -> Iterator[tuple[Any, ...]]:
+    if not domains:
+        yield ()
+        return
+    for head in domains[0]:
+        for rest in _product(domains[1:]):
+            yield (head, *rest)
+
+
+def label(name: str, params: tuple[Any, ...]) -> str:
+    """The edge label of an action instance, as TLC's ``actionlabels`` prints it."""
+    if not params:
+        return name
+    return f"{name}(" + ", ".join(_tla_cached(_param_value(p)) for p in params) + ")"
+
+
+def _param_value(p: Any) -> Any:
+    if isinstance(p, str):
+        return ModelValue(p)
+    return p
