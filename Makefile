@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)/src:$(CURDIR)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup test lint diagrams check-spec check-model traces demo bench mutants replay-full clean
+.PHONY: help setup test check lint diagrams check-spec check-model traces demo bench mutants replay-full clean
+
+.DEFAULT_GOAL := help
 
 $(STAMP): pyproject.toml requirements/sglang.txt
 	@command -v $(PY_BASE) >/dev/null || { echo "need $(PY_BASE) on PATH"; exit 2; }
@@ -22,22 +24,40 @@ $(STAMP): pyproject.toml requirements/sglang.txt
 	$(PIP) install -q -e ".[test]"
 	@touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP)  ## install everything into .venv (torch, sglang 0.5.23 --no-deps and its pinned imports, this project, test tools)
 
-test: $(STAMP)
+help:  ## this list: every target, one line each
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/\1\t\2/' | \
+	  awk -F'\t' '{ printf "  make %-13s %s\n", $$1, $$2 }'
+
+# The development loop: lint, the core, the mirror on MCSmall against TLC's graph, and the adapters'
+# unit tests on in-process daemons. Leaves out what starts real sglang servers or replays whole suites
+# (tests/realserver, tests/demo, the replays on daemon processes, MCFull/MCChunks): `make test` runs those.
+CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/layout_sm tests/layout_model \
+  tests/daemon_adapter/test_requests.py tests/daemon_adapter/test_hardening.py tests/daemon_adapter/test_client.py \
+  tests/engine_adapter/test_compat.py tests/engine_adapter/test_plugin.py
+check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror on MCSmall, adapters' unit tests)
+	$(VENV)/bin/ruff check src tools tests
+	$(VENV)/bin/ruff format --check src tools tests
+	$(PY) -m pytest -q -x $(CHECK_TESTS)
+	$(PY) -m tools.mirror.explore MCSmall --spec-dir spec --dot-dir build/mirror --quiet
+	@if [ -f ../shared/tlc/MCSmall.dot.gz ]; then $(PY) -m tools.mirror.compare build/mirror/MCSmall.dot ../shared/tlc/MCSmall.dot.gz; \
+	else echo "check: no ../shared/tlc/MCSmall.dot.gz here: the mirror's graph was not compared with TLC's"; fi
+
+test: $(STAMP)  ## the full suite, real sglang servers included (what CI runs; about 20 minutes here)
 	$(PY) -m pytest -q --durations=25 tests
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff check and ruff format --check over src, tools and tests
 	$(VENV)/bin/ruff check src tools tests
 	$(VENV)/bin/ruff format --check src tools tests
 
-diagrams: $(STAMP)
+diagrams: $(STAMP)  ## the state diagrams of layout_sm's machines into docs/ (needs Graphviz; installs it with apt when missing)
 	@command -v dot >/dev/null || { echo "[diagrams] installing Graphviz (dot)"; \
 	  (apt-get update -qq && apt-get install -y -qq graphviz) >/dev/null || \
 	  { echo "Graphviz's dot is missing: install it (apt-get install graphviz) and rerun"; exit 2; }; }
 	$(PY) -m layout_sm.diagrams docs
 
-clean:
+clean:  ## remove .venv, build/ and the egg-info
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
 # Each part of the project adds its targets in mk/<part>.mk.

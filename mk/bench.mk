@@ -8,5 +8,5 @@
 # Included by the main Makefile (PY, STAMP and PYTHONPATH=src come from it).
 BENCH_ARGS ?=
 
-bench: $(STAMP)
+bench: $(STAMP)  ## the protocol's costs against floors measured in the same run, real servers included (BENCH_ARGS=--no-real skips them)
 	$(PY) -m tools.bench --out bench-results $(BENCH_ARGS)

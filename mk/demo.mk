@@ -17,8 +17,8 @@ $(DEMO_STAMP): $(STAMP) mk/demo.mk
 	$(PIP) install -q "matplotlib==3.11.2" "python-dateutil<3"
 	@touch $@
 
-demo: $(DEMO_STAMP)
+demo: $(DEMO_STAMP)  ## the main job: the bug, then the protocol preventing it, on real sglang servers (CPU); results in demo-results/
 	$(PY) -m tools.demo.real --out demo-results $(DEMO_ARGS)
 
-demo-harness: $(DEMO_STAMP)
+demo-harness: $(DEMO_STAMP)  ## the same cases on the in-process harness (rank processes over gloo, no HTTP), in a few minutes
 	$(PY) -m tools.demo.harness --out demo-results/harness $(DEMO_ARGS)

@@ -9,6 +9,6 @@ MUTANT_TIMEOUT ?= 600
 
 .PHONY: mutants
 
-mutants: $(STAMP)
+mutants: $(STAMP)  ## break each protocol rule on purpose and list the tests that fail (docs/mutants.md)
 	$(PY) -m tests.model_based.mutants.run --timeout $(MUTANT_TIMEOUT) --doc docs/mutants.md \
 	  $(if $(MUTANTS),--only $(MUTANTS))

@@ -13,22 +13,22 @@ SPEC_MUTANTS ?=
 
 .PHONY: check-spec check-model traces witnesses spec-mutants
 
-check-spec: $(STAMP)
+check-spec: $(STAMP)  ## TLC on every model and witness (needs Java and TLA2TOOLS_JAR; says what is missing otherwise)
 	$(PY) -m tools.mirror.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m)) \
 	  --witnesses --traces build/witnesses
 
-witnesses: $(STAMP)
+witnesses: $(STAMP)  ## TLC's witnesses again, their traces written to tests/model_based/witnesses/
 	$(PY) -m tools.mirror.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses
 	$(PY) -m tests.model_based.witness_traces --from build/witnesses
 
-spec-mutants: $(STAMP)
+spec-mutants: $(STAMP)  ## break each rule of the spec and run TLC on it (docs/spec-mutants.md; needs TLC)
 	$(PY) -m tools.mirror.spec_mutants --spec-dir spec --doc docs/spec-mutants.md \
 	  $(if $(SPEC_MUTANTS),--only $(SPEC_MUTANTS))
 
-check-model: $(STAMP)
+check-model: $(STAMP)  ## the mirror (layout_sm composed) explored on every model with the spec's invariants; graphs in build/mirror/
 	$(PY) -m tools.mirror.explore $(SPEC_MODELS) --spec-dir spec --dot-dir build/mirror
 
-traces: $(STAMP)
+traces: $(STAMP)  ## edge-covering behaviours from TLC's graphs for tests/model_based/traces/
 	@rc=0; $(PY) -m tools.mirror.check_spec --spec-dir spec --dump build/tlc \
 	  $(foreach m,$(TRACE_MODELS),--model $(m)) || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \

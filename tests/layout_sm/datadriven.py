@@ -1,4 +1,4 @@
-"""Data-driven protocol scenarios, in the manner of etcd's raft ``testdata/*.txt``.
+"""Data-driven tests of the daemon machine, in the manner of etcd's raft ``testdata/*.txt``.
 
 A file is a list of blocks: a command line, ``----``, the expected output, a blank line.
 Run with ``REWRITE=1`` to regenerate the expected output on purpose, then review the diff.

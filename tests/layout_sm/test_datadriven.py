@@ -1,4 +1,4 @@
-"""Runs every scenario file under testdata/ (see scenarios.py for the format)."""
+"""Runs every scenario file under testdata/ (see datadriven.py for the format)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .scenarios import maybe_rewrite, run_file
+from .datadriven import maybe_rewrite, run_file
 
 FILES = sorted((Path(__file__).parent / "testdata").glob("*.txt"))
 
