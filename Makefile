@@ -12,17 +12,22 @@ export PYTHONUNBUFFERED := 1
 
 .DEFAULT_GOAL := help
 
+# One line per step. sglang is installed --no-deps on purpose (its full dependency list pulls CUDA wheels);
+# requirements/sglang.txt holds what its imports need, so pip's report of sglang's other declared
+# requirements is expected and silenced (--no-warn-conflicts). -qq keeps pip's errors, drops its warnings.
+PIP_QUIET := -qq --no-warn-conflicts
 $(STAMP): pyproject.toml requirements/sglang.txt
 	@command -v $(PY_BASE) >/dev/null || { echo "need $(PY_BASE) on PATH"; exit 2; }
-	@test -x $(PY) || $(PY_BASE) -m venv $(VENV)
+	@test -x $(PY) || { echo "[setup] virtual environment $(VENV) ($(PY_BASE))"; $(PY_BASE) -m venv $(VENV); }
 	@echo "[setup] torch 2.14.1 + torchvision 0.29.1 (sglang 0.5.23's pin)"
-	$(PIP) install -q "torch==2.14.1" "torchvision==0.29.1"
+	@$(PIP) install $(PIP_QUIET) "torch==2.14.1" "torchvision==0.29.1"
 	@echo "[setup] sglang 0.5.23 (--no-deps) and the packages its imports need"
-	$(PIP) install -q --no-deps "sglang==0.5.23"
-	$(PIP) install -q -r requirements/sglang.txt
+	@$(PIP) install $(PIP_QUIET) --no-deps "sglang==0.5.23"
+	@$(PIP) install $(PIP_QUIET) -r requirements/sglang.txt
 	@echo "[setup] this project (editable) and its test tools"
-	$(PIP) install -q -e ".[test]"
+	@$(PIP) install $(PIP_QUIET) -e ".[test]"
 	@touch $(STAMP)
+	@echo "[setup] done: $(VENV)"
 
 setup: $(STAMP)  ## install everything into .venv (torch, sglang 0.5.23 --no-deps and its pinned imports, this project, test tools)
 

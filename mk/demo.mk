@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 # matplotlib draws the picture only; python-dateutil stays below 3 because sglang 0.5.23 pins it.
 $(DEMO_STAMP): $(STAMP) mk/demo.mk
 	@echo "[setup] matplotlib for the demo's picture"
-	$(PIP) install -q "matplotlib==3.11.2" "python-dateutil<3"
+	@$(PIP) install $(PIP_QUIET) "matplotlib==3.11.2" "python-dateutil<3"
 	@touch $@
 
 demo: $(DEMO_STAMP)  ## the main job: the bug, then the protocol preventing it, on real sglang servers (CPU); results in demo-results/

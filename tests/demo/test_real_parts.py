@@ -58,14 +58,26 @@ def test_text_table_keeps_every_cell_whole() -> None:
     words = table.split()
     for i in range(60):
         assert f"word{i}" in words, f"word{i} was cut from the table:\n{table}"
-    assert max(len(line) for line in table.splitlines()) <= 4 + 3 + 30 + 60 + 44 + 8
+    assert max(len(line) for line in table.splitlines()) <= 4 + 18 + 30 + 60 + 44 + 8
 
 
 def test_text_table_never_wraps_a_case_name() -> None:
     res = results.Results()
-    res.add(results.Row("limits", "time and memory", "x", "600 s", {"wall_s": 1}, True))
+    res.add(results.Row("limits", "time and memory", "x", "600 s", {"wall_s": 1}, True, judged=False))
     table = results.text_table(res)
-    assert any(line.split()[:2] == ["limits", "yes"] for line in table.splitlines() if line.strip()), table
+    assert any(line.split()[:2] == ["limits", "within"] for line in table.splitlines() if line.strip()), table
+
+
+def test_a_limit_missed_is_a_warning_and_the_run_time_is_the_runs() -> None:
+    res = results.Results()
+    res.started -= 42.0  # the run began 42 s ago
+    res.add(results.Row("1", "restart", "adopts", "adopted", {}, True))
+    res.add(results.Row("limits", "time and memory", "600 s", "713 s wall", {"wall_s": 713}, False, judged=False))
+    assert res.all_passed and [r.case for r in res.limits_exceeded] == ["limits"]
+    assert "exceeded (warning)" in results.text_table(res)
+    assert res.to_json()["seconds"] >= 42.0
+    res.add(results.Row("3b", "mid-move", "fails", "served", {}, False))
+    assert not res.all_passed
 
 
 def test_meter_sees_a_child_process_memory() -> None:

@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     lab = Lab(args.out)
     lab.step(f"expert-layout demo on real sglang servers: model {lab.model.name}; sglang's logs in {lab.logs}/")
+    res = results.Results(intro=INTRO)  # its clock is the run's (the results file's run time)
     try:
         rows, ev = cases.run_all(lab, chains)
     finally:
         lab.close()
         meter.stop()
-    res = results.Results(intro=INTRO)
     for row in rows:
         res.add(row)
     usage = meter.to_json()
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 "load_15min": round(load[2], 1),
             },
             within,
+            judged=False,
         )
     )
     res.meta["usage"] = usage
@@ -101,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         f"wall {usage['wall_s']} s, peak PSS {usage['peak_pss_gb']} GB (RSS sum {usage['peak_rss_gb']} GB) "
         f"(limits {LIMIT_S:.0f} s, {LIMIT_GB:.0f} GB)"
     )
-    lab.step("every case as designed" if res.all_passed else "SOME CASES DID NOT GO AS DESIGNED")
+    for row in res.limits_exceeded:
+        lab.step(f"warning: {row.title} exceeded ({row.expected}): {row.observed.split(';')[0]}; not a failure")
+    lab.step("every protocol case as designed" if res.all_passed else "SOME CASES DID NOT GO AS DESIGNED")
     return 0 if res.all_passed else 1
 
 
