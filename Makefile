@@ -38,7 +38,7 @@ help:  ## this list: every target, one line each
 # The development loop: lint, the core, the mirror on MCSmall against TLC's graph, and the adapters'
 # unit tests on in-process daemons. Leaves out what starts real sglang servers or replays whole suites
 # (tests/realserver, tests/demo, the replays on daemon processes, MCFull/MCChunks): `make test` runs those.
-CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/layout_sm tests/layout_model \
+CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/layout_sm tests/mirror \
   tests/daemon_adapter/test_requests.py tests/daemon_adapter/test_hardening.py tests/daemon_adapter/test_client.py \
   tests/engine_adapter/test_compat.py tests/engine_adapter/test_plugin.py
 check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror on MCSmall, adapters' unit tests)

@@ -20,7 +20,7 @@ import pytest
 from tests.model_based import suites
 from tests.model_based.mutants.catalog import MUTANTS
 from tests.spec.spec_oracle import dump
-from tests.tools.mirror.test_explore import SPEC, _variant
+from tests.mirror.test_explore import SPEC, _variant
 from tools.mirror.compare import compare_graphs
 from tools.mirror.dot import load_dot
 from tools.mirror.explore import explore
