@@ -1,0 +1,129 @@
+"""``make bench``'s scaling part: how the chunk protocol and startup grow with ranks and with the map.
+
+Protocol-only processes, no sglang server: one layout-aware daemon process per rank and one engine rank
+process per rank over gloo (``protocol.bench_ranks``), each point a ratio to its floor measured in the
+same processes (chunk: 2 bare round trips + 2 bare all-gathers; startup: a bare ``query_config`` and a
+bare all-gather). Two curves:
+
+- ranks 1, 2, 4, 8, 16 on the DeepSeek-V3-sized map (61 x 288);
+- map size 2 x 10 up to 61 x 288 and 61 x 512, on 2 ranks.
+
+On a 2-core machine 16 ranks means 32 processes on 2 cores: the absolute figures there are the
+scheduler's, the ratios to the floor measured beside them are the protocol's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from tools.bench.protocol import LAYERS, PHYSICAL, bench_ranks
+
+RANKS = (1, 2, 4, 8, 16)
+SHAPES: tuple[tuple[int, int, int], ...] = ((2, 10, 8), (8, 64, 56), (24, 160, 128), (61, 288, 256), (61, 512, 480))
+
+
+def repetitions(n: int, world: int) -> int:
+    """Fewer repetitions where a step costs many processes (medians stay stable)."""
+    return max(20, n // max(1, world // 2))
+
+
+def _point(step: Callable[[str], None], *args: Any) -> dict[str, Any]:
+    """One point; tried once more if a rank process died (on 2 cores a gloo port picked free can be
+    taken by another process before the rank binds it), so one lost race does not end the bench."""
+    try:
+        return bench_ranks(*args)
+    except RuntimeError as error:
+        step(f"  {error}; that point again")
+        return bench_ranks(*args)
+
+
+def bench_scaling(workdir: str, n: int, step: Callable[[str], None], ranks: tuple[int, ...] = RANKS) -> dict[str, Any]:
+    by_ranks = []
+    for world in ranks:
+        point = _point(step, world, workdir, repetitions(n, world))
+        by_ranks.append(point)
+        step(
+            f"  {world:2d} ranks, {LAYERS}x{PHYSICAL}: chunk {point['chunk_us']:.0f} us "
+            f"({point['chunk_ratio']}x its floor), startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
+        )
+    by_map = []
+    for shape in SHAPES:
+        point = _point(step, 2, workdir, n, shape)
+        by_map.append(point)
+        step(
+            f"   2 ranks, {shape[0]}x{shape[1]}: chunk {point['chunk_us']:.0f} us ({point['chunk_ratio']}x), "
+            f"startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
+        )
+    return {"by_ranks": by_ranks, "by_map": by_map}
+
+
+def plot(data: dict[str, Any], png: str) -> bool:
+    """Both curves with their floors, as one PNG; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, points, xkey, xlabel in (
+        (axes[0], data["by_ranks"], "ranks", "ranks (daemons and engine rank processes)"),
+        (axes[1], data["by_map"], "map", "map (layers x physical experts), 2 ranks"),
+    ):
+        xs = list(range(len(points)))
+        curves = (("chunk_us", "chunk_floor_us", "chunk"), ("startup_us", "startup_floor_us", "startup"))
+        for key, floor, label in curves:
+            (line,) = ax.plot(xs, [p[key] / 1000 for p in points], marker="o", label=f"{label}: protocol")
+            ax.plot(
+                xs, [p[floor] / 1000 for p in points], linestyle="--", color=line.get_color(), label=f"{label}: floor"
+            )
+        ax.set_xticks(xs, [str(p[xkey]) for p in points])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("ms (median)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title(f"growth with ranks ({LAYERS}x{PHYSICAL} map)")
+    axes[1].set_title("growth with the map (2 ranks)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def markdown_rows(data: dict[str, Any]) -> list[str]:
+    rows = ["| ranks | map | chunk | chunk floor | ratio | startup | startup floor | ratio |", "| --- " * 8 + "|"]
+    for p in [*data["by_ranks"], *data["by_map"]]:
+        rows.append(
+            f"| {p['ranks']} | {p['map']} | {p['chunk_us']:.0f} us | {p['chunk_floor_us']:.0f} us | "
+            f"{p['chunk_ratio']}x | {p['startup_us']:.0f} us | {p['startup_floor_us']:.0f} us | {p['startup_ratio']}x |"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.bench.scaling --out DIR``: this part alone."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.scaling", description=__doc__)
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("-n", type=int, default=100)
+    parser.add_argument("--ranks", default=",".join(map(str, RANKS)))
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as workdir:
+        data = bench_scaling(workdir, args.n, print, tuple(int(r) for r in args.ranks.split(",")))
+    with open(os.path.join(args.out, "scaling.json"), "w") as f:
+        json.dump(data, f, indent=2)
+    plot(data, os.path.join(args.out, "scaling.png"))
+    print("\n".join(markdown_rows(data)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
