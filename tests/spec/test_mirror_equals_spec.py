@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.mirror.test_explore import SPEC, _variant
 from tests.model_based import suites
 from tests.model_based.mutants.catalog import MUTANTS
 from tests.spec.spec_oracle import dump
-from tests.mirror.test_explore import SPEC, _variant
 from tools.mirror.compare import compare_graphs
 from tools.mirror.dot import load_dot
 from tools.mirror.explore import explore

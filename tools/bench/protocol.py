@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=200, help="repetitions per figure")
     parser.add_argument("--seconds", type=float, default=2.0, help="throughput window per client count")
     parser.add_argument("--no-real", action="store_true", help="skip the real-server part (a few minutes)")
-    parser.add_argument("--real-repeats", type=int, default=1, help="real servers per side for the ready time")
+    parser.add_argument("--real-repeats", type=int, default=3, help="real servers per side, alternated, per figure")
     parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
     parser.add_argument("--no-scaling", action="store_true", help="skip the growth with ranks and map size")
     args = parser.parse_args(argv)

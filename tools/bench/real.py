@@ -5,29 +5,38 @@ Measured side by side in one run, each as a ratio with the protocol on against o
 1. **ready time**: seconds from launching a server to its first 200 from ``/health`` (a 1-token generation),
    with the plugin and with ``SGLANG_PLUGINS=none``, on the *same* standalone layout-aware
    daemons (``python -m daemon_adapter --enable-eplb``) and the same flags, alternated
-   (on, off, off, on, ...) so drift on a shared machine hits both alike;
-2. **rebalance wall time**: sglang's own figure, the ``time=`` of EPLB's
-   ``[EPLBManager] rebalance end`` log line (logged when the rebalance is not chunked), on a
-   server with spawned daemons (``--weight-cache-mode daemon``), with the plugin (every move
-   goes through begin/commit on the daemons) and without it.
+   (on, off, off, on, ...) so drift on a shared machine hits both alike; polled every 50 ms;
+2. **rebalance time**, one layer per chunk (``--eplb-rebalance-layers-per-chunk 1``): a chunked
+   rebalance runs across forward passes and sglang times only an unchunked one, so each rank times
+   its ``EPLBManager.on_forward_pass_end`` calls that did rebalance work (the plan, each chunk's move
+   and, with the plugin, its begin, commit and all-gathers: ``engine_probes.EplbTimer``); on servers
+   with spawned daemons (``--weight-cache-mode daemon``), alternated like the ready time.
 
-Servers need about 30 s each to be ready on 2 cores: this part takes a few minutes
-(``--real-repeats`` sets how many servers per side); ``--no-real`` skips it.
+Servers need about 30-60 s each to be ready on 2 cores: this part takes several minutes
+(``--real-repeats`` sets how many servers per side per figure); ``--no-real`` skips it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from tools.realserver import engine_probes
 from tools.realserver import server as rs
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 
-REBALANCE_TIME = r"TP0[^\]\n]*\] \[EPLBManager\] rebalance end time=([0-9.]+)s"
+REBALANCE_END = r"TP0[^\]\n]*\] \[EPLBManager\] rebalance end"
 ITERATIONS = 20
+READY_RATIO_MAX = 1.03
+REBALANCE_RATIO_MAX = 1.10
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
 
 
 def _median(values: list[float]) -> float:
@@ -76,32 +85,57 @@ def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str
     }
 
 
-def rebalance_times(model: Path, workdir: Path, rebalances: int, step: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for side in ("on", "off"):
-        run = rs.RunDir(workdir / f"rebalance-{side}")
-        # One chunk (no --eplb-rebalance-layers-per-chunk): sglang then times the whole rebalance.
-        spec = rs.ServerSpec(
-            f"rebalance-{side}",
-            weight_cache_mode="daemon",
-            rebalance_iterations=ITERATIONS,
-            plugins=None if side == "on" else rs.PROTOCOL_OFF,
-        )
-        server = rs.RealServer(run, _topology(model), spec).start()
-        try:
-            server.wait_ready()
-            for _ in range(4 * rebalances):
-                if len(re.findall(REBALANCE_TIME, server.log_text())) >= rebalances:
-                    break
-                server.generate(list(PROMPTS), 16)
-            times = [float(t) for t in re.findall(REBALANCE_TIME, server.log_text())]
-        finally:
-            server.stop()
-        out[f"rebalance_s_protocol_{side}"] = times
-        step(f"  rebalance wall time, protocol {side}: {times}")
-    on, off = _median(out["rebalance_s_protocol_on"]), _median(out["rebalance_s_protocol_off"])
-    out.update({"median_on_s": on, "median_off_s": off, "ratio_on_to_off": _ratio(on, off)})
-    return out
+def _rebalance_seconds(server: rs.RealServer, tp_size: int) -> tuple[float, int]:
+    """The slowest rank's time in rebalance work (``engine_probes.EplbTimer``), and its rebalance calls."""
+    per_rank = []
+    for rank in range(tp_size):
+        path = server.probe_dir / f"rank{rank}.eplb.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            per_rank.append((data["rebalance_s"], data["rebalance_calls"]))
+    return max(per_rank) if per_rank else (float("nan"), 0)
+
+
+def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
+    """EPLB's rebalance, one layer per chunk, with the protocol and without, on spawned daemons; servers
+    alternated (on, off, off, on, ...). Each figure: seconds of rebalance work per rebalance."""
+    out: dict[str, list[float]] = {"on": [], "off": []}
+    order = [("on", "off") if i % 2 == 0 else ("off", "on") for i in range(repeats)]
+    topology = _topology(model)
+    for i, pair in enumerate(order):
+        for side in pair:
+            run = rs.RunDir(workdir / f"rebalance-{side}-{i}")
+            spec = rs.ServerSpec(
+                f"rebalance-{side}-{i}",
+                weight_cache_mode="daemon",
+                rebalance_iterations=ITERATIONS,
+                layers_per_chunk=1,
+                plugins=None if side == "on" else rs.PROTOCOL_OFF,
+                extra_env={engine_probes.EPLB_TIME_ENV: "1"},
+            )
+            server = rs.RealServer(run, topology, spec).start()
+            try:
+                server.wait_ready()
+                for _ in range(4 * rebalances):
+                    if len(re.findall(REBALANCE_END, server.log_text())) >= rebalances:
+                        break
+                    server.generate(list(PROMPTS), 16)
+                done = len(re.findall(REBALANCE_END, server.log_text()))
+                seconds, calls = _rebalance_seconds(server, topology.tp_size)
+            finally:
+                server.stop()
+            out[side].append(round(seconds / max(1, done), 4))
+            per = out[side][-1] * 1000
+            step(f"  rebalance, protocol {side}: {per:.1f} ms per rebalance ({done} rebalances, {calls} calls)")
+    on, off = _median(out["on"]), _median(out["off"])
+    return {
+        "rebalance_s_protocol_on": out["on"],
+        "rebalance_s_protocol_off": out["off"],
+        "layers_per_chunk": 1,
+        "median_on_s": on,
+        "median_off_s": off,
+        "ratio_on_to_off": _ratio(on, off),
+    }
 
 
 def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -> dict[str, Any]:
@@ -111,7 +145,7 @@ def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -
     step("real servers: ready time with and without the plugin, on the same standalone daemons")
     ready = ready_times(model, root, repeats, step)
     step("real servers: EPLB rebalance wall time with and without the protocol (spawned daemons)")
-    rebalance = rebalance_times(model, root, rebalances, step)
+    rebalance = rebalance_times(model, root, rebalances, repeats, step)
     return {"ready": ready, "rebalance": rebalance, "seconds": round(time.monotonic() - t0, 1)}
 
 
@@ -122,10 +156,12 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"TP2/EP2, same standalone daemons | "
         f"{r['median_on_s']} s with the plugin ({r['ready_s_plugin_on']}) | "
         f"{r['median_off_s']} s with `SGLANG_PLUGINS=none` ({r['ready_s_plugin_off']}) | "
-        f"{r['ratio_on_to_off']}x | none |",
-        f"| real EPLB rebalance wall time (sglang's `rebalance end time=`), spawned daemons | "
+        f"{r['ratio_on_to_off']}x | ≤{READY_RATIO_MAX}x: {_met(r['ratio_on_to_off'] <= READY_RATIO_MAX)} |",
+        "| real EPLB rebalance, one layer per chunk (`--eplb-rebalance-layers-per-chunk 1`): seconds of "
+        "rebalance work per rebalance in `EPLBManager.on_forward_pass_end`, slowest rank, spawned daemons | "
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
-        f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | none |",
+        f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | "
+        f"≤{REBALANCE_RATIO_MAX}x: {_met(b['ratio_on_to_off'] <= REBALANCE_RATIO_MAX)} |",
     ]
 
 
@@ -139,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tools.bench.real", description=__doc__)
     parser.add_argument("--out", default="bench-results")
-    parser.add_argument("--real-repeats", type=int, default=1, help="servers per side for the ready time")
+    parser.add_argument("--real-repeats", type=int, default=3, help="servers per side, alternated, for each figure")
     parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
     args = parser.parse_args(argv)
     t0 = time.monotonic()

@@ -112,7 +112,8 @@ def markdown(results: Results) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results.rows:
-        cells = [r.case, r.title, r.expected, r.observed, _numbers(r.numbers), r.verdict if r.passed else f"**{r.verdict}**"]
+        verdict = r.verdict if r.passed else f"**{r.verdict}**"
+        cells = [r.case, r.title, r.expected, r.observed, _numbers(r.numbers), verdict]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     data = results.to_json()
     lines += ["", f"All as designed: {'yes' if results.all_passed else 'NO'}; run time {data['seconds']} s."]

@@ -7,6 +7,9 @@ processes our launchers start; each probe is on only when its environment variab
   ``physical_to_logical_map`` it routes with, its pid, and the version and startup outcome the
   plugin holds (``null`` with the plugin off). A HookRegistry AFTER hook on sglang's
   ``ModelRunner.load_model`` and ``EPLBManager.on_forward_pass_end``.
+- ``EXPERT_LAYOUT_TEST_EPLB_TIME=1`` (with the directory above): each rank writes ``rank{r}.eplb.json``,
+  the time its ``EPLBManager.on_forward_pass_end`` calls spent on rebalance work (an AROUND hook), so
+  a chunked rebalance is timed whole, with the protocol or without it.
 - ``EXPERT_LAYOUT_TEST_STOP=POINT:N`` (with the directory above): a rank that reaches the point
   writes ``rank{r}.stopped`` and blocks until it is killed (the test SIGKILLs the server's
   process tree once every rank has stopped). Points, counted per rank:
@@ -30,6 +33,10 @@ from typing import Any
 
 DIR_ENV = "EXPERT_LAYOUT_TEST_DIR"
 STOP_ENV = "EXPERT_LAYOUT_TEST_STOP"
+EPLB_TIME_ENV = "EXPERT_LAYOUT_TEST_EPLB_TIME"
+# A call of EPLBManager.on_forward_pass_end that takes longer than this ran rebalance work (computing
+# the plan, a chunk's move and its protocol); one that does not only stepped the iteration counter.
+REBALANCE_CALL_S = 0.001
 BLOCK_S = 600.0
 STOP_REQUEST = {"after_commit": "expert_layout_commit", "mid_move": "expert_layout_begin"}
 
@@ -102,6 +109,38 @@ class BeliefWriter:
         )
 
 
+class EplbTimer:
+    """Time spent in ``EPLBManager.on_forward_pass_end`` calls that ran rebalance work, per rank:
+    ``rank{r}.eplb.json`` (with the plugin, this includes every begin, commit and all-gather)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.calls = 0
+        self.rebalance_calls = 0
+        self.rebalance_s = 0.0
+
+    def around(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            took = time.perf_counter() - t0
+            self.calls += 1
+            if took > REBALANCE_CALL_S:
+                self.rebalance_calls += 1
+                self.rebalance_s += took
+                rank = _rank()
+                _write_json(
+                    self.out_dir / f"rank{rank}.eplb.json",
+                    {
+                        "rank": rank,
+                        "calls": self.calls,
+                        "rebalance_calls": self.rebalance_calls,
+                        "rebalance_s": self.rebalance_s,
+                    },
+                )
+
+
 class StopAt:
     def __init__(self, point: StopPoint, out_dir: Path) -> None:
         self.point = point
@@ -137,6 +176,11 @@ def register_if_asked() -> None:
 
     out_dir = Path(out)
     writer = BeliefWriter(out_dir)
+    if os.environ.get(EPLB_TIME_ENV) == "1":  # registered first: inside the belief hook, so it is not timed
+        timer = EplbTimer(out_dir)
+        HookRegistry.register(
+            "sglang.srt.eplb.eplb_manager.EPLBManager.on_forward_pass_end", timer.around, HookType.AROUND
+        )
 
     def after_write_belief(result: Any, *args: Any, **kwargs: Any) -> None:
         writer.write_if_changed()

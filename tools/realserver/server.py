@@ -137,7 +137,7 @@ class RunDir:
         env["PYTHONUNBUFFERED"] = "1"
         env["SGLANG_DISABLED_MODEL_ARCHS"] = other_model_modules()
         env[EXTRA_HOOKS_ENV] = f"{engine_probes.__name__}:{engine_probes.register_if_asked.__name__}"
-        for name in (PLUGINS_ENV, engine_probes.DIR_ENV, engine_probes.STOP_ENV):
+        for name in (PLUGINS_ENV, engine_probes.DIR_ENV, engine_probes.STOP_ENV, engine_probes.EPLB_TIME_ENV):
             env.pop(name, None)
         if plugins is not None:
             env[PLUGINS_ENV] = plugins
@@ -259,9 +259,10 @@ class RealServer:
         except urllib.error.HTTPError as error:
             return int(error.code)
 
-    def wait_ready(self, timeout_s: float = 300.0) -> float:
-        """Seconds from start until ``/health`` answers 200. ServerFailed, with the log tail, if the
-        server exits first (a startup refusal: the reason is in the tail) or the timeout passes."""
+    def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.05) -> float:
+        """Seconds from start until ``/health`` answers 200, to within ``poll_s`` (a refused connection
+        returns at once). ServerFailed, with the log tail, if the server exits first (a startup
+        refusal: the reason is in the tail) or the timeout passes."""
         assert self.tree.started_at is not None
         deadline = time.monotonic() + timeout_s
         while True:
@@ -280,7 +281,7 @@ class RealServer:
                 raise ServerFailed(
                     f"server {self.spec.name} not ready after {timeout_s:.0f}s; {self.tree.failure_report()}"
                 )
-            time.sleep(0.5)
+            time.sleep(poll_s)
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """The exit code once the server process has exited, or None after ``timeout_s``."""
