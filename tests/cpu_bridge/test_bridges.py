@@ -143,3 +143,27 @@ def test_shared_expert_gate_on_cpu_is_the_unfused_formula_added_in_place() -> No
     # the bridge wraps the name the model module calls, right after that module's import
     assert bridges.AFTER_IMPORT["sglang.srt.models.qwen2_moe"][0] == "fused_gate_sigmoid_mul_add"
     assert callable(qwen2_moe.fused_gate_sigmoid_mul_add)
+
+
+def test_daemons_are_forked_from_a_forkserver_for_the_call_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import multiprocessing
+    import types
+
+    # sglang's shape (weight_cache/daemon.py): a module-level ``multiprocessing`` asked for "spawn"
+    daemon = types.ModuleType("fake_sglang_daemon")
+    exec(
+        "import multiprocessing\n"
+        "def spawn_weight_cache_daemon():\n"
+        "    return multiprocessing.get_context('spawn').get_start_method()\n",
+        daemon.__dict__,
+    )
+    preloaded: list[list[str]] = []
+    monkeypatch.setattr(multiprocessing, "set_forkserver_preload", preloaded.append)
+    attribute, hook = bridges.FORKSERVER_AFTER_IMPORT["sglang.srt.weight_cache.daemon"]
+    assert attribute == "spawn_weight_cache_daemon"
+    bridges.wrap_after_import(daemon, attribute, hook)
+    assert daemon.spawn_weight_cache_daemon() == "forkserver"
+    assert daemon.multiprocessing is multiprocessing  # only for the call
+    assert preloaded in ([], [list(bridges.DAEMON_PRELOAD)])
+    assert all(importlib.util.find_spec(name) is not None for name in bridges.DAEMON_PRELOAD)

@@ -13,8 +13,9 @@ deployment never runs with it.
   ``EXPERT_LAYOUT_CPU_BRIDGE=1``.
 - ``bridges``: one ``HookRegistry`` AROUND hook per sglang gap, each naming its sglang line (the
   Qwen2-MoE one is applied right after its model module's import instead, ``AFTER_IMPORT``); and
-  one that is no gap but a speed measure (``FORKSERVER_AFTER_IMPORT``): sglang's subprocesses
-  are forked from a forkserver that imported sglang once, instead of each one importing it again.
+  two that are no gap but a speed measure (``FORKSERVER_AFTER_IMPORT``): a server's schedulers and
+  detokenizer, and the weight cache daemons (``spawn_weight_cache_daemon``), are forked from a
+  forkserver that imported sglang once, instead of each one importing it again.
 - ``site_hooks``: registers the bridges when sglang's ``HookRegistry`` is imported; sglang's
   ``load_plugins()`` applies them in engine processes, and the import of
   ``sglang.srt.weight_cache.daemon`` applies them in daemon processes (which load no plugins).

@@ -175,6 +175,41 @@ def subprocesses_from_a_forkserver(original: Any, *args: Any, **kwargs: Any) -> 
     return result
 
 
+# --- weight_cache/daemon.py:690 spawns every daemon (``spawn_weight_cache_daemon``): each imports
+#     sglang and torch again. The same speed measure: for the call, the module's ``multiprocessing``
+#     answers a "spawn" context with the forkserver's, so the daemons are forked from one process
+#     that imported the daemon once. They still run sglang's own target (or this project's, by
+#     qualified name: daemon_adapter.hooks). ---
+DAEMON_PRELOAD = ("sglang.srt.weight_cache.daemon", "daemon_adapter.hooks")
+
+
+class ForkserverForSpawn:
+    """``multiprocessing`` as ``spawn_weight_cache_daemon`` sees it: "spawn" means the forkserver."""
+
+    def __init__(self, multiprocessing: ModuleType) -> None:
+        self._multiprocessing = multiprocessing
+
+    def get_context(self, method: str | None = None) -> Any:
+        return self._multiprocessing.get_context("forkserver" if method == "spawn" else method)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._multiprocessing, name)
+
+
+def daemons_from_a_forkserver(original: Any, *args: Any, **kwargs: Any) -> Any:
+    import multiprocessing
+
+    if multiprocessing.get_start_method(allow_none=True) != "forkserver":  # a standalone launcher
+        multiprocessing.set_forkserver_preload(list(DAEMON_PRELOAD))
+    module_globals = original.__globals__
+    saved = module_globals["multiprocessing"]
+    module_globals["multiprocessing"] = ForkserverForSpawn(multiprocessing)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        module_globals["multiprocessing"] = saved
+
+
 def wrap_after_import(module: ModuleType, name: str, hook: Callable[..., Any]) -> None:
     """Replace ``module.name`` by ``hook(original, ...)``, called by ``site_hooks`` once the
     module has finished importing. For the bridges that are not HookRegistry hooks: one whose
@@ -197,6 +232,7 @@ AFTER_IMPORT: dict[str, tuple[str, Callable[..., Any]]] = {
 # the same, only with EXPERT_LAYOUT_CPU_FORKSERVER=1
 FORKSERVER_AFTER_IMPORT: dict[str, tuple[str, Callable[..., Any]]] = {
     "sglang.srt.entrypoints.engine": ("_set_envs_and_config", subprocesses_from_a_forkserver),
+    "sglang.srt.weight_cache.daemon": ("spawn_weight_cache_daemon", daemons_from_a_forkserver),
 }
 
 

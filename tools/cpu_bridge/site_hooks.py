@@ -103,5 +103,16 @@ def install(*also_register: Callable[[], None]) -> None:
         DAEMON_MODULE: _on_daemon,
     }
     for module_name, (attribute, hook) in wraps.items():
-        callbacks[module_name] = functools.partial(bridges.wrap_after_import, name=attribute, hook=hook)
+        wrap = functools.partial(bridges.wrap_after_import, name=attribute, hook=hook)
+        callbacks[module_name] = _then(wrap, callbacks[module_name]) if module_name in callbacks else wrap
     sys.meta_path.insert(0, AfterImport(callbacks))
+
+
+def _then(first: Callable[[ModuleType], None], second: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    """Both callbacks of one module, in this order (a wrap, then the hooks applied over it)."""
+
+    def both(module: ModuleType) -> None:
+        first(module)
+        second(module)
+
+    return both
