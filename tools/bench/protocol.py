@@ -498,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-repeats", type=int, default=3, help="real servers per side, alternated, per figure")
     parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
     parser.add_argument("--no-scaling", action="store_true", help="skip the growth with ranks and map size")
+    parser.add_argument("--only-scaling", action="store_true", help="the growth with ranks and map size alone")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="expert-layout-bench-")
     t0 = time.monotonic()
@@ -505,6 +506,16 @@ def main(argv: list[str] | None = None) -> int:
     def step(msg: str) -> None:
         print(f"[{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
 
+    if args.only_scaling:
+        from tools.bench.scaling import bench_scaling, markdown_rows, plot
+
+        data = bench_scaling(bench_ranks, workdir, args.n, step)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "scaling.json"), "w") as f:
+            json.dump(data, f, indent=2)
+        plot(data, os.path.join(args.out, "scaling.png"))
+        print("\n".join(markdown_rows(data)))
+        return 0
     step("scale: digest and full-map commit at DeepSeek-V3 scale (61 x 288)")
     scale = bench_scale(args.n)
     step(f"  {scale}")
@@ -528,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         from tools.bench.scaling import bench_scaling, plot
 
         step("scaling: chunk and startup against the number of ranks (1-16) and the map size (2 ranks)")
-        scaling = bench_scaling(workdir, max(20, args.n // 4), step)
+        scaling = bench_scaling(bench_ranks, workdir, max(20, args.n // 4), step)
     real = None
     if not args.no_real:
         from tools.bench.real import bench_real_servers

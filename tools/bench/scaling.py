@@ -3,7 +3,7 @@
 Protocol-only processes, no sglang server: one layout-aware daemon process per rank and one engine rank
 process per rank over gloo (``protocol.bench_ranks``), each point a ratio to its floor measured in the
 same processes (chunk: 2 bare round trips + 2 bare all-gathers; startup: a bare ``query_config`` and a
-bare all-gather). Two curves:
+bare all-gather). ``python -m tools.bench --only-scaling`` runs this part alone. Two curves:
 
 - ranks 1, 2, 4, 8, 16 on the DeepSeek-V3-sized map (61 x 288);
 - map size 2 x 10 up to 61 x 288 and 61 x 512, on 2 ranks.
@@ -14,12 +14,8 @@ scheduler's, the ratios to the floor measured beside them are the protocol's.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from typing import Any
-
-from tools.bench.protocol import LAYERS, PHYSICAL, bench_ranks
 
 RANKS = (1, 2, 4, 8, 16)
 SHAPES: tuple[tuple[int, int, int], ...] = ((2, 10, 8), (8, 64, 56), (24, 160, 128), (61, 288, 256), (61, 512, 480))
@@ -30,7 +26,10 @@ def repetitions(n: int, world: int) -> int:
     return max(20, n // max(1, world // 2))
 
 
-def _point(step: Callable[[str], None], *args: Any) -> dict[str, Any]:
+Measure = Callable[..., dict[str, Any]]  # protocol.bench_ranks(world, workdir, n[, shape])
+
+
+def _point(bench_ranks: Measure, step: Callable[[str], None], *args: Any) -> dict[str, Any]:
     """One point; tried once more if a rank process died (on 2 cores a gloo port picked free can be
     taken by another process before the rank binds it), so one lost race does not end the bench."""
     try:
@@ -40,18 +39,22 @@ def _point(step: Callable[[str], None], *args: Any) -> dict[str, Any]:
         return bench_ranks(*args)
 
 
-def bench_scaling(workdir: str, n: int, step: Callable[[str], None], ranks: tuple[int, ...] = RANKS) -> dict[str, Any]:
+def bench_scaling(
+    bench_ranks: Measure, workdir: str, n: int, step: Callable[[str], None], ranks: tuple[int, ...] = RANKS
+) -> dict[str, Any]:
+    """Both curves, each point measured by ``bench_ranks`` (``tools.bench.protocol``'s, which calls
+    this part: passed in, so the two modules do not import each other)."""
     by_ranks = []
     for world in ranks:
-        point = _point(step, world, workdir, repetitions(n, world))
+        point = _point(bench_ranks, step, world, workdir, repetitions(n, world))
         by_ranks.append(point)
         step(
-            f"  {world:2d} ranks, {LAYERS}x{PHYSICAL}: chunk {point['chunk_us']:.0f} us "
+            f"  {world:2d} ranks, {point['map']}: chunk {point['chunk_us']:.0f} us "
             f"({point['chunk_ratio']}x its floor), startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
         )
     by_map = []
     for shape in SHAPES:
-        point = _point(step, 2, workdir, n, shape)
+        point = _point(bench_ranks, step, 2, workdir, n, shape)
         by_map.append(point)
         step(
             f"   2 ranks, {shape[0]}x{shape[1]}: chunk {point['chunk_us']:.0f} us ({point['chunk_ratio']}x), "
@@ -87,7 +90,7 @@ def plot(data: dict[str, Any], png: str) -> bool:
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_title(f"growth with ranks ({LAYERS}x{PHYSICAL} map)")
+    axes[0].set_title(f"growth with ranks ({data['by_ranks'][0]['map']} map)")
     axes[1].set_title("growth with the map (2 ranks)")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -103,27 +106,3 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
             f"{p['chunk_ratio']}x | {p['startup_us']:.0f} us | {p['startup_floor_us']:.0f} us | {p['startup_ratio']}x |"
         )
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.bench.scaling --out DIR``: this part alone."""
-    import argparse
-    import tempfile
-
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.scaling", description=__doc__)
-    parser.add_argument("--out", default="bench-results")
-    parser.add_argument("-n", type=int, default=100)
-    parser.add_argument("--ranks", default=",".join(map(str, RANKS)))
-    args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as workdir:
-        data = bench_scaling(workdir, args.n, print, tuple(int(r) for r in args.ranks.split(",")))
-    with open(os.path.join(args.out, "scaling.json"), "w") as f:
-        json.dump(data, f, indent=2)
-    plot(data, os.path.join(args.out, "scaling.png"))
-    print("\n".join(markdown_rows(data)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
