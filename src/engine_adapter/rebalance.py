@@ -25,7 +25,7 @@ from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
 from sglang.srt.runtime_context import get_device, get_exec
 
 from daemon_adapter import client
-from engine_adapter import state
+from engine_adapter import install_check, state
 from engine_adapter.startup import world_cpu_group
 from layout_sm.messages import LayoutRequest, request_wire
 from layout_sm.session import EngineSession
@@ -57,6 +57,8 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         yield from original(manager, *args, **kwargs)
         return
     st = state.get()
+    if install_check.stop_rebalance(st, manager):  # sglang did not apply every hook: no moves at all
+        return
     if st.session is None:  # no startup ran (no weight cache, no daemon at all): never attached
         st.session = EngineSession("", dist.get_world_size(world_cpu_group()), None)
     session = st.session
@@ -94,6 +96,8 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     st = state.get()
     manager = st.active_manager
     if manager is None:  # sglang's own rebalance (disk weights) or another caller
+        if install_check.skip_unprotected_move(st):  # or sglang's, its rebalance hook missing
+            return None
         return original(*args, **kwargs)
     session, rank = st.session, st.rank
     assert session is not None and rank is not None

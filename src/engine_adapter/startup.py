@@ -31,7 +31,7 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
-from engine_adapter import state
+from engine_adapter import install_check, state
 from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
 from layout_sm.messages import request_wire
 from layout_sm.record import layout_digest
@@ -79,7 +79,11 @@ def world_cpu_group() -> Any:
 
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(runner, *args, **kwargs)
-    if not state.enabled() or runner.is_draft_worker or get_model().weight_cache_mode == "off":
+    if not state.enabled():
+        return result
+    state.get().startup_hook_ran = True
+    install_check.at_startup(state.get(), get_model().weight_cache_mode != "off", bool(get_exec().moe.enable_eplb))
+    if runner.is_draft_worker or get_model().weight_cache_mode == "off":
         return result
     metadata = get_global_expert_location_metadata()
     if metadata is None:  # a dense model: no experts to place
