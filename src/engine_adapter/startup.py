@@ -31,7 +31,7 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
-from engine_adapter import install_check, state
+from engine_adapter import install_check, metrics, state
 from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
 from layout_sm.messages import request_wire
 from layout_sm.record import layout_digest
@@ -82,6 +82,7 @@ def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args
     if not state.enabled():
         return result
     state.get().startup_hook_ran = True
+    metrics.setup()
     install_check.at_startup(state.get(), get_model().weight_cache_mode != "off", bool(get_exec().moe.enable_eplb))
     if runner.is_draft_worker or get_model().weight_cache_mode == "off":
         return result
@@ -161,6 +162,8 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     dist.all_gather_object(gathered, finding.to_wire(), group=group)
     session.gathered([RankFinding.from_wire(w) for w in gathered])
     outcome = session.agree()
+    missing = 0 if st.install is None else len(st.install.missing)
+    metrics.startup(outcome.kind, outcome.reason.value, session.view().version, finding.kind, missing)
     if outcome.failed:
         if attachment is not None:
             attachment.close()

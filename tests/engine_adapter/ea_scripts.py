@@ -270,3 +270,37 @@ def untested_version_start(rank: EngineRank, engine: EngineSpec) -> dict[str, An
     out = summary(rank)
     out.update(logged=sorted(_adapter_state().logged), install=install)
     return out
+
+
+def metrics_text() -> str:
+    """This rank process's series in the text exposition format (what sglang's /metrics merges)."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    return generate_latest(REGISTRY).decode()
+
+
+def start_load_metrics(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    out = start_load(rank, engine)
+    out["metrics"] = metrics_text()
+    return out
+
+
+def rebalance_metrics(rank: EngineRank, phase: int) -> dict[str, Any]:
+    out = rebalance(rank, phase)
+    out["metrics"] = metrics_text()
+    return out
+
+
+def start_failing_metrics(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    try:
+        rank.start(engine)
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "metrics": metrics_text()}
+
+
+def metrics_active(rank: EngineRank) -> bool:
+    from engine_adapter import metrics
+
+    return metrics.active() is not None
