@@ -59,6 +59,7 @@ from daemon_adapter.client import FRAME_HEADER, recv_exact
 from layout_sm.daemon import DaemonMachine
 from layout_sm.messages import (
     ATTACH,
+    FETCH_CLAIMS_FIELD,
     FETCH_FIELD,
     FETCH_HOOK_MISSING,
     PLUGIN_GAP_FIELD,
@@ -304,8 +305,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._layout_machine = DaemonMachine(None)
         self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
         self._sglang_lock = threading.Lock()  # sglang's handler, one request at a time as in its loop
-        # The process of each live attachment: a fetch without a claim from one of them comes from an
-        # engine whose plugin attached but whose fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
+        # The process of each live attachment whose attach said it sends claims (FETCH_CLAIMS_FIELD): a
+        # fetch without a claim from one of them comes from an engine whose plugin attached but whose
+        # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
         self._attached_pids: dict[str, int] = {}  # session -> pid
         super().__init__(*args, **kwargs)
 
@@ -450,7 +452,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # watcher exist together. It counts against MAX_ATTACHMENTS (the machine), not against
         # the connections waiting for a reply. A failed send (the engine died) ends in EOF.
         slot.release()
-        pid = peer_pid(conn)
+        pid = peer_pid(conn) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
         if pid is not None:
             self._attached_pids[session] = pid
         self._send(conn, reply.to_wire())

@@ -33,7 +33,7 @@ from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 from daemon_adapter import client
 from engine_adapter import install_check, metrics, state
 from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
-from layout_sm.messages import request_wire
+from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
 from layout_sm.record import layout_digest
 from layout_sm.session import EngineSession, Wait
 
@@ -114,7 +114,8 @@ def _engine_id(group: Any) -> str:
 def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s: float) -> Any:
     """Attach and wait as the session says; returns the attachment (None if none)."""
     try:
-        attachment = client.Attachment(path, request_wire(session.attach_request()))
+        # fetch_claims: this process sends its claim with every fetch_state (the daemon refuses one without)
+        attachment = client.Attachment(path, {**request_wire(session.attach_request()), FETCH_CLAIMS_FIELD: True})
     except client.DaemonAbsent as error:
         # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
         session.found(rank, RankFinding.no_daemon(rank, str(error)))

@@ -32,11 +32,14 @@ LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT})
 FETCH_FIELD = "expert_layout"
 # Another optional field of ``fetch_state``: an engine whose layout plugin is only partly installed
 # says what is missing (sglang did not apply the startup hook, so it never attached). The daemon
-# also finds ``FETCH_HOOK_MISSING`` itself: a fetch without a claim from an attached engine process.
+# also finds ``FETCH_HOOK_MISSING`` itself: a fetch without a claim from the process of an attachment
+# whose attach request said that process sends a claim with every fetch_state (``FETCH_CLAIMS_FIELD``,
+# which the plugin sets; an attach without it, an older engine's or a test's, promises nothing).
 PLUGIN_GAP_FIELD = "expert_layout_plugin_gap"
 STARTUP_HOOK_MISSING = "startup_hook_missing"
 FETCH_HOOK_MISSING = "fetch_hook_missing"
 PLUGIN_GAPS = frozenset({STARTUP_HOOK_MISSING, FETCH_HOOK_MISSING})
+FETCH_CLAIMS_FIELD = "fetch_claims"
 
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
