@@ -76,11 +76,17 @@ def test_series_after_startup_rebalance_pause_refusal_and_dirty(ranks, daemons, 
     assert _delta(moved, paused, f"{P}chunks_committed_total") == [0, 0]
     standby.detach()
 
-    # An engine without the plugin fetched rank 0's weights: its daemon refuses every begin now.
-    served = _fetch_without_claim(d, cache_configs, 0)
+    ranks.run(ea_scripts.stop)
+
+    # New daemons at version 0; an engine without the plugin fetched rank 0's weights there: that
+    # daemon refuses every begin now (counted on rank 0, whose daemon refused).
+    fresh = daemons()
+    again = _ok(ranks.run(ea_scripts.start_load_metrics, ea_scripts.spec(fresh.sockets, enable_metrics=True)))
+    served = _fetch_without_claim(fresh, cache_configs, 0)
     assert served["status"] == "ok"
     refused = _ok(ranks.run(ea_scripts.rebalance_metrics, 3))
-    assert _delta(paused, refused, f"{P}begins_refused_total", reason="non_following_seen") == [1, 0]
+    assert all(r["phase"] == "off" for r in refused)
+    assert _delta(again, refused, f"{P}begins_refused_total", reason="non_following_seen") == [1, 0]
     ranks.run(ea_scripts.stop)
 
     # A mover left mid-move: both daemons dirty; the next startup fails and counts it.
