@@ -196,3 +196,16 @@ def test_identity_not_names():
     assert calls_hook(wrap(wrap(len, hook), same_name_other_function), hook)  # another plugin on top
     assert not calls_hook(wrap(len, same_name_other_function), hook)
     assert not calls_hook(len, hook)
+
+
+def test_both_eplb_hooks_missing_the_engine_does_not_start(ranks, daemons):
+    # Nothing in the engine could stop sglang moving the shared memory: fail at startup instead.
+    d = daemons()
+    with EngineRanks(world_size=2, workdir=ranks._workdir) as pool:
+        assert all(_ok(pool.run(ea_scripts.fail_to_apply, REBALANCE, timeout=180)))
+        assert all(_ok(pool.run(ea_scripts.fail_to_apply, CHUNK, timeout=180)))
+        out = _ok(pool.run(ea_scripts.half_installed_run, ea_scripts.spec(d.sockets), timeout=180))
+    for o in out:
+        assert o["stage"] == "start" and o["error"].startswith("HooksMissingError")
+        assert REBALANCE in o["error"] and CHUNK in o["error"] and "does not start" in o["error"]
+    _record_and_memory_agree(ranks, d)
