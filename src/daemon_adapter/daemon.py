@@ -43,6 +43,7 @@ import os
 import pickle
 import secrets
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -58,13 +59,17 @@ from daemon_adapter.client import FRAME_HEADER, recv_exact
 from layout_sm.daemon import DaemonMachine
 from layout_sm.messages import (
     ATTACH,
+    FETCH_CLAIMS_FIELD,
     FETCH_FIELD,
+    FETCH_HOOK_MISSING,
+    PLUGIN_GAP_FIELD,
     AttachRequest,
     FetchLayoutField,
     is_sglang_request,
     malformed_frame,
     overloaded,
     parse_fetch_field,
+    parse_plugin_gap,
     parse_request,
 )
 from layout_sm.reasons import Reply
@@ -76,6 +81,17 @@ logger = logging.getLogger(__name__)
 FETCH_STATE = "fetch_state"
 # Session tokens: 32 hex characters (128 bits) from the OS's CSPRNG.
 SESSION_TOKEN_BYTES = 16
+
+
+def peer_pid(conn: socket.socket) -> int | None:
+    """The process at the other end of a Unix socket (Linux ``SO_PEERCRED``); None where unknown."""
+    try:
+        pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    except (OSError, AttributeError, struct.error):
+        return None
+    return pid if pid > 0 else None
+
+
 # How long one recv() on an attach connection waits before looping; only bounds how
 # often the watcher wakes up, EOF is noticed at once.
 WATCH_POLL_S = 30.0
@@ -289,6 +305,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._layout_machine = DaemonMachine(None)
         self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
         self._sglang_lock = threading.Lock()  # sglang's handler, one request at a time as in its loop
+        # The process of each live attachment whose attach said it sends claims (FETCH_CLAIMS_FIELD): a
+        # fetch without a claim from one of them comes from an engine whose plugin attached but whose
+        # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
+        self._attached_pids: dict[str, int] = {}  # session -> pid
         super().__init__(*args, **kwargs)
 
     def serve(self) -> None:
@@ -432,6 +452,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # watcher exist together. It counts against MAX_ATTACHMENTS (the machine), not against
         # the connections waiting for a reply. A failed send (the engine died) ends in EOF.
         slot.release()
+        pid = peer_pid(conn) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
+        if pid is not None:
+            self._attached_pids[session] = pid
         self._send(conn, reply.to_wire())
         self._watch_attachment(conn, parsed.engine_id, session)
 
@@ -451,7 +474,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         backend = self.transport_backend
         if gated:
             claim = parse_fetch_field(request.get(FETCH_FIELD))
-            self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim))
+            gap = self._plugin_gap(conn, request, claim)
+            self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim, gap))
         try:
             super()._handle_connection(replay)  # type: ignore[arg-type]
         except Exception as error:
@@ -463,12 +487,21 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             if gated:
                 self.transport_backend = backend
 
-    def _fetch_check(self, claim: FetchLayoutField | Reply | None) -> Reply:
+    def _plugin_gap(self, conn: socket.socket, request: dict[str, Any], claim: object) -> str | None:
+        """What of the engine's layout plugin is missing: its own word, or a claimless attached process."""
+        gap = parse_plugin_gap(request.get(PLUGIN_GAP_FIELD))
+        if gap is None and claim is None and self._attached_pids:
+            pid = peer_pid(conn)
+            if pid is not None and pid in self._attached_pids.values():
+                gap = FETCH_HOOK_MISSING
+        return gap
+
+    def _fetch_check(self, claim: FetchLayoutField | Reply | None, gap: str | None = None) -> Reply:
         if isinstance(claim, Reply):  # the field was malformed: parse_fetch_field's refusal
             return claim
         machine, lock = self._machine()
         with lock:
-            return machine.fetch_check(claim)
+            return machine.fetch_check(claim, gap)
 
     def _log_bad_frame(self, why: str) -> None:
         _BAD_FRAME_LOG.log(f"[LayoutAwareDaemon gpu={getattr(self, 'gpu_id', None)}] {why}")
@@ -489,6 +522,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             pass  # reset by peer: gone just the same
         finally:
             watched.close()
+            self._attached_pids.pop(session, None)
             machine, lock = self._machine()
             with lock:
                 effect = machine.detach_engine(engine_id, session)

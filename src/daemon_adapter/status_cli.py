@@ -3,7 +3,9 @@
 Queries one socket (``--socket PATH``, repeatable) or every daemon socket that sglang's
 ``SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE`` matches (``{device_uuid}`` as a wildcard), with
 ``expert_layout_query``, and prints version, digest, pending move, dirty state with its
-reason, attached engines and the non-following flag: a table, or JSON with ``--json``.
+reason, attached engines and the non-following flag: a table, JSON with ``--json``, or
+Prometheus's text exposition format with ``--prometheus``, for a node exporter's textfile
+collector (``render_prometheus``; README, "Metrics").
 
 Exit codes: 0 every daemon answered; 3 no daemon found; 4 a daemon was found but did not
 answer (4 wins over 5); 5 a daemon answered as an older daemon without the layout requests.
@@ -140,6 +142,51 @@ def render_table(statuses: Sequence[DaemonStatus]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+PROMETHEUS_PREFIX = "sglang:expert_layout_daemon_"  # sglang's prefix, as the engine's series (engine_adapter.metrics)
+
+
+def render_prometheus(statuses: Sequence[DaemonStatus]) -> str:
+    """Every daemon's state as gauges labelled by socket, in the text exposition format.
+
+    ``up`` is 1 for a layout-aware daemon that answered (0: not answering, or an older daemon);
+    the other series are there only for a daemon that answered. ``phase`` is 1 for its phase."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    def family(name: str, documentation: str, labels: Sequence[str] = ("socket",)) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"{PROMETHEUS_PREFIX}{name}", documentation, labels=list(labels))
+
+    found = GaugeMetricFamily(f"{PROMETHEUS_PREFIX}found", "Weight cache daemon sockets found.", value=len(statuses))
+    up = family("up", "1 when a layout-aware daemon answered the query.")
+    phase = family("phase", "1 for the daemon's phase (no_record, clean, pending, dirty).", ("socket", "phase"))
+    version = family("record_version", "The version of the daemon's layout record.")
+    attached = family("attached_engines", "Engines attached to the daemon.")
+    pending = family("pending", "1 while a move is pending.")
+    dirty = family("dirty", "1 when the layout is unknown (a mover left mid-move): the daemon refuses engines.")
+    non_following = family("non_following_seen", "1 once an engine that does not follow moves was served.")
+    for status in statuses:
+        up.add_metric([status.socket_path], 1 if status.outcome == ANSWERED else 0)
+        state = status.state
+        if status.outcome != ANSWERED or state is None:
+            continue
+        phase.add_metric([status.socket_path, str(state.get("phase"))], 1)
+        if state.get("version") is not None:
+            version.add_metric([status.socket_path], int(state["version"]))
+        attached.add_metric([status.socket_path], len(state.get("attached") or []))
+        pending.add_metric([status.socket_path], 1 if state.get("pending") else 0)
+        dirty.add_metric([status.socket_path], 1 if state.get("dirty") else 0)
+        non_following.add_metric([status.socket_path], 1 if state.get("non_following_seen") else 0)
+    families = [found, up, phase, version, attached, pending, dirty, non_following]
+
+    class _Snapshot:
+        def collect(self) -> list[GaugeMetricFamily]:
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot())  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="expert-layout", description="Expert-layout tools for sglang's weight cache.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -155,7 +202,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
     )
-    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    output = status.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    output.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print Prometheus's text format (for a node exporter's textfile collector) instead of a table",
+    )
     status.add_argument("--include-map", action="store_true", help="with --json: include the full map")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon (default 5)")
     return parser
@@ -175,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = exit_code(statuses)
     if args.json:
         print(json.dumps({"exit_code": code, "daemons": [s.to_json() for s in statuses]}, indent=2))
+    elif args.prometheus:
+        print(render_prometheus(statuses), end="")
     elif not statuses:
         print(f"no weight cache daemon found ({where})", file=sys.stderr)
     else:

@@ -8,7 +8,9 @@ variable marks it; everywhere else, the daemon included, they pass through):
   this rank is attached;
 - a ``layout_refused`` reply raises ``LayoutRefusedError`` with the daemon's reason. It is a
   ``RuntimeError``, which the loader re-raises as it is: no fallback to disk;
-- whether the weights came from the daemon or from disk is recorded for the rebalance mode.
+- whether the weights came from the daemon or from disk is recorded for the rebalance mode;
+- when the plugin's startup hook never ran in this process (sglang did not apply it), the request
+  says so (``PLUGIN_GAP_FIELD``), and the daemon refuses with a reason naming that case.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_adapter import state
-from layout_sm.messages import FETCH_FIELD
+from layout_sm.messages import FETCH_FIELD, PLUGIN_GAP_FIELD, STARTUP_HOOK_MISSING
 from layout_sm.session import fetch_refusal
 
 FETCH_STATE = "fetch_state"  # sglang's request type
@@ -31,6 +33,7 @@ class LayoutRefusedError(RuntimeError):
 @dataclass
 class _FetchScope:
     field: dict[str, Any] | None
+    gap: str | None = None  # what of the plugin is missing, told to the daemon (PLUGIN_GAP_FIELD)
     awaiting_reply: bool = False
     peer: str = ""
 
@@ -42,7 +45,8 @@ def around_fetch_from_cache(original: Any, loader: Any, *args: Any, **kwargs: An
     if not state.enabled():
         return original(loader, *args, **kwargs)
     st = state.get()
-    token = _SCOPE.set(_FetchScope(field=st.fetch_field()))
+    gap = None if st.startup_hook_ran else STARTUP_HOOK_MISSING
+    token = _SCOPE.set(_FetchScope(field=st.fetch_field(), gap=gap))
     try:
         result = original(loader, *args, **kwargs)
     finally:
@@ -57,6 +61,8 @@ def around_send_msg(original: Any, sock: Any, obj: Any, *args: Any, **kwargs: An
     if scope is not None and isinstance(obj, dict) and obj.get("type") == FETCH_STATE:
         if scope.field is not None:
             obj = {**obj, FETCH_FIELD: dict(scope.field)}
+        if scope.gap is not None:
+            obj = {**obj, PLUGIN_GAP_FIELD: scope.gap}
         scope.awaiting_reply = True
         try:
             scope.peer = str(sock.getpeername())

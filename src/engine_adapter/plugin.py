@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -21,9 +23,29 @@ SEND_TARGET = "sglang.srt.weight_cache.protocol.send_msg"
 RECV_TARGET = "sglang.srt.weight_cache.protocol.recv_msg"
 REBALANCE_TARGET = "sglang.srt.eplb.eplb_manager.EPLBManager.rebalance"
 CHUNK_TARGET = "sglang.srt.eplb.eplb_manager.update_expert_location_with_recovery"
+# Where sglang calls each target from, when that is another name than the target itself: its loader
+# calls the send_msg/recv_msg it imported by name (``engine_adapter.install_check`` checks these).
+CALL_SITES: dict[str, tuple[str, ...]] = {
+    SEND_TARGET: ("sglang.srt.weight_cache.ipc_loader.send_msg",),
+    RECV_TARGET: ("sglang.srt.weight_cache.ipc_loader.recv_msg",),
+}
 
 _registered = False
 _lock = threading.Lock()
+
+
+def hooks() -> tuple[tuple[str, Callable[..., Any]], ...]:
+    """Every (target, AROUND hook) the protocol needs, in registration order."""
+    from engine_adapter import loader, rebalance, startup
+
+    return (
+        (STARTUP_TARGET, startup.around_maybe_init_expert_location_metadata),
+        (FETCH_TARGET, loader.around_fetch_from_cache),
+        (SEND_TARGET, loader.around_send_msg),
+        (RECV_TARGET, loader.around_recv_msg),
+        (REBALANCE_TARGET, rebalance.around_rebalance),
+        (CHUNK_TARGET, rebalance.around_update_expert_location_with_recovery),
+    )
 
 
 def register() -> None:
@@ -33,14 +55,11 @@ def register() -> None:
         if _registered:
             return
         from daemon_adapter import install_daemon_hooks
-        from engine_adapter import loader, rebalance, startup
 
-        HookRegistry.register(STARTUP_TARGET, startup.around_maybe_init_expert_location_metadata, HookType.AROUND)
-        HookRegistry.register(FETCH_TARGET, loader.around_fetch_from_cache, HookType.AROUND)
-        HookRegistry.register(SEND_TARGET, loader.around_send_msg, HookType.AROUND)
-        HookRegistry.register(RECV_TARGET, loader.around_recv_msg, HookType.AROUND)
-        HookRegistry.register(REBALANCE_TARGET, rebalance.around_rebalance, HookType.AROUND)
-        HookRegistry.register(CHUNK_TARGET, rebalance.around_update_expert_location_with_recovery, HookType.AROUND)
+        # sglang applies them after register() returns and only logs a target it fails to apply;
+        # the startup hook checks that each is in place (engine_adapter.install_check).
+        for target, hook in hooks():
+            HookRegistry.register(target, hook, HookType.AROUND)
         # --weight-cache-mode daemon: the daemons this engine spawns are layout-aware too.
         install_daemon_hooks()
         _registered = True

@@ -25,7 +25,7 @@ from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
 from sglang.srt.runtime_context import get_device, get_exec
 
 from daemon_adapter import client
-from engine_adapter import state
+from engine_adapter import install_check, metrics, state
 from engine_adapter.startup import world_cpu_group
 from layout_sm.messages import LayoutRequest, request_wire
 from layout_sm.session import EngineSession
@@ -57,6 +57,8 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         yield from original(manager, *args, **kwargs)
         return
     st = state.get()
+    if install_check.stop_rebalance(st, manager):  # sglang did not apply every hook: no moves at all
+        return
     if st.session is None:  # no startup ran (no weight cache, no daemon at all): never attached
         st.session = EngineSession("", dist.get_world_size(world_cpu_group()), None)
     session = st.session
@@ -78,6 +80,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         return
     finally:
         st.active_manager = None
+        metrics.rebalance_ended()
 
 
 def _ask(st: state.EngineLayoutState, request: LayoutRequest) -> Any:
@@ -94,18 +97,23 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     st = state.get()
     manager = st.active_manager
     if manager is None:  # sglang's own rebalance (disk weights) or another caller
+        if install_check.skip_unprotected_move(st):  # or sglang's, its rebalance hook missing
+            return None
         return original(*args, **kwargs)
     session, rank = st.session, st.rank
     assert session is not None and rank is not None
 
     t0 = time.perf_counter()
     session.begin_chunk([int(layer) for layer in kwargs["update_layer_ids"]])
-    decision = session.begun_all(_all_gather(_ask(st, session.begin_request(rank))))
+    begins = _all_gather(_ask(st, session.begin_request(rank)))
+    decision = session.begun_all(begins)
     if rank in decision.abort_ranks:
         _ask(st, session.abort_request(rank))
     for begun in decision.abort_ranks:  # each rank aborts its own move, on the same decision
         session.aborted(begun)
     st.counters.record_time("begin_s", time.perf_counter() - t0)
+    metrics.protocol_time(time.perf_counter() - t0)
+    metrics.chunk_begun(decision.kind, begins, rank)
     if decision.kind == "pause":
         logger.info("[expert-layout] %s", decision.message)
         raise _StopRebalance
@@ -123,9 +131,11 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     verdict = session.committed_all(_all_gather(_ask(st, session.commit_request(rank))))
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
+    metrics.protocol_time(time.perf_counter() - t2)
     if not verdict.ok:
         st.log_once(logging.ERROR, "rebalance-off:commit", f"[expert-layout] {verdict.message}")
         manager.disable_rebalance(f"expert-layout: {verdict.message}")
         raise _StopRebalance
     st.counters.chunks_committed += 1
+    metrics.committed(verdict.version)
     return result

@@ -31,9 +31,9 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
-from engine_adapter import state
+from engine_adapter import install_check, metrics, state
 from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
-from layout_sm.messages import request_wire
+from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
 from layout_sm.record import layout_digest
 from layout_sm.session import EngineSession, Wait
 
@@ -79,7 +79,12 @@ def world_cpu_group() -> Any:
 
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(runner, *args, **kwargs)
-    if not state.enabled() or runner.is_draft_worker or get_model().weight_cache_mode == "off":
+    if not state.enabled():
+        return result
+    state.get().startup_hook_ran = True
+    metrics.setup()
+    install_check.at_startup(state.get(), get_model().weight_cache_mode != "off", bool(get_exec().moe.enable_eplb))
+    if runner.is_draft_worker or get_model().weight_cache_mode == "off":
         return result
     metadata = get_global_expert_location_metadata()
     if metadata is None:  # a dense model: no experts to place
@@ -109,7 +114,8 @@ def _engine_id(group: Any) -> str:
 def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s: float) -> Any:
     """Attach and wait as the session says; returns the attachment (None if none)."""
     try:
-        attachment = client.Attachment(path, request_wire(session.attach_request()))
+        # fetch_claims: this process sends its claim with every fetch_state (the daemon refuses one without)
+        attachment = client.Attachment(path, {**request_wire(session.attach_request()), FETCH_CLAIMS_FIELD: True})
     except client.DaemonAbsent as error:
         # sglang's loader treats a missing socket as "no daemon" (disk load): no record either.
         session.found(rank, RankFinding.no_daemon(rank, str(error)))
@@ -157,6 +163,8 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     dist.all_gather_object(gathered, finding.to_wire(), group=group)
     session.gathered([RankFinding.from_wire(w) for w in gathered])
     outcome = session.agree()
+    missing = 0 if st.install is None else len(st.install.missing)
+    metrics.startup(outcome.kind, outcome.reason.value, session.view().version, finding.kind, missing)
     if outcome.failed:
         if attachment is not None:
             attachment.close()

@@ -22,6 +22,8 @@ from layout_sm.session import EngineSession
 if TYPE_CHECKING:
     from sglang.srt.eplb.eplb_manager import EPLBManager
 
+    from engine_adapter.install_check import InstallCheck
+
 logger = logging.getLogger("engine_adapter")
 
 
@@ -46,6 +48,11 @@ class EngineLayoutState:
     active_manager: EPLBManager | None = None  # the EPLBManager whose rebalance runs the chunk protocol now
     logged: set[str] = field(default_factory=set)
     counters: Counters = field(default_factory=Counters)
+    # engine_adapter.install_check: set by the startup hook (its having run is what the loader tells
+    # the daemons), the check's result, and why this engine must not move shared experts (None: may).
+    startup_hook_ran: bool = False
+    install: InstallCheck | None = None
+    shared_moves_blocked: str | None = None
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""

@@ -26,6 +26,7 @@ from typing import Any, cast
 from statemachine import State, StateMachine
 
 from layout_sm.messages import (
+    STARTUP_HOOK_MISSING,
     AbortRequest,
     AttachRequest,
     BeginRequest,
@@ -317,11 +318,35 @@ def query_reply(view: DaemonView, req: QueryRequest) -> Reply:
     return ok(Reason.QUERIED, "expert layout state", **view.state_wire(include_map=req.include_map))
 
 
-def fetch_reply(view: DaemonView, claim: FetchLayoutField | None) -> Reply:
+def _plugin_incomplete(gap: str, version: int) -> Reply:
+    """An engine with the layout plugin, but not all of it: sglang did not apply some of its hooks."""
+    if gap == STARTUP_HOOK_MISSING:
+        what = (
+            "this engine has the expert-layout plugin but its startup hook never ran (sglang did not apply "
+            "it), so it did not attach and does not know the daemons' layout"
+        )
+    else:
+        what = (
+            "this engine attached to the daemon (it has the expert-layout plugin) but sends no expert layout "
+            "with fetch_state (sglang did not apply the plugin's fetch hooks), so the daemon cannot check "
+            "the layout it would route with"
+        )
+    return layout_refused(
+        Reason.PLUGIN_INCOMPLETE,
+        f"fetch_state refused: {what}. The plugin is only partly installed: the engine's log names the hook "
+        f"sglang failed to apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested "
+        f"with. Nothing changed on the daemon (layout version {version}).",
+        version=version,
+        gap=gap,
+    )
+
+
+def fetch_reply(view: DaemonView, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
     """The layout check of ``fetch_state``: serve only an engine that will route correctly.
 
     ``ok`` replies with reason ``served_non_following`` or ``served_older_engine`` set the
-    sticky non-following flag (see ``DaemonMachine.fetch_check``).
+    sticky non-following flag (see ``DaemonMachine.fetch_check``). ``gap``: the engine's layout
+    plugin is only partly installed (``layout_sm.messages.PLUGIN_GAPS``), outside the spec's model.
     """
     record = view.record
     if record is None:
@@ -337,6 +362,8 @@ def fetch_reply(view: DaemonView, claim: FetchLayoutField | None) -> Reply:
             f"{list(view.pending.layers)} right now, so the weights are mid-move; retry after it ends.",
             pending=view.pending.to_wire(),
         )
+    if gap is not None:
+        return _plugin_incomplete(gap, record.version)
     if claim is None:
         if record.version == 0:
             return ok(
@@ -659,11 +686,11 @@ class DaemonMachine(StateMachine):
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
         return cast(DetachEffect, self.send("detach", engine_id=engine_id, session=session))
 
-    def fetch_check(self, claim: FetchLayoutField | None) -> Reply:
+    def fetch_check(self, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
         """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag.
 
         Off the event loop: it never changes the phase (the spec's Fetch leaves dphase)."""
-        reply = fetch_reply(self._view, claim)
+        reply = fetch_reply(self._view, claim, gap)
         if reply.reason in (Reason.SERVED_NON_FOLLOWING, Reason.SERVED_OLDER_ENGINE):
             self._view = replace(self._view, non_following_seen=True)
         return reply

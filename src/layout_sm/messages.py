@@ -30,6 +30,16 @@ ABORT = "expert_layout_abort"
 LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT})
 # The optional field of sglang's existing ``fetch_state`` request.
 FETCH_FIELD = "expert_layout"
+# Another optional field of ``fetch_state``: an engine whose layout plugin is only partly installed
+# says what is missing (sglang did not apply the startup hook, so it never attached). The daemon
+# also finds ``FETCH_HOOK_MISSING`` itself: a fetch without a claim from the process of an attachment
+# whose attach request said that process sends a claim with every fetch_state (``FETCH_CLAIMS_FIELD``,
+# which the plugin sets; an attach without it, an older engine's or a test's, promises nothing).
+PLUGIN_GAP_FIELD = "expert_layout_plugin_gap"
+STARTUP_HOOK_MISSING = "startup_hook_missing"
+FETCH_HOOK_MISSING = "fetch_hook_missing"
+PLUGIN_GAPS = frozenset({STARTUP_HOOK_MISSING, FETCH_HOOK_MISSING})
+FETCH_CLAIMS_FIELD = "fetch_claims"
 
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
@@ -326,6 +336,11 @@ def parse_request(msg: object) -> LayoutRequest | Reply:
         return _malformed_reply(kind if isinstance(kind, str) else "layout", error)
     except RecursionError:
         return _malformed_reply(kind, _Malformed("", "nested too deeply"))
+
+
+def parse_plugin_gap(value: object) -> str | None:
+    """The ``PLUGIN_GAP_FIELD`` of a ``fetch_state``: one of ``PLUGIN_GAPS``, or None (absent or unknown)."""
+    return value if isinstance(value, str) and value in PLUGIN_GAPS else None
 
 
 def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:

@@ -61,6 +61,7 @@ class Reason(StrEnum):
     # layout_refused (fetch_state)
     DIGEST_MISMATCH = "digest_mismatch"
     OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"
+    PLUGIN_INCOMPLETE = "plugin_incomplete"
     # the engine's own decisions (docs/protocol.md §5, §6): why it adopts, keeps, fails, or how
     # it rebalances (``NO_RECORD``, ``DIRTY``, ``NOT_ATTACHED`` and ``COMMITTED`` above serve here too)
     ADOPT = "adopt"

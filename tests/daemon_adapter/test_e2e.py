@@ -105,3 +105,35 @@ def test_python_m_daemon_adapter_runs_the_layout_aware_daemon(model_dir, short_t
         assert "spawned layout-aware weight cache daemon" in output, output[-3000:]
         assert "exited prematurely" in output, output[-3000:]  # sglang's launcher saw the child fail
     assert proc.returncode != 0
+
+
+def test_expert_layout_status_prometheus_for_the_textfile_collector(make_daemon, short_tmp):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    template = f"{short_tmp}/wp_{{device_uuid}}.sock"
+    aware = make_daemon("wp_aware")
+    plain = make_daemon("wp_plain", plain_sglang=True)
+    mover = Engine(aware.socket_path, "engine-9")
+    mover.attach()
+    assert status_reason(mover.begin([1])) == ("ok", "begun")
+
+    done = run_status("--prometheus", template=template)
+    assert done.returncode == 5, done  # the older daemon: the exit codes are the table's
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(done.stdout)
+        for s in family.samples
+    }
+    p = "sglang:expert_layout_daemon_"
+
+    def at(name: str, path: str, **labels: str) -> float:
+        return values[(p + name, tuple(sorted({"socket": path, **labels}.items())))]
+
+    assert values[(p + "found", ())] == 2
+    assert at("up", aware.socket_path) == 1 and at("up", plain.socket_path) == 0
+    assert at("phase", aware.socket_path, phase="pending") == 1
+    assert at("record_version", aware.socket_path) == 0
+    assert at("attached_engines", aware.socket_path) == 1 and at("pending", aware.socket_path) == 1
+    assert at("dirty", aware.socket_path) == 0 and at("non_following_seen", aware.socket_path) == 0
+    assert not any(labels == (("socket", plain.socket_path),) for name, labels in values if name != p + "up")
+    mover.detach()

@@ -200,3 +200,107 @@ def start_load_fork(
         holder = subprocess.Popen(["sleep", str(child_seconds)], pass_fds=[fd])
         out["control"] = holder.pid
     return out
+
+
+def fail_to_apply(rank: EngineRank, target: str) -> bool:
+    """Make sglang's HookRegistry fail to apply the hooks on ``target`` in this rank process, as a
+    renamed or moved target of a newer sglang does: ``apply_hooks`` logs it and goes on. Before the
+    plugin is loaded (a fresh pool); returns whether the target was still unpatched."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    apply = HookRegistry._apply_target.__func__
+
+    def failing(cls: Any, name: str, hooks: Any) -> Any:
+        if name == target:
+            raise AttributeError(f"{name} cannot be resolved (made to fail by the test)")
+        return apply(cls, name, hooks)
+
+    HookRegistry._apply_target = classmethod(failing)
+    return target not in HookRegistry._patched
+
+
+def half_installed_run(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    """Start, load and rebalance once; the first step that raises ends the run (reported, not raised)."""
+    import sglang.srt.plugins as sglang_plugins
+
+    out: dict[str, Any] = {"stage": "start", "error": None, "plugins_loaded_before": sglang_plugins._plugins_loaded}
+    try:
+        rank.start(engine)
+        out["stage"] = "load"
+        rank.load()
+    except Exception as error:
+        st = _adapter_state()
+        out.update(error=f"{type(error).__name__}: {error}", logged=sorted(st.logged))
+        out["install"] = _install(st)
+        return out
+    out["stage"] = "rebalance"
+    out.update(rebalance(rank, 1))
+    out["install"] = _install(_adapter_state())
+    return out
+
+
+def _install(st: Any) -> dict[str, Any] | None:
+    install = getattr(st, "install", None)  # None before install_check existed (the original code)
+    if install is None:
+        return None
+    return {"missing": list(install.missing), "error": install.error, "warning": install.warning}
+
+
+def start_load_slots(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    """A new engine with the whole plugin: what it believes each of its slots holds, and what they hold."""
+    rank.start(engine)
+    rank.load()
+    out = summary(rank)
+    lo = rank.rank * engine.cfg.num_local
+    out.update(slots=rank.slots(), believed=[row[lo : lo + engine.cfg.num_local] for row in rank.map()])
+    return out
+
+
+def untested_version_start(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    """Start as if the installed sglang were not a tested one: the warning, and the checks still run."""
+    from engine_adapter import compat
+
+    tested = compat.TESTED_SGLANG_VERSIONS
+    compat.TESTED_SGLANG_VERSIONS = ("0.0.0-never",)
+    try:
+        rank.start(engine)
+        install = _install(_adapter_state())
+    finally:
+        compat.TESTED_SGLANG_VERSIONS = tested
+    out = summary(rank)
+    out.update(logged=sorted(_adapter_state().logged), install=install)
+    return out
+
+
+def metrics_text() -> str:
+    """This rank process's series in the text exposition format (what sglang's /metrics merges)."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    return generate_latest(REGISTRY).decode()
+
+
+def start_load_metrics(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    out = start_load(rank, engine)
+    out["metrics"] = metrics_text()
+    return out
+
+
+def rebalance_metrics(rank: EngineRank, phase: int) -> dict[str, Any]:
+    out = rebalance(rank, phase)
+    out["metrics"] = metrics_text()
+    return out
+
+
+def start_failing_metrics(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    try:
+        rank.start(engine)
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "metrics": metrics_text()}
+
+
+def metrics_active(rank: EngineRank) -> bool:
+    from engine_adapter import metrics
+
+    return metrics.active() is not None

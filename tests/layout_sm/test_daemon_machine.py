@@ -212,3 +212,26 @@ def test_one_conjunct_false_keeps_the_phase(event: str, conjunct: Conjunct) -> N
         assert machine.view().pending == view.pending  # a stale or non-mover EOF keeps the move
     else:
         assert machine.view().pending == view.pending and machine.view().record == view.record
+
+
+def test_a_half_installed_plugin_is_refused_at_every_version_and_the_text_names_the_case() -> None:
+    from layout_sm.daemon import fetch_reply
+    from layout_sm.messages import FETCH_HOOK_MISSING, STARTUP_HOOK_MISSING, parse_plugin_gap
+
+    for version in (0, 3):
+        view = DaemonView(LayoutRecord.build([[0, 1], [1, 0]], 2, version=version), {"A": "sA"})
+        startup = fetch_reply(view, None, STARTUP_HOOK_MISSING)
+        assert startup.reason is Reason.PLUGIN_INCOMPLETE and not startup.ok
+        assert "startup hook never ran" in startup.message and "install the" not in startup.message.lower()
+        fetch = fetch_reply(view, None, FETCH_HOOK_MISSING)
+        assert fetch.reason is Reason.PLUGIN_INCOMPLETE and "sends no expert layout" in fetch.message
+        machine = DaemonMachine(view.record)
+        machine.restore(view)
+        machine.fetch_check(None, STARTUP_HOOK_MISSING)
+        assert not machine.view().non_following_seen  # refused, so it never maps these weights
+    # without a gap, the older engine's replies are unchanged
+    assert fetch_reply(DaemonView(RECORD), None).reason is Reason.OLDER_ENGINE_AFTER_MOVE
+    assert parse_plugin_gap("something_else") is None and parse_plugin_gap(STARTUP_HOOK_MISSING)
+    # dirty outranks: the operator must restart the daemons first
+    dirty = DaemonView(RECORD, dirty=DirtyInfo("A", (0,), 3))
+    assert fetch_reply(dirty, None, FETCH_HOOK_MISSING).reason is Reason.DIRTY

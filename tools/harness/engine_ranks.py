@@ -92,6 +92,7 @@ class EngineSpec:
     weight_cache_mode: str = "client"
     plugin: bool = True  # install the project's hooks through sglang's load_plugins()
     wait_timeout: float | None = None  # SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT for this engine
+    enable_metrics: bool = False  # sglang's --enable-metrics (the plugin's series, in this process)
     env: tuple[tuple[str, str], ...] = ()
 
 
@@ -233,6 +234,7 @@ class EngineRank:
             weight_cache_mode=spec.weight_cache_mode if sock else "off",
             weight_cache_socket=sock,
             skip_tokenizer_init=True,
+            enable_metrics=spec.enable_metrics,
         )
         rc.reset_context()
         rc.publish(args, role="scheduler", ranks=rc.SpawnRanks(world_rank=self.rank, gpu_id=self.rank))

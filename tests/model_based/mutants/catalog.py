@@ -172,10 +172,10 @@ def _(mod: ModuleType) -> None:
 @mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any) -> Any:
+        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
             if claim is not None and view.record is not None:
                 claim = replace(claim, digest=view.record.digest)
-            return orig(view, claim)
+            return orig(view, claim, *gap)
 
         return fetch_reply
 
@@ -185,8 +185,8 @@ def _(mod: ModuleType) -> None:
 @mutant("fetch_while_pending", D, "fetch_state is refused while a move is pending")
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any) -> Any:
-            return orig(replace(view, pending=None), claim)
+        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
+            return orig(replace(view, pending=None), claim, *gap)
 
         return fetch_reply
 
@@ -196,8 +196,8 @@ def _(mod: ModuleType) -> None:
 @mutant("fetch_when_dirty", D, "a dirty daemon refuses fetch_state until restarted", tests=UNIT)
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any) -> Any:
-            return orig(replace(view, dirty=None), claim)
+        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
+            return orig(replace(view, dirty=None), claim, *gap)
 
         return fetch_reply
 
@@ -207,11 +207,11 @@ def _(mod: ModuleType) -> None:
 @mutant("older_engine_served_after_move", D, "an engine without the field is served only at version 0")
 def _(mod: ModuleType) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any) -> Any:
+        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
             if claim is None and view.record is not None and view.record.version != 0:
                 record = mod.LayoutRecord.build(view.record.rows, view.record.num_logical, 0)
-                return orig(replace(view, record=record), claim)
-            return orig(view, claim)
+                return orig(replace(view, record=record), claim, *gap)
+            return orig(view, claim, *gap)
 
         return fetch_reply
 

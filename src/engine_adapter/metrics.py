@@ -1,0 +1,197 @@
+"""The protocol's series on sglang's ``/metrics`` (``--enable-metrics``), made the way sglang makes its own.
+
+sglang runs ``prometheus_client`` in multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set before
+its schedulers start) and serves every process's series from its HTTP server; each scheduler
+labels its series ``model_name``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` (and ``dp_rank``, and
+``--extra-metric-labels``): ``observability/metrics_collector.py``. The plugin's series are made in
+each rank process the same way, under sglang's ``sglang:`` prefix:
+
+- ``sglang:expert_layout_record_version`` (gauge): the layout version the rank routes with;
+- ``sglang:expert_layout_chunks_committed_total``: chunks every daemon recorded;
+- ``sglang:expert_layout_rebalances_paused_total{reason}``: rebalances paused (a daemon busy: the
+  daemon's reason, e.g. ``other_engine_attached``);
+- ``sglang:expert_layout_begins_refused_total{reason}``: this rank's daemon refused a begin (its
+  reason; ``unreachable`` when it did not answer), which turns shared rebalancing off;
+- ``sglang:expert_layout_startups_total{outcome,reason}``: startup decisions (adopt, keep_own, fail);
+- ``sglang:expert_layout_rebalance_protocol_seconds`` (histogram): time in the protocol (begin and
+  commit round trips and all-gathers, not sglang's move) per rebalance;
+- ``sglang:expert_layout_dirty_seen_total``: startups that found this rank's daemon dirty;
+- ``sglang:expert_layout_hooks_missing`` (gauge): hooks sglang did not apply (``install_check``).
+
+Series for the warm standby (role, parked) come with that issue: add them to ``EngineMetrics``.
+
+Nothing is created unless sglang's metrics are on (``setup`` at startup); otherwise every
+function here returns at its first line. On the per-chunk path each call is one counter
+increment or one addition (``make bench``'s numbers; ``tests/engine_adapter/test_metrics.py``
+measures the cost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+logger = logging.getLogger("engine_adapter")
+
+PREFIX = "sglang:expert_layout_"
+# Seconds in the protocol per rebalance: a chunk's round trips are ~1-10 ms on a host.
+PROTOCOL_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class EngineMetrics:
+    """The plugin's series of one rank process, bound to that rank's labels."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        # Imported here, after sglang set PROMETHEUS_MULTIPROC_DIR (as sglang's collectors do).
+        from prometheus_client import Counter, Gauge, Histogram
+
+        names = list(labels)
+        self.labels = dict(labels)
+        self.record_version = Gauge(
+            f"{PREFIX}record_version",
+            "The expert-layout version this rank routes with.",
+            labelnames=names,
+            multiprocess_mode="mostrecent",
+        ).labels(**labels)
+        self.chunks_committed = Counter(
+            f"{PREFIX}chunks_committed", "Rebalance chunks every daemon recorded.", labelnames=names
+        ).labels(**labels)
+        self.paused = Counter(
+            f"{PREFIX}rebalances_paused",
+            "Rebalances paused because a daemon was busy, by the daemon's reason.",
+            labelnames=[*names, "reason"],
+        )
+        self.begins_refused = Counter(
+            f"{PREFIX}begins_refused",
+            "Begins this rank's daemon refused (shared rebalancing then off), by reason.",
+            labelnames=[*names, "reason"],
+        )
+        self.startups = Counter(
+            f"{PREFIX}startups", "Startup decisions, by outcome and reason.", labelnames=[*names, "outcome", "reason"]
+        )
+        self.protocol_seconds = Histogram(
+            f"{PREFIX}rebalance_protocol_seconds",
+            "Seconds in the expert-layout protocol (begin, commit, all-gathers) per rebalance.",
+            labelnames=names,
+            buckets=PROTOCOL_SECONDS_BUCKETS,
+        ).labels(**labels)
+        self.dirty_seen = Counter(
+            f"{PREFIX}dirty_seen", "Startups that found this rank's daemon dirty.", labelnames=names
+        ).labels(**labels)
+        self.hooks_missing = Gauge(
+            f"{PREFIX}hooks_missing",
+            "Plugin hooks sglang did not apply (rebalancing of shared weights off when not 0).",
+            labelnames=names,
+            multiprocess_mode="mostrecent",
+        ).labels(**labels)
+        # The warm standby issue adds role and parked here (gauges, the same labels).
+        self.protocol_s_this_rebalance = 0.0
+
+
+_CREATED: EngineMetrics | None = None  # prometheus_client registers a name once per process
+_ACTIVE: EngineMetrics | None = None
+
+
+def sglang_metrics_on() -> bool:
+    from sglang.srt.runtime_context import get_context, get_observability
+
+    return get_context().is_config_namespace_published("observability") and bool(get_observability().enable_metrics)
+
+
+def rank_labels() -> dict[str, str]:
+    """sglang's scheduler labels (``SchedulerMetricsCollector.init_new``), as strings."""
+    from sglang.srt.runtime_context import get_observability, get_parallel, get_serving
+
+    parallel = get_parallel()
+    labels = {
+        "model_name": str(get_serving().served_model_name),
+        "tp_rank": str(parallel.tp_rank),
+        "pp_rank": str(parallel.pp_rank),
+        "moe_ep_rank": str(parallel.moe_ep_rank),
+    }
+    if getattr(parallel, "dp_rank", None) is not None:
+        labels["dp_rank"] = str(parallel.dp_rank)
+    labels.update({str(k): str(v) for k, v in (get_observability().extra_metric_labels or {}).items()})
+    return labels
+
+
+def setup() -> EngineMetrics | None:
+    """At startup, in each rank: the series when sglang's metrics are on, else None (nothing made)."""
+    global _CREATED, _ACTIVE
+    if not sglang_metrics_on():
+        _ACTIVE = None
+        return None
+    if _CREATED is None:
+        _CREATED = EngineMetrics(rank_labels())
+    _ACTIVE = _CREATED
+    _ACTIVE.protocol_s_this_rebalance = 0.0
+    return _ACTIVE
+
+
+def active() -> EngineMetrics | None:
+    return _ACTIVE
+
+
+def use(series: EngineMetrics | None) -> None:
+    """Record into ``series`` (None: record nothing); ``setup`` does this at startup (and benchmarks)."""
+    global _ACTIVE
+    _ACTIVE = series
+
+
+# -- the events (each returns at once when metrics are off) ----------------------------------------
+
+
+def startup(kind: str, reason: str, version: int, own_finding_kind: str | None, hooks_missing: int) -> None:
+    m = _ACTIVE
+    if m is None:
+        return
+    m.startups.labels(**m.labels, outcome=kind, reason=reason).inc()
+    m.record_version.set(version)
+    m.hooks_missing.set(hooks_missing)
+    if own_finding_kind == "dirty":
+        m.dirty_seen.inc()
+
+
+def _reason(reply: object) -> str:
+    if not isinstance(reply, Mapping):
+        return "unreachable"
+    return str(reply.get("reason") or reply.get("status") or "unknown")
+
+
+def chunk_begun(kind: str, begin_replies: Sequence[Any], rank: int) -> None:
+    """After the chunk decision: a pause counts with the first busy daemon's reason, a refusal of this
+    rank's daemon with its own."""
+    m = _ACTIVE
+    if m is None or kind == "proceed":
+        return
+    if kind == "pause":
+        busy = [r for r in begin_replies if isinstance(r, Mapping) and r.get("status") == "busy"]
+        m.paused.labels(**m.labels, reason=_reason(busy[0] if busy else None)).inc()
+        return
+    own = begin_replies[rank]
+    if not (isinstance(own, Mapping) and own.get("status") in ("ok", "busy")):
+        m.begins_refused.labels(**m.labels, reason=_reason(own)).inc()
+
+
+def protocol_time(seconds: float) -> None:
+    m = _ACTIVE
+    if m is not None:
+        m.protocol_s_this_rebalance += seconds
+
+
+def committed(version: int | None) -> None:
+    m = _ACTIVE
+    if m is None:
+        return
+    m.chunks_committed.inc()
+    if version is not None:
+        m.record_version.set(version)
+
+
+def rebalance_ended() -> None:
+    m = _ACTIVE
+    if m is None or m.protocol_s_this_rebalance == 0.0:
+        return
+    m.protocol_seconds.observe(m.protocol_s_this_rebalance)
+    m.protocol_s_this_rebalance = 0.0
