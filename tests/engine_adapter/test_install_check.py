@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import ea_scripts
-
-from layout_testkit import toy_moe
-from layout_testkit.engine_ranks import EngineRanks
+from tools.harness import toy_moe
+from tools.harness.engine_ranks import EngineRanks
 
 STARTUP = "sglang.srt.model_executor.model_runner.ModelRunner.maybe_init_expert_location_metadata"
 FETCH = "sglang.srt.weight_cache.ipc_loader.IpcModelLoader._fetch_from_cache"

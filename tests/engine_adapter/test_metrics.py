@@ -102,7 +102,7 @@ def test_series_after_startup_rebalance_pause_refusal_and_dirty(ranks, daemons, 
 
 
 def _fetch_without_claim(d, cache_configs, rank: int) -> dict:
-    from layout_testkit import daemon_proc
+    from tools.harness import daemon_proc
 
     return daemon_proc.request(d.paths[rank], {"type": "fetch_state", "config": cache_configs[rank]})
 

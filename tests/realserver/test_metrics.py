@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tools.realserver.model import PROMPTS
+from tools.realserver.server import RealServer, RunDir, ServerSpec, StandaloneDaemons, Topology
 
 from daemon_adapter import client
-from expert_layout_real.model import PROMPTS
-from expert_layout_real.server import RealServer, RunDir, ServerSpec, StandaloneDaemons, Topology
 from tests.realserver.conftest import daemon_versions, drive_until_version
 
 P = "sglang:expert_layout_"
