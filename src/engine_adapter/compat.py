@@ -9,7 +9,10 @@ warning at startup as an untested sglang, and every install check stays enforced
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from importlib import metadata
+
+from engine_adapter.targets import CHUNK_TARGET, REBALANCE_TARGET
 
 TESTED_SGLANG_VERSIONS: tuple[str, ...] = ("0.5.23",)
 TESTED_PYTHON_VERSIONS: tuple[str, ...] = ("3.11",)
@@ -47,3 +50,35 @@ def untested_warning(sglang_version: str, python_version: str) -> str | None:
         f"it checks at startup that sglang applied every hook it needs and turns rebalancing of shared "
         f"weights off if not, but other changes in sglang may not be caught"
     )
+
+
+@dataclass(frozen=True)
+class InstallCheck:
+    """What the install check found in this process (``engine_adapter.install_check``)."""
+
+    missing: tuple[str, ...]  # targets whose hook sglang will not call
+    sglang_version: str
+    python_version: str
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def no_hook_stops_moves(self) -> bool:
+        return REBALANCE_TARGET in self.missing and CHUNK_TARGET in self.missing
+
+    @property
+    def warning(self) -> str | None:
+        return untested_warning(self.sglang_version, self.python_version)
+
+    @property
+    def error(self) -> str | None:
+        if self.complete:
+            return None
+        return (
+            f"sglang {self.sglang_version} did not apply the expert-layout plugin's hooks on "
+            f"{', '.join(self.missing)} (its log says 'Failed to apply hooks to ...'); the plugin was tested "
+            f"with {tested_versions()}. Rebalancing of shared weights is off for this engine: "
+            f"install a tested sglang version"
+        )

@@ -6,7 +6,7 @@ installed, and some of those installs move shared experts with no begin and no c
 startup hook, which runs in every engine rank before EPLB can rebalance, calls ``at_startup``:
 
 - each target the plugin registers (``plugin.hooks()``), and each name sglang calls it through
-  (``plugin.CALL_SITES``), must be a function that calls the plugin's own hook: checked by
+  (``CALL_SITES``), must be a function that calls the plugin's own hook: checked by
   identity (the hook object is in the closure of the function sglang calls, or of one it wraps),
   never by name;
 - if one is missing and the weight cache is on, rebalancing of shared weights is off
@@ -27,10 +27,11 @@ import functools
 import logging
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from engine_adapter import compat, plugin, state
+from engine_adapter import compat, state
+from engine_adapter.compat import InstallCheck
+from engine_adapter.targets import CALL_SITES
 
 logger = logging.getLogger("engine_adapter")
 
@@ -66,42 +67,23 @@ def _in_place(name: str, hook: Callable[..., Any]) -> bool:
     return calls_hook(function, hook)
 
 
-@dataclass(frozen=True)
-class InstallCheck:
-    missing: tuple[str, ...]  # targets whose hook sglang will not call
-    sglang_version: str
-    python_version: str
+# (target, hook) as ``engine_adapter.plugin.register()`` registered them in this process.
+_expected: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
-    @property
-    def complete(self) -> bool:
-        return not self.missing
 
-    @property
-    def no_hook_stops_moves(self) -> bool:
-        return plugin.REBALANCE_TARGET in self.missing and plugin.CHUNK_TARGET in self.missing
-
-    @property
-    def warning(self) -> str | None:
-        return compat.untested_warning(self.sglang_version, self.python_version)
-
-    @property
-    def error(self) -> str | None:
-        if self.complete:
-            return None
-        return (
-            f"sglang {self.sglang_version} did not apply the expert-layout plugin's hooks on "
-            f"{', '.join(self.missing)} (its log says 'Failed to apply hooks to ...'); the plugin was tested "
-            f"with {compat.tested_versions()}. Rebalancing of shared weights is off for this engine: "
-            f"install a tested sglang version"
-        )
+def expect(registered: tuple[tuple[str, Callable[..., Any]], ...]) -> None:
+    """Called by the plugin's ``register()`` with every hook it registered, before sglang applies them."""
+    global _expected
+    _expected = tuple(registered)
+    check.cache_clear()
 
 
 @functools.cache
 def check() -> InstallCheck:
     """Which hooks are not in place; once per process (sglang applies hooks once, at plugin load)."""
     missing = []
-    for target, hook in plugin.hooks():
-        names = (target, *plugin.CALL_SITES.get(target, ()))
+    for target, hook in _expected:
+        names = (target, *CALL_SITES.get(target, ()))
         if not all(_in_place(name, hook) for name in names):
             missing.append(target)
     return InstallCheck(tuple(missing), compat.installed_sglang_version(), compat.installed_python_version())

@@ -13,22 +13,30 @@ from typing import Any
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-logger = logging.getLogger("engine_adapter")
+from engine_adapter import install_check
+from engine_adapter.targets import (
+    CALL_SITES,
+    CHUNK_TARGET,
+    FETCH_TARGET,
+    REBALANCE_TARGET,
+    RECV_TARGET,
+    SEND_TARGET,
+    STARTUP_TARGET,
+)
 
-STARTUP_TARGET = "sglang.srt.model_executor.model_runner.ModelRunner.maybe_init_expert_location_metadata"
-FETCH_TARGET = "sglang.srt.weight_cache.ipc_loader.IpcModelLoader._fetch_from_cache"
-# HookRegistry rebinds every module that imported these two by name (daemon, transport, ipc_loader);
-# the hooks act only inside a fetch_state of this engine and pass through everywhere else.
-SEND_TARGET = "sglang.srt.weight_cache.protocol.send_msg"
-RECV_TARGET = "sglang.srt.weight_cache.protocol.recv_msg"
-REBALANCE_TARGET = "sglang.srt.eplb.eplb_manager.EPLBManager.rebalance"
-CHUNK_TARGET = "sglang.srt.eplb.eplb_manager.update_expert_location_with_recovery"
-# Where sglang calls each target from, when that is another name than the target itself: its loader
-# calls the send_msg/recv_msg it imported by name (``engine_adapter.install_check`` checks these).
-CALL_SITES: dict[str, tuple[str, ...]] = {
-    SEND_TARGET: ("sglang.srt.weight_cache.ipc_loader.send_msg",),
-    RECV_TARGET: ("sglang.srt.weight_cache.ipc_loader.recv_msg",),
-}
+__all__ = [
+    "CALL_SITES",
+    "CHUNK_TARGET",
+    "FETCH_TARGET",
+    "REBALANCE_TARGET",
+    "RECV_TARGET",
+    "SEND_TARGET",
+    "STARTUP_TARGET",
+    "hooks",
+    "register",
+]
+
+logger = logging.getLogger("engine_adapter")
 
 _registered = False
 _lock = threading.Lock()
@@ -58,8 +66,10 @@ def register() -> None:
 
         # sglang applies them after register() returns and only logs a target it fails to apply;
         # the startup hook checks that each is in place (engine_adapter.install_check).
-        for target, hook in hooks():
+        registered = hooks()
+        for target, hook in registered:
             HookRegistry.register(target, hook, HookType.AROUND)
+        install_check.expect(registered)
         # --weight-cache-mode daemon: the daemons this engine spawns are layout-aware too.
         install_daemon_hooks()
         _registered = True

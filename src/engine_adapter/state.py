@@ -22,7 +22,7 @@ from layout_sm.session import EngineSession
 if TYPE_CHECKING:
     from sglang.srt.eplb.eplb_manager import EPLBManager
 
-    from engine_adapter.install_check import InstallCheck
+    from engine_adapter.compat import InstallCheck
 
 logger = logging.getLogger("engine_adapter")
 

@@ -157,7 +157,7 @@ def test_untested_versions_get_a_warning_naming_them():
 
 def test_an_incomplete_install_on_an_untested_version_still_blocks():
     from engine_adapter import compat
-    from engine_adapter.install_check import InstallCheck
+    from engine_adapter.compat import InstallCheck
 
     result = InstallCheck((CHUNK,), "0.6.0", "3.11")
     assert result.warning is not None and result.error is not None and CHUNK in result.error
