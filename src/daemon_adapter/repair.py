@@ -163,24 +163,48 @@ def checkpoint_files(model_config: Any, load_config: Any) -> list[str]:
     return list(files)
 
 
-def routed_expert_names(layers: Sequence[int], num_logical_experts: int) -> Any:
-    """A predicate on checkpoint names: a routed expert's projection in one of ``layers``."""
+def experts_held_here(modules: dict[int, tuple[str, Any]], metadata: Any) -> dict[int, set[int]]:
+    """{layer: the logical experts with a slot on this rank}: the checkpoint tensors worth reading.
+
+    Asks sglang what its expert weight_loader asks (``_weight_loader_physical``): the expert's
+    physical slots (``logical_to_all_physical``), and whether one is this rank's
+    (``_map_global_expert_id_to_local_expert_id``). A module whose parameters keep every expert
+    (``_sglang_require_global_experts``) reads them all."""
+    out: dict[int, set[int]] = {}
+    for layer, (_name, module) in modules.items():
+        every = range(metadata.num_logical_experts)
+        if any(getattr(p, "_sglang_require_global_experts", False) for p in module.parameters()):
+            out[layer] = set(every)
+            continue
+        out[layer] = {
+            expert
+            for expert in every
+            if any(
+                0 <= module._map_global_expert_id_to_local_expert_id(physical) < module.num_local_experts
+                for physical in metadata.logical_to_all_physical(layer, expert)
+            )
+        }
+    return out
+
+
+def routed_expert_names(experts: dict[int, set[int]], num_logical_experts: int) -> Any:
+    """A predicate on checkpoint names: a projection of routed expert ``e`` of layer ``l``, for
+    ``e in experts[l]`` (names as the models' load_weights map them: ``make_expert_params_mapping``)."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.utils import get_layer_id
 
-    wanted_layers = set(layers)
-    expert_names = [
-        weight_name
-        for _param, weight_name, _expert, _shard in FusedMoE.make_expert_params_mapping(
-            ckpt_gate_proj_name=CKPT_GATE,
-            ckpt_down_proj_name=CKPT_DOWN,
-            ckpt_up_proj_name=CKPT_UP,
-            num_experts=num_logical_experts,
-        )
-    ]
+    by_expert: dict[int, list[str]] = {}
+    for _param, weight_name, expert, _shard in FusedMoE.make_expert_params_mapping(
+        ckpt_gate_proj_name=CKPT_GATE,
+        ckpt_down_proj_name=CKPT_DOWN,
+        ckpt_up_proj_name=CKPT_UP,
+        num_experts=num_logical_experts,
+    ):
+        by_expert.setdefault(expert, []).append(f"mlp.{weight_name}")
 
     def wanted(name: str) -> bool:
-        return get_layer_id(name) in wanted_layers and any(f"mlp.{w}" in name for w in expert_names)
+        layer = get_layer_id(name)
+        return layer in experts and any(w in name for e in experts[layer] for w in by_expert[e])
 
     return wanted
 
@@ -231,7 +255,7 @@ def reload_routed_experts(
     check_repairable(model, modules)
     files = checkpoint_files(model_config, load_config)
     metadata = set_expert_location(model_config, physical_to_logical_map, ep_rank)
-    wanted = routed_expert_names(layers, metadata.num_logical_experts)
+    wanted = routed_expert_names(experts_held_here(modules, metadata), metadata.num_logical_experts)
 
     before = _tensor_places(model)
     count = _ReadCount()

@@ -181,20 +181,22 @@ def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_versi
     assert [(s["version"], s["digest"], s["map"]) for s in clean] == [
         (1, committed[0]["digest"], committed[0]["map"])
     ] * TP
-    # The mapping the engine kept all along sees the repair: it went into the exported tensors.
-    for engine in engines:
-        for kind in ("w13_weight", "w2_weight"):
-            assert torch.equal(engine.experts[(LAYER, kind)], at_v1[(id(engine), kind)]), f"{kind} differs"
     # A fresh mapping, each slot identified by its weights against the checkpoint: every layer.
     held = memory_probe.held_map(sockets, model_dir)
     assert held == clean[0]["map"], f"memory holds {held}, the record says {clean[0]['map']}"
+    # The mapping the engine kept all along sees the repair: it went into the exported tensors,
+    # and every value of layer 0 (gate, up, down, padding) is what version 1 held.
+    for engine in engines:
+        for kind in ("w13_weight", "w2_weight"):
+            assert torch.equal(engine.experts[(LAYER, kind)], at_v1[(id(engine), kind)]), f"{kind} differs"
 
     seconds = max(r["seconds"] for r in replies)
-    share = replies[0]["bytes_read"] / replies[0]["checkpoint_bytes"]
+    read = sum(r["bytes_read"] for r in replies)
+    whole = replies[0]["checkpoint_bytes"]
     print(
         f"\n[repair] daemon set (TP{TP}) start {start_s:.1f} s; repair {seconds:.3f} s in the daemons, "
-        f"{repair_wall_s:.1f} s for `expert-layout repair`; {replies[0]['bytes_read']} of "
-        f"{replies[0]['checkpoint_bytes']} checkpoint bytes read per rank ({share:.1%}), "
-        f"{replies[0]['checkpoint_tensors_read']} checkpoint tensors per rank"
+        f"{repair_wall_s:.1f} s for `expert-layout repair`; bytes read per rank "
+        f"{[r['bytes_read'] for r in replies]} ({read} in all, {read / whole:.1%} of one {whole}-byte "
+        f"checkpoint), checkpoint tensors per rank {[r['checkpoint_tensors_read'] for r in replies]}"
     )
     assert seconds < start_s
