@@ -20,8 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOYED = {"layout_sm", "daemon_adapter", "engine_adapter"}
 # What the deployed code may import besides itself and the standard library: the declared
-# dependency (python-statemachine) and what the environment that runs it has (sglang, torch).
-ENVIRONMENT = {"statemachine", "sglang", "torch"}
+# dependency (python-statemachine) and what the environment that runs it has (sglang, torch, and
+# safetensors: sglang's loader reads checkpoints with it, and so does a daemon's repair).
+ENVIRONMENT = {"statemachine", "sglang", "torch", "safetensors"}
 ENTRY_POINTS = {
     "console_scripts": {"expert-layout": "daemon_adapter.status_cli:main"},
     "sglang.srt.plugins": {"expert_layout": "engine_adapter.plugin:register"},
