@@ -36,9 +36,11 @@ import torch
 
 # Models whose load_weights feeds routed-expert tensors (checkpoint names ``...mlp.experts.{e}.
 # {gate,up,down}_proj...``) only to FusedMoE.weight_loader, through make_expert_params_mapping, and
-# touches no other parameter for them (read in sglang 0.5.23: qwen3_moe.py:1157-1287,
-# qwen2_moe.py load_weights).
-SUPPORTED_MODELS = frozenset({"Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"})
+# touches no other parameter for them (read in sglang 0.5.23: qwen3_moe.py:1157-1287), and whose
+# repair a real test runs (tests/daemon_adapter/test_repair_real.py). Qwen2-MoE's load_weights has
+# the same shape (qwen2_moe.py:1324), but EPLB cannot move its experts (no
+# routed_experts_weights_of_layer), so none of its daemons turns dirty: left out, untested.
+SUPPORTED_MODELS = frozenset({"Qwen3MoeForCausalLM"})
 # The checkpoint names of a routed expert's projections in these models (their load_weights).
 CKPT_GATE, CKPT_DOWN, CKPT_UP = "gate_proj", "down_proj", "up_proj"
 
