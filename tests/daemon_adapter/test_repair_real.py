@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,8 +171,12 @@ def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_versi
     done, repair_wall_s = _repair(daemons)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{daemons.tree.log_tail()}"
     replies = [d["reply"] for d in json.loads(done.stdout)["daemons"]]
-    for reply in replies:
+    local = len(moved_row) // TP
+    for rank, reply in enumerate(replies):
         assert (reply["reason"], reply["layers"], reply["version"]) == ("repaired", [LAYER], 1), reply
+        # Only layer 0's routed experts, and of those only the ones with a slot on this rank
+        # (gate, up and down each): the repair reads no other tensor of the checkpoint.
+        assert reply["checkpoint_tensors_read"] == 3 * len(set(moved_row[rank * local : (rank + 1) * local]))
         assert sorted(reply["params_touched"]) == [
             f"model.layers.{LAYER}.mlp.experts.w13_weight",
             f"model.layers.{LAYER}.mlp.experts.w2_weight",
@@ -193,8 +198,11 @@ def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_versi
     seconds = max(r["seconds"] for r in replies)
     read = sum(r["bytes_read"] for r in replies)
     whole = replies[0]["checkpoint_bytes"]
+    # sglang's own measure of the load from disk, in each daemon's log: the part a repair replaces.
+    loads = re.findall(r"Model loaded from disk in ([0-9.]+)s", daemons.tree.log_path.read_text(errors="replace"))
     print(
-        f"\n[repair] daemon set (TP{TP}) start {start_s:.1f} s; repair {seconds:.3f} s in the daemons, "
+        f"\n[repair] daemon set (TP{TP}) start {start_s:.1f} s (sglang's load from disk: {loads} s); "
+        f"repair {seconds:.3f} s in the daemons, "
         f"{repair_wall_s:.1f} s for `expert-layout repair`; bytes read per rank "
         f"{[r['bytes_read'] for r in replies]} ({read} in all, {read / whole:.1%} of one {whole}-byte "
         f"checkpoint), checkpoint tensors per rank {[r['checkpoint_tensors_read'] for r in replies]}"
