@@ -20,10 +20,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOYED = {"layout_sm", "daemon_adapter", "engine_adapter"}
 # What the deployed code may import besides itself and the standard library: the declared
-# dependency (python-statemachine) and what the environment that runs it has (sglang, torch).
-# sglang itself requires prometheus_client (its /metrics): the plugin's series and
-# `expert-layout status --prometheus` use it.
-ENVIRONMENT = {"statemachine", "sglang", "torch", "prometheus_client"}
+# dependency (python-statemachine) and what the environment that runs it has (sglang, torch, and
+# two that sglang itself requires: prometheus_client, for its /metrics, which the plugin's series and
+# `expert-layout status --prometheus` use; safetensors, which sglang's loader reads checkpoints with,
+# and so does a daemon's repair).
+ENVIRONMENT = {"statemachine", "sglang", "torch", "prometheus_client", "safetensors"}
 ENTRY_POINTS = {
     "console_scripts": {"expert-layout": "daemon_adapter.status_cli:main"},
     "sglang.srt.plugins": {"expert_layout": "engine_adapter.plugin:register"},

@@ -32,6 +32,10 @@ How it binds to sglang, without copying sglang code:
 - ``serve``: sglang's, under umask 0o077, so its ``.ready`` file is owner-only like its socket.
 - The record comes from the initial ``ExpertLocationMetadata`` that
   ``_initialize_eplb_expert_location_metadata`` computes with ``--enable-eplb``.
+- ``expert_layout_repair`` (issue 19): answered in the connection's own thread, after the reload.
+  ``layout_sm.repair`` decides what to reload; ``daemon_adapter.repair`` reloads it into
+  ``self.model`` with sglang's loading; then the daemon is clean at the base version
+  (``_mark_repaired``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sglang.srt.utils.common import SafeUnpickler
@@ -56,15 +60,17 @@ from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
 from daemon_adapter.client import FRAME_HEADER, recv_exact
-from layout_sm.daemon import DaemonMachine
+from layout_sm.daemon import DaemonMachine, DirtyInfo
 from layout_sm.messages import (
     ATTACH,
     FETCH_CLAIMS_FIELD,
     FETCH_FIELD,
     FETCH_HOOK_MISSING,
     PLUGIN_GAP_FIELD,
+    REPAIR,
     AttachRequest,
     FetchLayoutField,
+    RepairRequest,
     is_sglang_request,
     malformed_frame,
     overloaded,
@@ -72,8 +78,9 @@ from layout_sm.messages import (
     parse_plugin_gap,
     parse_request,
 )
-from layout_sm.reasons import Reply
+from layout_sm.reasons import Reason, Reply, ok, refused
 from layout_sm.record import LayoutRecord, rows_of
+from layout_sm.repair import RepairPlan, repair_plan
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +216,10 @@ def _is_attach(request: object) -> bool:
     return isinstance(request, dict) and request.get("type") == ATTACH
 
 
+def _is_repair(request: object) -> bool:
+    return isinstance(request, dict) and request.get("type") == REPAIR
+
+
 @dataclass(frozen=True)
 class _RequestFrame:
     """One request read from a connection: the request and its raw frame, or why not (with the
@@ -309,6 +320,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # fetch without a claim from one of them comes from an engine whose plugin attached but whose
         # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
         self._attached_pids: dict[str, int] = {}  # session -> pid
+        self._repair_running = False  # under _layout_lock
+        self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
         super().__init__(*args, **kwargs)
 
     def serve(self) -> None:
@@ -345,6 +358,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             )
 
     def _initialize_eplb_expert_location_metadata(self, model_config: Any) -> None:
+        self._model_config = model_config
         super()._initialize_eplb_expert_location_metadata(model_config)
         # sglang sets the global metadata only with --enable-eplb (and only for MoE models);
         # what it computed is the layout the daemon's weights are loaded in.
@@ -377,8 +391,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._serve_in_thread(conn, None)
             return
         frame = _RequestFrame.read(conn)
-        if frame.problem is None and _is_attach(frame.request):
-            self._serve_in_thread(conn, frame)
+        if frame.problem is None and (_is_attach(frame.request) or _is_repair(frame.request)):
+            self._serve_in_thread(conn, frame)  # an attach is watched, a repair takes seconds
             return
         try:
             self._answer(conn, frame, None)
@@ -436,6 +450,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._send(conn, parsed.to_wire())
             return
         machine, lock = self._machine()
+        if isinstance(parsed, RepairRequest):
+            self._send(conn, self._repair().to_wire())
+            return
         if not isinstance(parsed, AttachRequest):
             with lock:
                 reply = machine.handle(parsed)
@@ -528,3 +545,81 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 effect = machine.detach_engine(engine_id, session)
             level = logging.WARNING if effect.dirty is not None else logging.INFO
             logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
+
+    # -- repair (issue 19) --------------------------------------------------------------
+
+    def _repair(self) -> Reply:
+        """Reload the interrupted move's layers, in this (the connection's) thread; the reply says
+        what was done. Meanwhile the daemon stays dirty: fetch_state and begin are refused."""
+        machine, lock = self._machine()
+        with lock:
+            plan = repair_plan(machine.view(), repair_running=self._repair_running)
+            if isinstance(plan, Reply):
+                return plan
+            dirty = machine.view().dirty
+            assert dirty is not None  # repair_plan plans only for a dirty daemon
+            self._repair_running = True
+        logger.warning(
+            "[LayoutAwareDaemon gpu=%s] repairing layers %s back to version %d",
+            self.gpu_id,
+            list(plan.layers),
+            plan.base_version,
+        )
+        try:
+            reply = self._reload(plan, dirty)
+        finally:
+            with lock:
+                self._repair_running = False
+        level = logging.INFO if reply.ok else logging.WARNING
+        logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, reply)
+        return reply
+
+    def _reload(self, plan: RepairPlan, dirty: DirtyInfo) -> Reply:
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.runtime_context import get_parallel
+
+        from daemon_adapter.repair import RepairFailed, RepairRefused, reload_routed_experts
+
+        if self.model is None or self._model_config is None:
+            return refused(Reason.REPAIR_FAILED, "the daemon's model is not loaded; it stays dirty.")
+        # The LoadConfig the daemon's load() builds (sglang daemon.py), for the loader's file discovery.
+        load_config = LoadConfig(
+            load_format=self.load_format, model_loader_extra_config=self.model_loader_extra_config, tp_rank=self.tp_rank
+        )
+        try:
+            report = reload_routed_experts(
+                self.model,
+                self._model_config,
+                load_config,
+                plan.layers,
+                plan.record.rows,
+                get_parallel().moe_ep_rank,
+            )
+        except RepairRefused as error:
+            return refused(
+                Reason.REPAIR_UNSUPPORTED,
+                f"repair refused: {error}. Nothing was written; the daemon stays dirty ({dirty.describe()}).",
+            )
+        except RepairFailed as error:
+            return refused(Reason.REPAIR_FAILED, f"repair failed: {error}. The daemon stays dirty.")
+        machine, lock = self._machine()
+        with lock:
+            self._mark_repaired(machine, dirty, plan)
+        return ok(
+            Reason.REPAIRED,
+            f"layers {list(plan.layers)} reloaded from the checkpoint in {report.seconds:.2f} s "
+            f"({report.bytes_read} of {report.checkpoint_bytes} checkpoint bytes); clean at version "
+            f"{plan.base_version}",
+            version=plan.base_version,
+            digest=plan.record.digest,
+            **report.to_wire(),
+        )
+
+    @staticmethod
+    def _mark_repaired(machine: DaemonMachine, dirty: DirtyInfo, plan: RepairPlan) -> None:
+        """INTEGRATOR: the one place a repaired daemon turns clean, by replacing the machine's view;
+        to become the machine's ``repairing -> clean`` transition. The record is the base version's,
+        unchanged (memory now holds it); attachments made meanwhile are kept."""
+        view = machine.view()
+        assert view.dirty == dirty and view.record == plan.record, "the view changed during the repair"
+        machine.restore(replace(view, dirty=None))

@@ -1,4 +1,4 @@
-"""``expert-layout status``: the expert-layout state of weight cache daemons.
+"""``expert-layout status``: the expert-layout state of weight cache daemons; ``expert-layout repair``.
 
 Queries one socket (``--socket PATH``, repeatable) or every daemon socket that sglang's
 ``SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE`` matches (``{device_uuid}`` as a wildcard), with
@@ -10,6 +10,11 @@ collector (``render_prometheus``; README, "Metrics").
 Exit codes: 0 every daemon answered; 3 no daemon found; 4 a daemon was found but did not
 answer (4 wins over 5); 5 a daemon answered as an older daemon without the layout requests.
 
+``expert-layout repair`` asks each daemon (the same ``--socket`` or discovery) to reload, from the
+checkpoint, the layers of an interrupted move (``expert_layout_repair``) and prints what each did:
+layers, seconds, bytes read against the checkpoint's. Exit codes: 0 every daemon repaired; 6 one
+refused or failed (a clean daemon refuses: nothing to repair); 3 and 4 as above.
+
 The command speaks sglang's framing through ``daemon_adapter.client``, the engine plugin's client
 too, and imports no sglang module: importing sglang takes 5-20 s, too long for a status command.
 Replies are unpickled without any class (they are plain dicts).
@@ -18,6 +23,7 @@ Replies are unpickled without any class (they are plain dicts).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import glob
 import json
 import os
@@ -34,6 +40,9 @@ EXIT_OK = 0
 EXIT_NO_DAEMON = 3
 EXIT_NOT_ANSWERING = 4
 EXIT_OLDER_DAEMON = 5
+EXIT_NOT_REPAIRED = 6
+# A repair reloads some layers from disk: seconds on a small model, minutes on a large one.
+REPAIR_TIMEOUT_S = 1800.0
 
 # sglang 0.5.23's default for SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE (sglang/srt/environ.py);
 # a test checks that it still is.
@@ -187,6 +196,74 @@ def render_prometheus(statuses: Sequence[DaemonStatus]) -> str:
     return generate_latest(registry).decode()
 
 
+@dataclass(frozen=True)
+class RepairOutcome:
+    socket_path: str
+    reply: dict[str, Any] | None  # the daemon's reply, when it answered
+    detail: str = ""
+
+    @property
+    def repaired(self) -> bool:
+        return self.reply is not None and self.reply.get("status") == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"socket": self.socket_path, "reply": self.reply, "detail": self.detail}
+
+    def line(self) -> str:
+        reply = self.reply
+        if reply is None:
+            return f"{self.socket_path}: not answering: {self.detail}"
+        if not self.repaired:
+            return f"{self.socket_path}: {reply.get('status')}({reply.get('reason')}): {reply.get('message')}"
+        share = reply["bytes_read"] / reply["checkpoint_bytes"] if reply.get("checkpoint_bytes") else 0.0
+        return (
+            f"{self.socket_path}: repaired layers {reply.get('layers')} in {reply.get('seconds')} s: "
+            f"{reply.get('bytes_read')} bytes read of {reply.get('checkpoint_bytes')} ({share:.1%}), "
+            f"{reply.get('checkpoint_tensors_read')} checkpoint tensors into {len(reply.get('params_touched') or [])} "
+            f"parameters; clean at version {reply.get('version')} (digest {str(reply.get('digest'))[:16]})"
+        )
+
+
+def repair_daemon(socket_path: str, timeout: float) -> RepairOutcome:
+    from layout_sm.messages import repair_request
+
+    try:
+        wire = request(socket_path, repair_request(), timeout)
+    except (OSError, ConnectionError, ValueError, pickle.UnpicklingError, EOFError) as error:
+        return RepairOutcome(socket_path, None, f"{type(error).__name__}: {error}")
+    if not isinstance(wire, dict):
+        return RepairOutcome(socket_path, None, f"unexpected reply: {wire!r:.200}")
+    return RepairOutcome(socket_path, wire)
+
+
+def _sockets(named: Sequence[str] | None) -> tuple[list[str], str]:
+    if named:
+        # A named path that is not there is "not found", like a template that matches nothing.
+        return [path for path in named if os.path.exists(path)], ", ".join(named)
+    template = socket_template()
+    return discover_sockets(template), f"SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE={template}"
+
+
+def _repair_main(args: argparse.Namespace) -> int:
+    sockets, where = _sockets(args.socket)
+    if not sockets:
+        print(f"no weight cache daemon found ({where})", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    # The daemons of a server's ranks repair at once, each in its own process.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(sockets)) as pool:
+        outcomes = list(pool.map(lambda path: repair_daemon(path, args.timeout), sockets))
+    if any(o.reply is None for o in outcomes):
+        code = EXIT_NOT_ANSWERING
+    else:
+        code = EXIT_OK if all(o.repaired for o in outcomes) else EXIT_NOT_REPAIRED
+    if args.json:
+        print(json.dumps({"exit_code": code, "daemons": [o.to_json() for o in outcomes]}, indent=2))
+    else:
+        for outcome in outcomes:
+            print(outcome.line(), file=sys.stdout if outcome.repaired else sys.stderr)
+    return code
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="expert-layout", description="Expert-layout tools for sglang's weight cache.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -211,19 +288,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--include-map", action="store_true", help="with --json: include the full map")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon (default 5)")
+    repair = commands.add_parser(
+        "repair",
+        help="reload a dirty daemon's interrupted layers from the checkpoint; report what was done",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    repair.add_argument(
+        "--socket",
+        action="append",
+        metavar="PATH",
+        help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
+    )
+    repair.add_argument("--json", action="store_true", help="print JSON instead of one line per daemon")
+    repair.add_argument(
+        "--timeout",
+        type=float,
+        default=REPAIR_TIMEOUT_S,
+        help=f"seconds to wait for each daemon (default {REPAIR_TIMEOUT_S:g})",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.socket:
-        # A named path that is not there is "not found", like a template that matches nothing.
-        sockets = [path for path in args.socket if os.path.exists(path)]
-        where = ", ".join(args.socket)
-    else:
-        template = socket_template()
-        sockets = discover_sockets(template)
-        where = f"SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE={template}"
+    if args.command == "repair":
+        return _repair_main(args)
+    sockets, where = _sockets(args.socket)
     statuses = [query_daemon(path, args.timeout, include_map=args.include_map) for path in sockets]
     code = exit_code(statuses)
     if args.json:

@@ -27,7 +27,9 @@ QUERY = "expert_layout_query"
 BEGIN = "expert_layout_begin"
 COMMIT = "expert_layout_commit"
 ABORT = "expert_layout_abort"
-LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT})
+# An operator's request (``expert-layout repair``): a dirty daemon reloads the interrupted layers.
+REPAIR = "expert_layout_repair"
+LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT, REPAIR})
 # The optional field of sglang's existing ``fetch_state`` request.
 FETCH_FIELD = "expert_layout"
 # Another optional field of ``fetch_state``: an engine whose layout plugin is only partly installed
@@ -80,6 +82,11 @@ class AbortRequest:
 
 
 @dataclass(frozen=True)
+class RepairRequest:
+    """Reload the routed experts of the interrupted move's layers (``layout_sm.repair``)."""
+
+
+@dataclass(frozen=True)
 class FetchLayoutField:
     """What an attached engine claims about the layout it will route with."""
 
@@ -89,7 +96,7 @@ class FetchLayoutField:
     digest: str
 
 
-LayoutRequest = AttachRequest | QueryRequest | BeginRequest | CommitRequest | AbortRequest
+LayoutRequest = AttachRequest | QueryRequest | BeginRequest | CommitRequest | AbortRequest | RepairRequest
 
 
 # -- builders (what engines send) --------------------------------------------------------
@@ -129,6 +136,10 @@ def abort_request(engine_id: str, session: str) -> dict[str, Any]:
     return {"type": ABORT, "engine_id": engine_id, "session": session}
 
 
+def repair_request() -> dict[str, Any]:
+    return {"type": REPAIR}
+
+
 def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) -> dict[str, Any]:
     return {"engine_id": engine_id, "session": session, "version": version, "digest": digest}
 
@@ -145,6 +156,8 @@ def request_wire(request: LayoutRequest | FetchLayoutField) -> dict[str, Any]:
         return commit_request(request.engine_id, request.session, request.layers, request.rows)
     if isinstance(request, AbortRequest):
         return abort_request(request.engine_id, request.session)
+    if isinstance(request, RepairRequest):
+        return repair_request()
     if isinstance(request, FetchLayoutField):
         return fetch_layout_field(request.engine_id, request.session, request.version, request.digest)
     raise TypeError(f"not a layout request: {type(request).__name__}")
@@ -261,6 +274,8 @@ def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
         return CommitRequest(_engine_id(msg), _session(msg), _layers(msg), _rows(msg))
     if kind == ABORT:
         return AbortRequest(_engine_id(msg), _session(msg))
+    if kind == REPAIR:
+        return RepairRequest()
     raise _Malformed("type", f"{kind!r} is not a layout request")
 
 

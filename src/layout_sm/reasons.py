@@ -39,6 +39,7 @@ class Reason(StrEnum):
     SERVED_NON_FOLLOWING = "served_non_following"
     SERVED_OLDER_ENGINE = "served_older_engine"
     SERVED_NO_RECORD = "served_no_record"
+    REPAIRED = "repaired"
     # refused: the request itself
     MALFORMED = "malformed"
     NOT_ATTACHED = "not_attached"
@@ -53,11 +54,17 @@ class Reason(StrEnum):
     DIRTY = "dirty"
     NON_FOLLOWING_SEEN = "non_following_seen"
     STALE_BASE_VERSION = "stale_base_version"
+    # refused: a repair (issue 19)
+    NOT_DIRTY = "not_dirty"
+    REPAIR_UNSAFE = "repair_unsafe"
+    REPAIR_UNSUPPORTED = "repair_unsupported"
+    REPAIR_FAILED = "repair_failed"
     # busy: transient
     MOVE_PENDING = "move_pending"
     OTHER_ENGINE_ATTACHED = "other_engine_attached"
     TOO_MANY_ATTACHMENTS = "too_many_attachments"
     OVERLOADED = "overloaded"
+    REPAIR_RUNNING = "repair_running"
     # layout_refused (fetch_state)
     DIGEST_MISMATCH = "digest_mismatch"
     OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"

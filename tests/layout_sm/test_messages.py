@@ -97,7 +97,7 @@ def test_non_dict_is_refused() -> None:
         assert isinstance(reply, Reply) and reply.reason is Reason.MALFORMED
 
 
-_REQUEST_TYPES = (m.AttachRequest, m.QueryRequest, m.BeginRequest, m.CommitRequest, m.AbortRequest)
+_REQUEST_TYPES = (m.AttachRequest, m.QueryRequest, m.BeginRequest, m.CommitRequest, m.AbortRequest, m.RepairRequest)
 _scalars = st.one_of(
     st.none(),
     st.booleans(),

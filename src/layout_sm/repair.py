@@ -1,0 +1,70 @@
+"""What a dirty daemon repairs (issue 19): a pure decision from the daemon's view, no I/O.
+
+A daemon turns dirty when its mover leaves mid-move (``DaemonMachine.mark_dirty``). The record is
+then still the base version's: only ``store_rows`` (a commit) changes it, commit is refused while
+dirty, and ``mark_dirty`` changes the attachments, the pending move and the dirty info, never the
+record. So the layers of the interrupted move are the only unknown ones, and the record's rows for
+them are the base version's rows: reloading those layers' routed experts from the checkpoint into
+the slots those rows give makes memory equal the record again, every layer of it.
+
+Going back to the base version is no ABA hazard: the map after the repair *is* that version's map
+(the same digest), so whatever an engine was told about that version is true again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layout_sm.daemon import DaemonView
+from layout_sm.reasons import Reason, Reply, busy, refused
+from layout_sm.record import LayoutRecord, Rows
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """Reload the routed experts of ``layers`` so that layer ``layers[i]`` holds ``rows[i]``; the
+    daemon is then clean at ``base_version`` (``record``, unchanged)."""
+
+    layers: tuple[int, ...]
+    rows: Rows
+    base_version: int
+    record: LayoutRecord
+
+    def to_wire(self) -> dict[str, object]:
+        return {"layers": list(self.layers), "base_version": self.base_version, "digest": self.record.digest}
+
+
+def repair_plan(view: DaemonView, repair_running: bool = False) -> RepairPlan | Reply:
+    """The layers to reload and their rows, or the refusal (``repair_running``: the adapter has
+    a repair of this daemon under way)."""
+    record, dirty = view.record, view.dirty
+    if record is None:
+        return refused(
+            Reason.NO_RECORD,
+            "this daemon keeps no expert-layout record (started without --enable-eplb), so it never "
+            "moves experts and has nothing to repair.",
+        )
+    if repair_running:
+        return busy(Reason.REPAIR_RUNNING, "a repair of this daemon is already under way; wait for it to end.")
+    if dirty is None:
+        return refused(
+            Reason.NOT_DIRTY,
+            f"the daemon is {view.phase} at version {record.version}: its memory is its record, nothing to repair.",
+            version=record.version,
+        )
+    if dirty.base_version != record.version:
+        # Cannot happen by the machine (see the module docstring); refused rather than trusted.
+        return refused(
+            Reason.REPAIR_UNSAFE,
+            f"the interrupted move started from version {dirty.base_version} but the record is at "
+            f"version {record.version}: the base rows are not known, so the daemon stays dirty.",
+        )
+    out = [layer for layer in dirty.layers if not 0 <= layer < record.num_layers]
+    if not dirty.layers or out:
+        return refused(
+            Reason.REPAIR_UNSAFE,
+            f"the interrupted move's layers {list(dirty.layers)} are not layers of the record "
+            f"(0..{record.num_layers - 1}), so the daemon stays dirty.",
+        )
+    layers = tuple(sorted(dirty.layers))
+    return RepairPlan(layers, tuple(record.row(layer) for layer in layers), record.version, record)
