@@ -1,21 +1,34 @@
-"""The engine side of the protocol (docs/protocol.md §5 and §6): pure decisions and phase machines.
+"""The engine side of the protocol (docs/protocol.md §5 and §6): its state, its machines, its outputs.
 
-Every rank all-gathers what it saw, then calls the same pure function on the same list, so
-every rank reaches the same outcome without another round of messages: no rank can be left
-waiting in a collective that the others skipped.
+- ``RankFinding`` and ``RankAnswer``: what one rank learned from its daemon (attach, poll, begin,
+  commit), as the state keeps it;
+- ``EngineView``: everything the engine knows, one immutable value; ``EngineState`` holds it as
+  the model of both machines: its methods are the guards (the spec's conjuncts, over the view
+  and the event's arguments) and the actions (they replace the view and say what to do next);
+- ``StartupMachine`` and ``RebalanceMachine``: python-statemachine declarations of the spec's
+  engine actions; ``STARTUP`` and ``REBALANCE`` are their tables (``layout_sm.declared``), which
+  ``layout_sm.session.EngineSession`` fires on every step;
+- ``Step``: the one output of a step: move, pause or stop, with the reason, a severity and a
+  message for the operator.
+
+Every rank all-gathers what it saw, then takes the same transitions on the same list, so every
+rank reaches the same outcome without another round of messages: no rank can be left waiting
+in a collective that the others skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import IntEnum, StrEnum
 from typing import Any, Literal
 
 from statemachine import State, StateMachine
 
+from layout_sm.declared import Declared
 from layout_sm.messages import is_older_daemon_reply
 from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
-from layout_sm.record import LayoutError, LayoutRecord, layout_digest
+from layout_sm.record import LayoutError, LayoutRecord, Rows, layout_digest
 
 FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
 FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "unreadable", "timeout")
@@ -32,7 +45,7 @@ class RankFinding:
     record: LayoutRecord | None = None
     detail: str = ""  # for people: what the rank saw (the other engine's move, the error)
     # A layout-aware daemon without a record: loaded without EPLB metadata (no --enable-eplb).
-    # For the warning in ``startup_decision`` only; the spec's finding is kind and record.
+    # For the warning of ``unwritten_slots_warning`` only; the spec's finding is kind and record.
     without_eplb: bool = False
 
     @property
@@ -157,15 +170,62 @@ class EngineLayout:
     routes_by_metadata: bool  # --enable-eplb or --init-expert-location
 
 
+# -- what the session says: one typed output per step ---------------------------------------
+
+
+class Go(StrEnum):
+    """What the caller does next."""
+
+    MOVE = "move"  # go on: gather, load, rebalance, move the chunk, keep the commit
+    PAUSE = "pause"  # not now: poll again (startup), or end this rebalance and let the next retry
+    STOP = "stop"  # for good: startup fails, or rebalancing of shared weights is off
+
+
+class Severity(IntEnum):
+    """How loudly to say it (the values are the ``logging`` levels)."""
+
+    INFO = 20
+    WARNING = 30
+    ERROR = 40
+
+
+@dataclass(frozen=True)
+class Step:
+    """The session's answer to one step: what to do next, why, and the words for the operator."""
+
+    go: Go
+    reason: Reason
+    message: str
+    severity: Severity = Severity.INFO
+
+    def bare(self) -> Step:
+        """Without the message (the spec keeps none, no guard reads it)."""
+        return Step(self.go, self.reason, "", self.severity) if self.message else self
+
+
+def _move(reason: Reason, message: str, severity: Severity = Severity.INFO) -> Step:
+    return Step(Go.MOVE, reason, message, severity)
+
+
+def _pause(reason: Reason, message: str) -> Step:
+    return Step(Go.PAUSE, reason, message, Severity.INFO)
+
+
+def _stop(reason: Reason, message: str, severity: Severity = Severity.WARNING) -> Step:
+    return Step(Go.STOP, reason, message, severity)
+
+
 StartupKind = Literal["adopt", "keep_own", "fail"]
 
 
 @dataclass(frozen=True)
 class StartupOutcome:
+    """What startup agreed, as the session keeps it (read by tests and probes; no adapter branches on it)."""
+
     kind: StartupKind
     reason: Reason
     message: str
-    record: LayoutRecord | None = None  # the layout the engine routes with, when known
+    record: LayoutRecord | None = None  # the daemons' record the engine routes with, when known
     shared_rebalance: bool = False  # whether this engine may move shared experts later
     warning: str = ""  # for the operator; changes nothing of the outcome (see unwritten_slots_warning)
 
@@ -174,20 +234,11 @@ class StartupOutcome:
         return self.kind == "fail"
 
 
-def _fail(reason: Reason, message: str) -> StartupOutcome:
-    return StartupOutcome("fail", reason, f"expert-layout startup check failed: {message}")
-
-
-def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
-    return [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == kind]
-
-
 def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: EngineLayout) -> str:
-    """sglang 0.5.23 loads a daemon started without --enable-eplb without EPLB metadata
-    (weight_cache/daemon.py:476 returns early), so its loader writes each logical expert into its
-    local slot only and never the redundant slots (layers/moe/fused_moe_triton/layer.py:1188-1203).
-    An engine with redundant experts routes tokens there, to memory nobody wrote, with or without
-    this plugin. Not the protocol's to refuse (such daemons serve as sglang does); said loudly."""
+    """sglang loads a daemon started without --enable-eplb without EPLB metadata, so its loader
+    writes each logical expert into its local slot only and never the redundant slots. An engine
+    with redundant experts routes tokens there, to memory nobody wrote, with or without this
+    plugin. Not the protocol's to refuse (such daemons serve as sglang does); said loudly."""
     ranks = [f.rank for f in without_record if f.without_eplb]
     redundant = engine.num_physical - engine.num_logical
     if not ranks or redundant <= 0:
@@ -198,140 +249,6 @@ def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: Engin
         f"tokens routed there meet weights nobody wrote (outputs differ from a server loaded from disk); "
         f"restart the daemons with the servers' --enable-eplb and --ep-num-redundant-experts"
     )
-
-
-def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
-    """docs/protocol.md §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
-    for kind, reason, what in (
-        ("unreadable", Reason.UNREADABLE, "could not read its daemon's layout"),
-        ("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move"),
-        ("pending", Reason.WAIT_TIMEOUT, "still sees another engine's move pending"),
-        ("dirty", Reason.DIRTY, "found its daemon dirty"),
-    ):
-        bad = _by_rank(findings, kind)
-        if bad:
-            details = "; ".join(f"rank {f.rank}: {f.detail}" for f in bad)
-            advice = f"; {RESTART_DAEMONS}" if kind == "dirty" else ""
-            return _fail(reason, f"{len(bad)} rank(s) {what} ({details}){advice}")
-    records = _by_rank(findings, "record")
-    without = _by_rank(findings, "no_record")
-    warning = unwritten_slots_warning(without, engine)
-    if not records:
-        return StartupOutcome(
-            "keep_own",
-            Reason.NO_RECORD,
-            "no daemon keeps an expert-layout record; starting with the engine's "
-            "own initial layout; rebalancing of shared weights stays off",
-            warning=warning,
-        )
-    if without:
-        moved = [f for f in records if f.version != 0 or f.digest != engine.initial_digest]
-        if moved:
-            ranks = [f.rank for f in moved]
-            return _fail(
-                Reason.MIXED_AFTER_MOVE,
-                f"ranks {[f.rank for f in without]} have daemons without a record but the daemons of ranks "
-                f"{ranks} hold a layout other than the engine's initial one (versions "
-                f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
-            )
-        return StartupOutcome(
-            "keep_own",
-            Reason.MIXED_INITIAL,
-            f"ranks {[f.rank for f in without]} have daemons without a record and "
-            "the others are at the initial layout; starting with the engine's own initial layout; "
-            "rebalancing of shared weights stays off",
-            warning=warning,
-        )
-    first = records[0].record
-    assert first is not None
-    # Version and digest both: equal maps at different versions mean a daemon was restarted
-    # under the others, and its next begin would be refused as stale (AgreedVersions, §7).
-    disagree = [f for f in records if (f.version, f.digest) != (first.version, first.digest)]
-    if disagree:
-        listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
-        return _fail(Reason.DISAGREE, f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
-    if first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical:
-        return _fail(
-            Reason.SHAPE_MISMATCH,
-            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
-            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
-            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
-        )
-    if first.digest == engine.initial_digest:
-        return StartupOutcome(
-            "keep_own",
-            Reason.INITIAL_LAYOUT,
-            f"daemons at version {first.version} hold the engine's initial layout",
-            first,
-            shared_rebalance=True,
-        )
-    if not engine.routes_by_metadata:
-        return _fail(
-            Reason.NOT_ROUTING_BY_METADATA,
-            f"the daemons' experts were moved (version {first.version}) but this engine routes by the "
-            f"static layout; start it with --enable-eplb (or --init-expert-location)",
-        )
-    return StartupOutcome(
-        "adopt",
-        Reason.ADOPT,
-        f"adopting the daemons' layout version {first.version}",
-        first,
-        shared_rebalance=True,
-    )
-
-
-# -- rebalance ----------------------------------------------------------------------------
-
-LoadSource = Literal["daemon", "disk"]
-
-
-@dataclass(frozen=True)
-class RebalanceMode:
-    enabled: bool  # whether EPLB may rebalance at all
-    shared: bool  # whether moves go through the daemons' chunk protocol
-    reason: Reason
-    message: str
-
-
-def rebalance_mode(
-    startup: StartupOutcome | None,
-    load_sources: Sequence[LoadSource],
-    *,
-    elastic_ep: bool = False,
-) -> RebalanceMode:
-    """docs/protocol.md §6: rebalance as sglang does, through the daemons, or not at all (and why).
-
-    ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
-    """
-    if all(source == "disk" for source in load_sources):
-        return RebalanceMode(True, False, Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does")
-    if any(source == "disk" for source in load_sources):
-        return RebalanceMode(
-            False,
-            False,
-            Reason.MIXED_SOURCES,
-            "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
-            "shared weights stays off",
-        )
-    if elastic_ep:
-        return RebalanceMode(
-            False, False, Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"
-        )
-    if startup is None:
-        return RebalanceMode(
-            False,
-            False,
-            Reason.NOT_ATTACHED,
-            "the engine did not attach to its daemons; rebalancing of shared weights stays off",
-        )
-    if not startup.shared_rebalance:
-        return RebalanceMode(
-            False, False, startup.reason, f"rebalancing of shared weights stays off: {startup.message}"
-        )
-    return RebalanceMode(True, True, Reason.SHARED, "rebalancing through the daemons' chunk protocol")
-
-
-ChunkKind = Literal["proceed", "pause", "disable"]
 
 
 @dataclass(frozen=True)
@@ -370,134 +287,673 @@ class RankAnswer:
     def ok(self) -> bool:
         return self.status is Status.OK
 
+    @property
+    def refused(self) -> bool:
+        """Refused, or no readable reply (the daemon's state is unknown)."""
+        return self.status is None or self.status is Status.REFUSED
+
     def without_text(self) -> RankAnswer:
-        """The answer as the spec keeps it; no decision reads the text."""
-        return RankAnswer(self.status, self.version, self.digest, "")
+        """The answer as the spec keeps it; no guard reads the text."""
+        return RankAnswer(self.status, self.version, self.digest, "") if self.text else self
 
 
 AnyReply = RankAnswer | Reply | Mapping[str, Any] | None
+LoadSource = Literal["daemon", "disk"]  # where a rank's weights came from (anything else: unknown)
+
+# -- the state ------------------------------------------------------------------------------
+
+EnginePhase = Literal["start", "load", "run", "failed"]  # StartupMachine's states: the spec's ephase
+# RebalanceMachine's states: the spec's reb[e].step (beginning ... committing), and whether the engine
+# rebalances at all (starting: not known yet; local: sglang's own rebalance; off: for good).
+RebalancePhase = Literal["starting", "local", "idle", "beginning", "aborting", "moving", "committing", "off"]
+
+
+def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
+    return (*values[:i], value, *values[i + 1 :])
+
+
+def _evolve(view: EngineView, changes: dict[str, Any]) -> EngineView:
+    """``dataclasses.replace`` without re-running ``__init__``: a step changes the view a few
+    times, and the view has no field to check or derive."""
+    new = object.__new__(EngineView)
+    fields = new.__dict__
+    fields.update(view.__dict__)
+    fields.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
-class ChunkDecision:
-    kind: ChunkKind
-    abort_ranks: tuple[int, ...]
-    reason: Reason
-    message: str
+class EngineView:
+    """Everything the engine knows about the protocol, as one immutable value: the state of
+    both machines (``phase``, ``rebalance``) and what their guards read.
 
-
-def chunk_decision(begin_replies: Sequence[AnyReply]) -> ChunkDecision:
-    """docs/protocol.md §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
-
-    A rank with no readable reply counts as refused: its daemon's state is unknown.
+    Per rank (index = rank): the session token of its attachment, its startup finding, its
+    answers to begin and commit.
     """
-    answers = [RankAnswer.of(r) for r in begin_replies]
-    ok_ranks = tuple(rank for rank, a in enumerate(answers) if a.ok)
-    refused = [(rank, a) for rank, a in enumerate(answers) if a.status in (None, Status.REFUSED)]
-    if refused:
-        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in refused)
-        return ChunkDecision(
-            "disable",
-            ok_ranks,
+
+    engine_id: str
+    tokens: tuple[str | None, ...]
+    findings: tuple[RankFinding | None, ...]
+    phase: EnginePhase = "start"
+    rebalance: RebalancePhase = "starting"
+    shares: bool = False  # the spec's eshare: this engine may move shared experts now or later
+    outcome: StartupOutcome | None = None
+    rows: Rows | None = None  # the map the engine routes with; None: its own initial layout
+    version: int = 0  # the layout version it routes with
+    digest: str | None = None  # the digest of that map, known once startup agreed
+    served: frozenset[int] = frozenset()  # ranks whose fetch_state was served
+    mode: Step | None = None  # how it rebalances, once known
+    chunk: tuple[int, ...] = ()  # the layers of the current chunk (0-based)
+    begins: tuple[RankAnswer | None, ...] = ()
+    aborted: frozenset[int] = frozenset()
+    moved_rows: Rows | None = None  # the engine's whole map after sglang's move of this chunk
+    moved_digest: str | None = None  # its digest (the engine's own, never a daemon's word)
+    commits: tuple[RankAnswer | None, ...] = ()
+    off: Step | None = None  # why rebalancing of shared weights is off for good
+
+    @classmethod
+    def fresh(cls, engine_id: str, num_ranks: int) -> EngineView:
+        nothing = (None,) * num_ranks
+        return cls(engine_id, nothing, nothing, begins=nothing, commits=nothing)
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.findings)
+
+    def bare(self) -> EngineView:
+        """This view without what only explains: finding details, reply texts, messages, and why
+        rebalancing is off. The spec's engine variables keep none of it and no guard reads it
+        (tests/layout_sm/test_session.py), so the mirror keeps bare views and one spec state is
+        one mirror state."""
+        return replace(
+            self,
+            findings=tuple(None if f is None else f.without_detail() for f in self.findings),
+            outcome=None if self.outcome is None else replace(self.outcome, message="", warning=""),
+            mode=None if self.mode is None else self.mode.bare(),
+            begins=tuple(None if a is None else RankAnswer(a.status, text="") for a in self.begins),
+            commits=tuple(None if a is None else a.without_text() for a in self.commits),
+            off=None,
+        )
+
+
+def _ranks_where(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
+    return [f for f in findings if f.kind == kind]
+
+
+def _listing(findings: Sequence[RankFinding]) -> str:
+    return "; ".join(f"rank {f.rank}: {f.detail}" for f in findings)
+
+
+class EngineState:
+    """python-statemachine's model of both engine machines: the one place the session's protocol
+    state is kept (``view``), with the spec's conjuncts as guards and the actions that change it.
+
+    ``phase`` and ``rebalance`` are the machines' state fields, read from the view and written
+    into it when a transition enters its target. Guards read the view, the engine's own layout
+    and the event's arguments; actions replace the view and return the step's ``Step``.
+    """
+
+    __slots__ = ("layout", "view")
+
+    def __init__(self, view: EngineView, layout: EngineLayout | None) -> None:
+        self.view = view
+        self.layout = layout  # None only for an engine that never attached
+
+    @property
+    def phase(self) -> str:
+        return self.view.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        if value != self.view.phase:
+            self.view = _evolve(self.view, {"phase": value})
+
+    @property
+    def rebalance(self) -> str:
+        return self.view.rebalance
+
+    @rebalance.setter
+    def rebalance(self, value: str) -> None:
+        if value != self.view.rebalance:
+            self.view = _evolve(self.view, {"rebalance": value})
+
+    def _set(self, **changes: Any) -> None:
+        self.view = _evolve(self.view, changes)
+
+    # -- startup guards: the spec's Attach, Poll, Timeout, Agree, Fetch ----------------------
+
+    def not_found(self, rank: int) -> bool:
+        """Attach: ``efind[e][r].found = "nothing"``."""
+        return self.view.findings[rank] is None
+
+    def waits(self, rank: int) -> bool:
+        """Poll, Timeout: ``efind[e][r].found = "wait"`` (another engine's move is pending)."""
+        finding = self.view.findings[rank]
+        return finding is not None and needs_wait(finding)
+
+    def move_ended(self, finding: RankFinding) -> bool:
+        """Poll: ``~ForeignPending(e, r)``, as the poll's reply shows it."""
+        return not needs_wait(finding)
+
+    def one_per_rank(self, findings: Sequence[RankFinding]) -> bool:
+        return len(findings) == self.view.num_ranks
+
+    def every_rank_found(self) -> bool:
+        """Agree: ``\\A r : efind[e][r].found \\notin {"nothing", "wait"}``."""
+        return all(f is not None and not needs_wait(f) for f in self.view.findings)
+
+    def _found(self) -> list[RankFinding]:
+        return sorted((f for f in self.view.findings if f is not None), key=lambda f: f.rank)
+
+    def unreadable(self) -> bool:
+        """A rank could not read its daemon (no spec counterpart: the spec's daemons always answer)."""
+        return any(f.kind == "unreadable" for f in self._found())
+
+    def timed_out(self) -> bool:
+        """StartupFails: a finding is "timeout"."""
+        return any(f.kind == "timeout" for f in self._found())
+
+    def dirty(self) -> bool:
+        """StartupFails: a finding is "dirty"."""
+        return any(f.kind == "dirty" for f in self._found())
+
+    def recorded_nowhere(self) -> bool:
+        """``Recorded(e) = {}``: no daemon keeps a record."""
+        return not _ranks_where(self._found(), "record")
+
+    def moved_beside_no_record(self) -> bool:
+        """StartupFails: ``Recorded(e) # Found(e) /\\ \\E f \\in Recorded(e) : Moved(f)``."""
+        return self.lacks_record() and bool(self._moved())
+
+    def _moved(self) -> list[RankFinding]:
+        assert self.layout is not None
+        initial = self.layout.initial_digest
+        return [f for f in _ranks_where(self._found(), "record") if f.version != 0 or f.digest != initial]
+
+    def lacks_record(self) -> bool:
+        """``~Adopts(e)``: some daemon keeps no record."""
+        return bool(_ranks_where(self._found(), "no_record"))
+
+    def records_differ(self) -> bool:
+        """StartupFails: ``\\E f, g \\in Recorded(e) : f.fver # g.fver \\/ f.fmap # g.fmap``. Version and
+        digest both: equal maps at different versions mean a daemon was restarted under the others,
+        and its next begin would be refused as stale."""
+        return len({(f.version, f.digest) for f in _ranks_where(self._found(), "record")}) > 1
+
+    def _agreed(self) -> LayoutRecord:
+        record = _ranks_where(self._found(), "record")[0].record
+        assert record is not None
+        return record
+
+    def shape_differs(self) -> bool:
+        """The daemons' map is not of the engine's shape (no spec counterpart: one shape there)."""
+        assert self.layout is not None
+        first, engine = self._agreed(), self.layout
+        return first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical
+
+    def record_is_initial(self) -> bool:
+        """The agreed record is the engine's own initial layout: nothing to adopt."""
+        assert self.layout is not None
+        return self._agreed().digest == self.layout.initial_digest
+
+    def routes_statically(self) -> bool:
+        """The engine routes by the static layout, so it cannot follow a moved map."""
+        assert self.layout is not None
+        return not self.layout.routes_by_metadata
+
+    def fetch_refused(self, reply: object) -> bool:
+        """Fetch: ``~FetchServes(e, r)``, as the daemon's ``layout_refused`` reply says."""
+        return isinstance(reply, Mapping) and reply.get("status") == Status.LAYOUT_REFUSED.value
+
+    def fetch_served(self, reply: object) -> bool:
+        return isinstance(reply, Mapping) and reply.get("status") == Status.OK.value
+
+    def last_to_serve(self, rank: int) -> bool:
+        """Fetch: ``eserv'[e] = Ranks``."""
+        return len(self.view.served | {rank}) == self.view.num_ranks
+
+    # -- startup actions -----------------------------------------------------------------
+
+    def take_finding(self, rank: int, finding: RankFinding, token: str | None) -> Step:
+        v = self.view
+        self._set(tokens=_put(v.tokens, rank, token), findings=_put(v.findings, rank, finding))
+        return self._next(finding)
+
+    def take_poll(self, rank: int, finding: RankFinding) -> Step:
+        self._set(findings=_put(self.view.findings, rank, finding))
+        return self._next(finding)
+
+    def still_waiting(self, finding: RankFinding) -> Step:
+        """The spec's Poll is not enabled yet: the rank keeps the finding it had."""
+        return self._next(finding)
+
+    @staticmethod
+    def _next(finding: RankFinding) -> Step:
+        if needs_wait(finding):
+            return _pause(Reason.MOVE_PENDING, f"rank {finding.rank} waits: {finding.detail}")
+        return _move(Reason.ATTACHED, f"rank {finding.rank} found {finding.kind}")
+
+    def time_out(self, rank: int, waited_s: float) -> Step:
+        finding = self.view.findings[rank]
+        assert finding is not None
+        timed = finding.timed_out(waited_s)
+        self._set(findings=_put(self.view.findings, rank, timed))
+        return _move(Reason.WAIT_TIMEOUT, f"rank {rank}: {timed.detail}", Severity.WARNING)
+
+    def take_findings(self, findings: Sequence[RankFinding]) -> None:
+        """What was gathered wins: a rank whose own steps broke off (an error mid-wait) gathered
+        an ``unreadable`` finding, and every rank must decide on the same list."""
+        self._set(findings=tuple(findings))
+
+    def _fail(self, reason: Reason, message: str) -> Step:
+        text = f"expert-layout startup check failed: {message}"
+        self._set(outcome=StartupOutcome("fail", reason, text), shares=False)
+        return _stop(reason, text, Severity.ERROR)
+
+    def _fail_where(self, kind: str, reason: Reason, what: str, advice: str = "") -> Step:
+        bad = _ranks_where(self._found(), kind)
+        return self._fail(reason, f"{len(bad)} rank(s) {what} ({_listing(bad)}){advice}")
+
+    def fail_unreadable(self) -> Step:
+        return self._fail_where("unreadable", Reason.UNREADABLE, "could not read its daemon's layout")
+
+    def fail_timed_out(self) -> Step:
+        return self._fail_where("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move")
+
+    def fail_dirty(self) -> Step:
+        return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {RESTART_DAEMONS}")
+
+    def fail_moved_beside_no_record(self) -> Step:
+        moved = self._moved()
+        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        return self._fail(
+            Reason.MIXED_AFTER_MOVE,
+            f"ranks {without} have daemons without a record but the daemons of ranks "
+            f"{[f.rank for f in moved]} hold a layout other than the engine's initial one (versions "
+            f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
+        )
+
+    def fail_records_differ(self) -> Step:
+        listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in _ranks_where(self._found(), "record"))
+        return self._fail(Reason.DISAGREE, f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
+
+    def fail_shape(self) -> Step:
+        assert self.layout is not None
+        first, engine = self._agreed(), self.layout
+        return self._fail(
+            Reason.SHAPE_MISMATCH,
+            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
+            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
+            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
+        )
+
+    def fail_routes_statically(self) -> Step:
+        return self._fail(
+            Reason.NOT_ROUTING_BY_METADATA,
+            f"the daemons' experts were moved (version {self._agreed().version}) but this engine routes by the "
+            f"static layout; start it with --enable-eplb (or --init-expert-location)",
+        )
+
+    def _route(self, outcome: StartupOutcome) -> Step:
+        assert self.layout is not None
+        record = outcome.record
+        self._set(
+            outcome=outcome,
+            shares=outcome.shared_rebalance,
+            rows=None if record is None else record.rows,
+            version=0 if record is None else record.version,
+            digest=self.layout.initial_digest if record is None else record.digest,
+        )
+        if outcome.warning:
+            return _move(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
+        return _move(outcome.reason, outcome.message)
+
+    def _keep_without_record(self, reason: Reason, message: str) -> Step:
+        assert self.layout is not None
+        warning = unwritten_slots_warning(_ranks_where(self._found(), "no_record"), self.layout)
+        return self._route(StartupOutcome("keep_own", reason, message, warning=warning))
+
+    def keep_own_no_record(self) -> Step:
+        return self._keep_without_record(
+            Reason.NO_RECORD,
+            "no daemon keeps an expert-layout record; starting with the engine's "
+            "own initial layout; rebalancing of shared weights stays off",
+        )
+
+    def keep_own_mixed(self) -> Step:
+        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        return self._keep_without_record(
+            Reason.MIXED_INITIAL,
+            f"ranks {without} have daemons without a record and "
+            "the others are at the initial layout; starting with the engine's own initial layout; "
+            "rebalancing of shared weights stays off",
+        )
+
+    def keep_own_initial(self) -> Step:
+        first = self._agreed()
+        message = f"daemons at version {first.version} hold the engine's initial layout"
+        return self._route(StartupOutcome("keep_own", Reason.INITIAL_LAYOUT, message, first, shared_rebalance=True))
+
+    def adopt(self) -> Step:
+        first = self._agreed()
+        message = f"adopting the daemons' layout version {first.version}"
+        return self._route(StartupOutcome("adopt", Reason.ADOPT, message, first, shared_rebalance=True))
+
+    def refuse_fetch(self, reply: Mapping[str, Any]) -> Step:
+        self._set(shares=False)
+        return _stop(_reason_of(reply), f"fetch_state refused {fetch_refusal(reply)}", Severity.ERROR)
+
+    def serve(self, rank: int) -> Step:
+        self._set(served=self.view.served | {rank})
+        return _move(Reason.SERVED_FOLLOWING, f"rank {rank} loaded from its daemon")
+
+    def pass_fetch(self, reply: object) -> Step:
+        """Not the layout's to judge (an error sglang's loader handles, or a fetch outside loading)."""
+        return _move(_reason_of(reply), "fetch_state answered without a layout refusal")
+
+    # -- rebalance guards: how the engine rebalances, then the spec's BeginChunk ... Verify ---
+
+    def source_unknown(self, sources: Sequence[str | None]) -> bool:
+        """Some rank cannot say where its weights came from: they may be the daemons' shared ones."""
+        return any(s not in ("daemon", "disk") for s in sources)
+
+    def from_disk_everywhere(self, sources: Sequence[str | None]) -> bool:
+        return all(s == "disk" for s in sources)
+
+    def from_disk_somewhere(self, sources: Sequence[str | None]) -> bool:
+        return any(s == "disk" for s in sources)
+
+    def elastic(self, elastic_ep: bool) -> bool:
+        return elastic_ep
+
+    def never_attached(self) -> bool:
+        return self.view.outcome is None
+
+    def startup_shares(self) -> bool:
+        """Agree: ``eshare' = Adopts(e)``."""
+        outcome = self.view.outcome
+        return outcome is not None and outcome.shared_rebalance
+
+    def no_begin_yet(self, rank: int) -> bool:
+        """Begin: ``reb[e].replies[r] = "none"``."""
+        return self.view.begins[rank] is None
+
+    def every_rank_began(self) -> bool:
+        """Decide: ``\\A r : reb[e].replies[r] # "none"``."""
+        return all(a is not None for a in self.view.begins)
+
+    def all_ok(self) -> bool:
+        """Decide: ``replies = {"ok"}``."""
+        return all(a is not None and a.ok for a in self.view.begins)
+
+    def any_ok(self) -> bool:
+        """Decide: ``"ok" \\in replies``: some daemon holds a move of this chunk to abort."""
+        return any(a is not None and a.ok for a in self.view.begins)
+
+    def any_refused(self) -> bool:
+        """Decide: ``eshare' = "refused" \\notin replies`` (no readable reply counts as refused)."""
+        return any(a is not None and a.refused for a in self.view.begins)
+
+    def began_here(self, rank: int) -> bool:
+        """Abort: ``reb[e].replies[r] = "ok"`` (and not aborted yet)."""
+        answer = self.view.begins[rank]
+        return answer is not None and answer.ok and rank not in self.view.aborted
+
+    def last_to_abort(self, rank: int) -> bool:
+        """Abort: ``\\A q \\in Ranks \\ {r} : reb[e].replies[q] # "ok"``."""
+        return not any(self.began_here(q) for q in range(self.view.num_ranks) if q != rank)
+
+    def still_shares(self) -> bool:
+        """``eshare[e]``: the chunk paused (busy), it was not refused."""
+        return self.view.shares
+
+    def to_commit(self, rank: int) -> bool:
+        """Commit: ``reb[e].replies[r] = "ok"`` (begun, not committed yet)."""
+        v = self.view
+        answer = v.begins[rank]
+        return answer is not None and answer.ok and v.commits[rank] is None
+
+    def every_rank_committed(self) -> bool:
+        """Verify: ``\\A r : reb[e].replies[r] \\in {"committed", "commit_refused"}``."""
+        return all(a is not None for a in self.view.commits)
+
+    def good(self) -> bool:
+        """Verify: every daemon committed, at ``ever[e] + 1``, the engine's own map (its digest)."""
+        v = self.view
+        want = v.version + 1
+        return all(a is not None and a.ok and a.version == want and a.digest == v.moved_digest for a in v.commits)
+
+    # -- rebalance actions ---------------------------------------------------------------
+
+    def _mode(self, step: Step, shares: bool) -> Step:
+        self._set(mode=step, shares=shares, off=step if step.go is Go.STOP else None)
+        return step
+
+    def off_unknown_source(self, sources: Sequence[str | None]) -> Step:
+        ranks = [rank for rank, s in enumerate(sources) if s not in ("daemon", "disk")]
+        return self._mode(
+            _stop(
+                Reason.UNKNOWN_SOURCE,
+                f"ranks {ranks} cannot tell whether their weights came from disk or from the weight cache "
+                "daemons (shared with other engines); rebalancing stays off, so that no shared weights move",
+            ),
+            False,
+        )
+
+    def go_local(self) -> Step:
+        return self._mode(_move(Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does"), False)
+
+    def off_mixed_sources(self) -> Step:
+        return self._mode(
+            _stop(
+                Reason.MIXED_SOURCES,
+                "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
+                "shared weights stays off",
+            ),
+            False,
+        )
+
+    def off_elastic(self) -> Step:
+        return self._mode(
+            _stop(Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"), False
+        )
+
+    def off_not_attached(self) -> Step:
+        return self._mode(
+            _stop(
+                Reason.NOT_ATTACHED,
+                "the engine did not attach to its daemons; rebalancing of shared weights stays off",
+            ),
+            False,
+        )
+
+    def off_by_startup(self) -> Step:
+        outcome = self.view.outcome
+        assert outcome is not None
+        return self._mode(
+            _stop(outcome.reason, f"rebalancing of shared weights stays off: {outcome.message}"), False
+        )
+
+    def go_shared(self) -> Step:
+        return self._mode(_move(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)
+
+    def take_chunk(self, layers: Sequence[int]) -> None:
+        nothing = (None,) * self.view.num_ranks
+        self._set(chunk=tuple(layers), begins=nothing, aborted=frozenset(), commits=nothing)
+
+    def take_begin(self, rank: int, answer: RankAnswer) -> None:
+        self._set(begins=_put(self.view.begins, rank, answer))
+
+    def _answers(self, answers: Sequence[RankAnswer | None], keep: Callable[[RankAnswer], bool]) -> str:
+        return "; ".join(f"rank {rank}: {a.text}" for rank, a in enumerate(answers) if a is not None and keep(a))
+
+    def proceed(self) -> Step:
+        return _move(Reason.BEGUN, "every daemon accepted the move")
+
+    def _refused(self) -> Step:
+        detail = self._answers(self.view.begins, lambda a: a.refused)
+        step = _stop(
             Reason.BEGIN_REFUSED,
             f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
         )
-    busy = [(rank, a) for rank, a in enumerate(answers) if a.status is Status.BUSY]
-    if busy:
-        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in busy)
-        return ChunkDecision(
-            "pause", ok_ranks, Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})"
-        )
-    return ChunkDecision("proceed", (), Reason.BEGUN, "every daemon accepted the move")
+        self._set(shares=False, off=step)
+        return step
 
+    def stop_after_aborts(self) -> Step:
+        return self._refused()
 
-@dataclass(frozen=True)
-class CommitVerdict:
-    ok: bool
-    version: int | None
-    digest: str
-    reason: Reason
-    message: str
+    def stop(self) -> Step:
+        step = self._refused()
+        self._end_chunk()
+        return step
 
+    def _busy(self) -> Step:
+        detail = self._answers(self.view.begins, lambda a: a.status is Status.BUSY)
+        return _pause(Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})")
 
-def verify_commits(
-    commit_replies: Sequence[AnyReply],
-    engine_rows: Sequence[Sequence[int]],
-    expected_version: int | None = None,
-) -> CommitVerdict:
-    """docs/protocol.md §6 step 4: every daemon recorded the engine's whole map at one new version.
+    def pause_after_aborts(self) -> Step:
+        return self._busy()
 
-    The engine computes its own digest of its own map: a daemon's word for it is never taken.
-    """
-    digest = layout_digest(engine_rows)
-    answers = [RankAnswer.of(r) for r in commit_replies]
-    problems = []
-    for rank, answer in enumerate(answers):
-        if not answer.ok:
-            problems.append(f"rank {rank}: commit not recorded ({answer.text})")
-        elif answer.digest != digest:
-            problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
-    versions = {a.version for a in answers if a.ok}
-    if not problems and len(versions) != 1:
-        problems.append(f"daemons report different versions {sorted(versions, key=str)}")
-    if not problems and expected_version is not None and versions != {expected_version}:
-        problems.append(f"daemons report version {versions.pop()}, expected {expected_version}")
-    if problems:
-        return CommitVerdict(
-            False,
-            None,
-            digest,
+    def pause(self) -> Step:
+        step = self._busy()
+        self._end_chunk()
+        return step
+
+    def take_abort(self, rank: int) -> None:
+        self._set(aborted=self.view.aborted | {rank})
+
+    def end_aborts(self) -> None:
+        self._end_chunk()
+
+    def take_moved(self, rows: Rows) -> None:
+        self._set(moved_rows=rows, moved_digest=layout_digest(rows))
+
+    def take_commit(self, rank: int, answer: RankAnswer) -> None:
+        self._set(commits=_put(self.view.commits, rank, answer))
+
+    def _route_moved(self, version: int, off: Step | None) -> None:
+        v = self.view
+        self._set(rows=v.moved_rows, version=version, digest=v.moved_digest, off=off, shares=off is None)
+        self._end_chunk()
+
+    def keep_verified(self) -> Step:
+        version = self.view.version + 1
+        self._route_moved(version, None)
+        return _move(Reason.COMMITTED, f"every daemon recorded version {version}")
+
+    def refuse_unverified(self) -> Step:
+        v = self.view
+        problems = []
+        for rank, answer in enumerate(v.commits):
+            assert answer is not None
+            if not answer.ok:
+                problems.append(f"rank {rank}: commit not recorded ({answer.text})")
+            elif answer.digest != v.moved_digest:
+                problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
+        versions = sorted({a.version for a in v.commits if a is not None and a.ok}, key=str)
+        if not problems and len(versions) != 1:
+            problems.append(f"daemons report different versions {versions}")
+        elif not problems:
+            problems.append(f"daemons report version {versions[0]}, expected {v.version + 1}")
+        step = _stop(
             Reason.COMMIT_UNVERIFIED,
             "expert move committed inconsistently: "
             + "; ".join(problems)
             + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
             "engine on them.",
+            Severity.ERROR,
         )
-    version = versions.pop()
-    return CommitVerdict(True, version, digest, Reason.COMMITTED, f"every daemon recorded version {version}")
+        self._route_moved(v.version, step)  # the engine routes with the moved map either way
+        return step
+
+    def _end_chunk(self) -> None:
+        nothing = (None,) * self.view.num_ranks
+        self._set(
+            chunk=(),
+            begins=nothing,
+            aborted=frozenset(),
+            moved_rows=None,
+            moved_digest=None,
+            commits=nothing,
+        )
 
 
-# -- phase machines -----------------------------------------------------------------------
+def _reason_of(reply: object) -> Reason:
+    """The reason code of a daemon's reply (``unreadable`` for a reply without one: sglang's own)."""
+    try:
+        return Reply.from_wire(reply).reason
+    except ValueError:
+        return Reason.UNREADABLE
+
+
+def fetch_refusal(reply: object) -> str | None:
+    """Why a ``fetch_state`` reply stops the engine, or None: a ``layout_refused`` one does (and the
+    engine must not load from disk instead: the daemon holds this GPU's weights)."""
+    if not isinstance(reply, Mapping) or reply.get("status") != Status.LAYOUT_REFUSED.value:
+        return None
+    try:
+        parsed = Reply.from_wire(reply)
+    except ValueError:
+        return repr(dict(reply))
+    return f"({parsed.reason.value}) {parsed.message}"
+
+
+# -- the machines: declarations only (states, transitions, the names of guards and actions) -----
 
 
 class StartupMachine(StateMachine):
-    """One rank's startup: attach, wait out another engine's move, then the shared decision."""
+    """The engine's startup (docs/protocol.md §5); its states are the spec's ``ephase``.
 
-    attaching = State(initial=True)
-    waiting = State()
-    agreeing = State()
-    adopted = State(final=True)
-    kept = State(final=True)
+    Per-rank steps (attach, poll, timeout) keep the phase; agreement takes the first transition
+    whose guards hold, in the order written: that order is the precedence of the failures.
+    """
+
+    start = State(initial=True)
+    load = State()
+    run = State()
     failed = State(final=True)
 
-    found = attaching.to(waiting, cond="must_wait") | attaching.to(agreeing)
-    polled = waiting.to(agreeing, cond="move_ended") | waiting.to.itself(internal=True)
-    timed_out = waiting.to(agreeing)
-    decided = agreeing.to(adopted, cond="adopts") | agreeing.to(kept, cond="keeps") | agreeing.to(failed)
-
-    def must_wait(self, finding: RankFinding) -> bool:
-        return needs_wait(finding)
-
-    def move_ended(self, finding: RankFinding) -> bool:
-        return not needs_wait(finding)
-
-    def adopts(self, outcome: StartupOutcome) -> bool:
-        return outcome.kind == "adopt"
-
-    def keeps(self, outcome: StartupOutcome) -> bool:
-        return outcome.kind == "keep_own"
+    attach = start.to.itself(internal=True, cond="not_found", on="take_finding")
+    poll = start.to.itself(internal=True, cond="waits and move_ended", on="take_poll") | start.to.itself(
+        internal=True, cond="waits", on="still_waiting"
+    )
+    timeout = start.to.itself(internal=True, cond="waits", on="time_out")
+    gather = start.to.itself(internal=True, cond="one_per_rank", on="take_findings")
+    agree = (
+        start.to(failed, cond="every_rank_found and unreadable", on="fail_unreadable")
+        | start.to(failed, cond="every_rank_found and timed_out", on="fail_timed_out")
+        | start.to(failed, cond="every_rank_found and dirty", on="fail_dirty")
+        | start.to(load, cond="every_rank_found and recorded_nowhere", on="keep_own_no_record")
+        | start.to(failed, cond="every_rank_found and moved_beside_no_record", on="fail_moved_beside_no_record")
+        | start.to(load, cond="every_rank_found and lacks_record", on="keep_own_mixed")
+        | start.to(failed, cond="every_rank_found and records_differ", on="fail_records_differ")
+        | start.to(failed, cond="every_rank_found and shape_differs", on="fail_shape")
+        | start.to(load, cond="every_rank_found and record_is_initial", on="keep_own_initial")
+        | start.to(failed, cond="every_rank_found and routes_statically", on="fail_routes_statically")
+        | start.to(load, cond="every_rank_found", on="adopt")
+    )
+    fetch = (
+        load.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | load.to(run, cond="fetch_served and last_to_serve", on="serve")
+        | load.to.itself(internal=True, cond="fetch_served", on="serve")
+        | load.to.itself(internal=True, on="pass_fetch")
+        | start.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | start.to.itself(internal=True, on="pass_fetch")
+        | run.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | run.to.itself(internal=True, on="pass_fetch")
+    )
 
 
 class RebalanceMachine(StateMachine):
-    """The engine's rebalancing phase, one chunk at a time; ``off`` is for good (docs/protocol.md §6).
+    """The engine's rebalancing (docs/protocol.md §6), one chunk at a time; ``off`` is for good.
 
-    Its states are the spec's ``reb[e].step`` (idle, begin, abort, move, commit), plus whether
-    the engine rebalances at all (starting, local, off). Guards read the event's mode, decision
-    or verdict; ``EngineSession`` keeps the data (replies, chunk, why it is off).
+    ``start`` picks how the engine rebalances, in the order written (an unknown weight source
+    first: it fails safe). Then the spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end
+    of sglang's move (``move``), Commit and Verify.
     """
 
     starting = State(initial=True)
-    local = State()  # weights from disk: sglang's own rebalance, no protocol
+    local = State(final=True)  # weights from disk: sglang's own rebalance, no protocol, for good
     idle = State()  # shared weights, between chunks
     beginning = State()
     aborting = State()  # the chunk does not go on: the ranks whose begin was ok abort it
@@ -505,67 +961,60 @@ class RebalanceMachine(StateMachine):
     committing = State()
     off = State(final=True)
 
-    start = starting.to(idle, cond="shared_mode") | starting.to(local, cond="local_mode") | starting.to(off)
-    chunk = idle.to(beginning)
-    begun = (
-        beginning.to(moving, cond="proceeds")
-        | beginning.to(aborting, cond="some_ranks_begun")
-        | beginning.to(idle, cond="pauses")
-        | beginning.to(off)
+    start = (
+        starting.to(off, cond="source_unknown", on="off_unknown_source")
+        | starting.to(local, cond="from_disk_everywhere", on="go_local")
+        | starting.to(off, cond="from_disk_somewhere", on="off_mixed_sources")
+        | starting.to(off, cond="elastic", on="off_elastic")
+        | starting.to(off, cond="never_attached", on="off_not_attached")
+        | starting.to(off, unless="startup_shares", on="off_by_startup")
+        | starting.to(idle, on="go_shared")
     )
-    aborted = (
-        aborting.to.itself(internal=True, cond="begun_ranks_left") | aborting.to(idle, cond="pauses") | aborting.to(off)
+    chunk = idle.to(beginning, on="take_chunk")
+    begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
+    decide = (
+        beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")
+        | beginning.to(aborting, cond="every_rank_began and any_refused and any_ok", on="stop_after_aborts")
+        | beginning.to(off, cond="every_rank_began and any_refused", on="stop")
+        | beginning.to(aborting, cond="every_rank_began and any_ok", on="pause_after_aborts")
+        | beginning.to(idle, cond="every_rank_began", on="pause")
     )
-    moved = moving.to(committing)
-    committed = committing.to(idle, cond="verified") | committing.to(off)
-    local_rebalance = local.to.itself(internal=True)
-    # The engine shuts down (or an operator turns EPLB off): no more rebalances.
-    shutdown = local.to(off) | idle.to(off)
+    abort = (
+        aborting.to.itself(internal=True, cond="began_here and not last_to_abort", on="take_abort")
+        | aborting.to(idle, cond="began_here and still_shares", on="end_aborts")
+        | aborting.to(off, cond="began_here", on="end_aborts")
+    )
+    move = moving.to(committing, on="take_moved")
+    commit = committing.to.itself(internal=True, cond="to_commit", on="take_commit")
+    verify = committing.to(idle, cond="every_rank_committed and good", on="keep_verified") | committing.to(
+        off, cond="every_rank_committed", on="refuse_unverified"
+    )
 
-    def shared_mode(self, mode: RebalanceMode) -> bool:
-        return mode.enabled and mode.shared
 
-    def local_mode(self, mode: RebalanceMode) -> bool:
-        return mode.enabled and not mode.shared
-
-    def proceeds(self, decision: ChunkDecision) -> bool:
-        return decision.kind == "proceed"
-
-    def some_ranks_begun(self, decision: ChunkDecision) -> bool:
-        return bool(decision.abort_ranks)
-
-    def pauses(self, decision: ChunkDecision) -> bool:
-        return decision.kind == "pause"
-
-    def begun_ranks_left(self, left: int) -> bool:
-        return left > 0
-
-    def verified(self, verdict: CommitVerdict) -> bool:
-        return verdict.ok
-
-    @property
-    def phase(self) -> str:
-        return str(self.current_state_value)
-
-    @property
-    def may_rebalance(self) -> bool:
-        return self.phase in ("local", "idle")
-
+STARTUP = Declared.of(StartupMachine, EngineState, "phase")
+REBALANCE = Declared.of(RebalanceMachine, EngineState, "rebalance")
 
 __all__ = [
-    "ChunkDecision",
-    "CommitVerdict",
+    "FINDING_KINDS",
+    "REBALANCE",
+    "STARTUP",
+    "AnyReply",
     "EngineLayout",
+    "EnginePhase",
+    "EngineState",
+    "EngineView",
+    "Go",
+    "LoadSource",
     "RankAnswer",
     "RankFinding",
     "Reason",
     "RebalanceMachine",
-    "RebalanceMode",
+    "RebalancePhase",
+    "Severity",
     "StartupMachine",
     "StartupOutcome",
-    "chunk_decision",
+    "Step",
+    "fetch_refusal",
     "needs_wait",
-    "rebalance_mode",
-    "startup_decision",
-    "verify_commits",
+    "unwritten_slots_warning",
 ]

@@ -14,9 +14,9 @@ import hashlib
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 # Bumping the tag changes every digest: do it only with a new encoding.
@@ -100,8 +100,35 @@ def layout_digest(rows: Sequence[Sequence[int]]) -> str:
     one function, so a digest match means the same map, value for value.
     """
     # Not strict: a digest is computed, not trusted; records refuse bools when they are built.
-    payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
+    payload = _packed_rows(rows)
+    if payload is None:  # not plain rows of one width: the checking encoder names the problem
+        payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
+    else:
+        num_layers, num_physical = len(rows), len(rows[0])
     return hashlib.sha256(_encode(num_layers, num_physical, payload)).hexdigest()
+
+
+@lru_cache(maxsize=64)
+def _row_packer(width: int) -> Callable[..., bytes]:
+    return struct.Struct(f"<{width}q").pack
+
+
+def _packed_rows(rows: Sequence[Sequence[int]]) -> bytes | None:
+    """The encoding's payload when ``rows`` are lists (or tuples) of ints of one width, in
+    bounds; None otherwise. One compiled ``struct`` per width: the digest is taken once per
+    chunk of a rebalance, on the engine's whole map."""
+    if type(rows) not in (list, tuple) or not 0 < len(rows) <= MAX_LAYERS:
+        return None
+    first = rows[0]
+    if type(first) not in (list, tuple) or not 0 < len(first) <= MAX_PHYSICAL:
+        return None
+    if any(type(row) is not type(first) for row in rows):
+        return None
+    pack = _row_packer(len(first))
+    try:  # a row of another width, or a value that is not an int64, fails the pack
+        return b"".join([pack(*row) for row in rows])
+    except struct.error:
+        return None
 
 
 @dataclass(frozen=True)
@@ -158,9 +185,6 @@ class LayoutRecord:
     def rows(self) -> Rows:
         flat, width = self._values, self.num_physical
         return tuple(tuple(flat[i * width : (i + 1) * width]) for i in range(self.num_layers))
-
-    def row(self, layer: int) -> tuple[int, ...]:
-        return self.rows[layer]
 
     @property
     def shape(self) -> tuple[int, int]:
