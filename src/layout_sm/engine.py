@@ -754,9 +754,7 @@ class EngineState:
         )
 
     def off_elastic(self) -> Step:
-        return self._mode(
-            _stop(Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"), False
-        )
+        return self._mode(_stop(Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"), False)
 
     def off_not_attached(self) -> Step:
         return self._mode(
@@ -770,9 +768,7 @@ class EngineState:
     def off_by_startup(self) -> Step:
         outcome = self.view.outcome
         assert outcome is not None
-        return self._mode(
-            _stop(outcome.reason, f"rebalancing of shared weights stays off: {outcome.message}"), False
-        )
+        return self._mode(_stop(outcome.reason, f"rebalancing of shared weights stays off: {outcome.message}"), False)
 
     def go_shared(self) -> Step:
         return self._mode(_move(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)

@@ -55,8 +55,8 @@ from layout_sm.engine import (
     fetch_refusal,
 )
 from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, QueryRequest
-from layout_sm.record import Rows
 from layout_sm.reasons import Status
+from layout_sm.record import Rows
 
 POLL = QueryRequest(include_map=True)
 
@@ -123,7 +123,8 @@ class EngineSession:
         """python-statemachine's own engine on the same model (``statemachine=True``). A machine
         in a final state takes no more events, so one is made anew after a restore left it."""
         machine = self._machines.get(table.state_field)
-        if machine is None or (machine.is_terminated and not table.states[getattr(self.model, table.state_field)].final):
+        final = table.states[getattr(self.model, table.state_field)].final
+        if machine is None or (machine.is_terminated and not final):
             machine = table.machine(model=self.model, state_field=table.state_field)
             self._machines[table.state_field] = machine
         return machine
