@@ -35,11 +35,10 @@ from layout_model.system import NUM_LOGICAL, ROWS, rows_of_perms
 from layout_model.tlc_formats import Action
 from layout_model.values import ModelValue, Record
 from layout_sm import messages
-from layout_sm.engine import EngineLayout
+from layout_sm.engine import EngineLayout, Go
 from layout_sm.messages import request_wire
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
-from layout_sm.engine import Go
 from layout_sm.session import EngineSession
 from layout_testkit import daemon_proc
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
