@@ -44,7 +44,9 @@ class Call:
     expected: bool = True  # for a guard: the value it must have (False: ``unless`` or ``not``)
 
     def __call__(self, model: Any, kwargs: dict[str, Any]) -> Any:
-        return self.function(model, *[kwargs[p] for p in self.params])
+        # Looked up by name on every call, as python-statemachine resolves it on the model: a
+        # method replaced on the model class (a mutant of a rule) is the one that runs.
+        return getattr(model, self.name)(*[kwargs[p] for p in self.params])
 
 
 @dataclass(frozen=True)

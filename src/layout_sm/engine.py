@@ -6,8 +6,8 @@
   the model of both machines: its methods are the guards (the spec's conjuncts, over the view
   and the event's arguments) and the actions (they replace the view and say what to do next);
 - ``StartupMachine`` and ``RebalanceMachine``: python-statemachine declarations of the spec's
-  engine actions; ``STARTUP`` and ``REBALANCE`` are their tables (``layout_sm.declared``), which
-  ``layout_sm.session.EngineSession`` fires on every step;
+  engine actions, whose tables (``layout_sm.declared``) ``layout_sm.session.EngineSession`` fires
+  on every step;
 - ``Step``: the one output of a step: move, pause or stop, with the reason, a severity and a
   message for the operator.
 
@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 from statemachine import State, StateMachine
 
-from layout_sm.declared import Declared
 from layout_sm.messages import is_older_daemon_reply
 from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
 from layout_sm.record import LayoutError, LayoutRecord, Rows, layout_digest
@@ -987,13 +986,8 @@ class RebalanceMachine(StateMachine):
     )
 
 
-STARTUP = Declared.of(StartupMachine, EngineState, "phase")
-REBALANCE = Declared.of(RebalanceMachine, EngineState, "rebalance")
-
 __all__ = [
     "FINDING_KINDS",
-    "REBALANCE",
-    "STARTUP",
     "AnyReply",
     "EngineLayout",
     "EnginePhase",
