@@ -225,3 +225,13 @@ def test_the_table_refuses_what_it_cannot_read() -> None:
 
     with pytest.raises(TypeError, match="only names joined by 'and'"):
         Declared(Either, EngineState, "phase")
+
+
+def test_the_diagrams_are_drawn_from_the_declarations() -> None:
+    """``python -m layout_sm.diagrams`` reads the same classes (Graphviz renders the text it builds)."""
+    from statemachine.contrib.diagram import DotGraphMachine
+
+    from layout_sm.diagrams import machines
+
+    drawn = {stem: DotGraphMachine(machine)().to_string() for stem, machine in machines().items()}
+    assert "good" in drawn["rebalance_machine"] and "records_differ" in drawn["startup_machine"]
