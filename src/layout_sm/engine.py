@@ -36,12 +36,51 @@ FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "un
 
 
 @dataclass(frozen=True)
+class RecordStamp:
+    """A daemon's record without its map: what the all-gather carries of a rank's finding. The
+    guards read the version, the digest and the shape; the map to adopt is the rank's own (every
+    rank found the same digest, or nothing is adopted)."""
+
+    num_layers: int
+    num_physical: int
+    num_logical: int
+    version: int
+    digest: str
+
+    @classmethod
+    def of_any(cls, record: LayoutRecord | RecordStamp) -> RecordStamp:
+        if isinstance(record, RecordStamp):
+            return record
+        return cls(record.num_layers, record.num_physical, record.num_logical, record.version, record.digest)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.num_layers, self.num_physical)
+
+    def to_wire(self, include_map: bool = False) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "digest": self.digest,
+            "num_logical": self.num_logical,
+            "shape": [self.num_layers, self.num_physical],
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> RecordStamp:
+        try:
+            num_layers, num_physical = (int(x) for x in wire["shape"])
+            return cls(num_layers, num_physical, int(wire["num_logical"]), int(wire["version"]), str(wire["digest"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise LayoutError(f"record stamp: {error!r}") from None
+
+
+@dataclass(frozen=True)
 class RankFinding:
     """What one rank learned from attaching to its own daemon (all-gathered as a dict)."""
 
     rank: int
     kind: FindingKind
-    record: LayoutRecord | None = None
+    record: LayoutRecord | RecordStamp | None = None  # a stamp: another rank's, as all-gathered
     detail: str = ""  # for people: what the rank saw (the other engine's move, the error)
     # A layout-aware daemon without a record: loaded without EPLB metadata (no --enable-eplb).
     # For the warning of ``unwritten_slots_warning`` only; the spec's finding is kind and record.
@@ -130,18 +169,30 @@ class RankFinding:
             f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
         )
 
+    def same_as(self, other: RankFinding) -> bool:
+        """The same finding, as far as any guard can tell (a record and its stamp are the same)."""
+        mine, theirs = self.record, other.record
+        return (self.rank, self.kind, self.without_eplb) == (other.rank, other.kind, other.without_eplb) and (
+            mine is theirs
+            or (mine is not None and theirs is not None and RecordStamp.of_any(mine) == RecordStamp.of_any(theirs))
+        )
+
     def to_wire(self) -> dict[str, Any]:
+        """For the all-gather: the record as its stamp (no map; the decision needs none)."""
         return {
             "rank": self.rank,
             "kind": self.kind,
-            "record": None if self.record is None else self.record.to_wire(include_map=True),
+            "record": None if self.record is None else self.record.to_wire(include_map=False),
             "detail": self.detail,
             "without_eplb": self.without_eplb,
         }
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> RankFinding:
-        record = None if wire["record"] is None else LayoutRecord.from_wire(wire["record"])
+        raw = wire["record"]
+        record: LayoutRecord | RecordStamp | None = None
+        if raw is not None:
+            record = LayoutRecord.from_wire(raw) if "map" in raw else RecordStamp.from_wire(raw)
         if wire["kind"] not in FINDING_KINDS:
             raise ValueError(f"finding.kind: {wire['kind']!r} is not one of {FINDING_KINDS}")
         return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]), bool(wire.get("without_eplb")))
@@ -479,10 +530,10 @@ class EngineState:
         and its next begin would be refused as stale."""
         return len({(f.version, f.digest) for f in _ranks_where(self._found(), "record")}) > 1
 
-    def _agreed(self) -> LayoutRecord:
-        record = _ranks_where(self._found(), "record")[0].record
-        assert record is not None
-        return record
+    def _agreed(self) -> LayoutRecord | RecordStamp:
+        """The first record found; a record with its map before a stamp (all agree, or startup fails)."""
+        records = [f.record for f in _ranks_where(self._found(), "record") if f.record is not None]
+        return next((r for r in records if isinstance(r, LayoutRecord)), records[0])
 
     def shape_differs(self) -> bool:
         """The daemons' map is not of the engine's shape (no spec counterpart: one shape there)."""
@@ -541,8 +592,15 @@ class EngineState:
 
     def take_findings(self, findings: Sequence[RankFinding]) -> None:
         """What was gathered wins: a rank whose own steps broke off (an error mid-wait) gathered
-        an ``unreadable`` finding, and every rank must decide on the same list."""
-        self._set(findings=tuple(findings))
+        an ``unreadable`` finding, and every rank must decide on the same list. A finding the
+        rank made itself stays where it is the same as gathered: it carries its record's map."""
+        mine = self.view.findings
+        self._set(
+            findings=tuple(
+                own if own is not None and own.same_as(gathered) else gathered
+                for own, gathered in zip(mine, findings, strict=True)
+            )
+        )
 
     def _fail(self, reason: Reason, message: str) -> Step:
         text = f"expert-layout startup check failed: {message}"
@@ -596,6 +654,7 @@ class EngineState:
     def _route(self, outcome: StartupOutcome) -> Step:
         assert self.layout is not None
         record = outcome.record
+        assert record is None or isinstance(record, LayoutRecord), "a rank routes with a map it found itself"
         self._set(
             outcome=outcome,
             shares=outcome.shared_rebalance,
@@ -1000,6 +1059,7 @@ __all__ = [
     "Reason",
     "RebalanceMachine",
     "RebalancePhase",
+    "RecordStamp",
     "Severity",
     "StartupMachine",
     "StartupOutcome",

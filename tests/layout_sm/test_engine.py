@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import EngineLayout, Go, RankFinding, StartupOutcome, needs_wait
+from layout_sm.engine import EngineLayout, Go, RankFinding, RecordStamp, StartupOutcome, needs_wait
 from layout_sm.messages import AttachRequest, BeginRequest, CommitRequest
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord, layout_digest
@@ -58,9 +58,20 @@ def test_findings_come_from_attach_replies() -> None:
     assert RankFinding.from_attach_reply(0, {"status": "ok"}).kind == "unreadable"
 
 
-def test_findings_round_trip_for_the_all_gather() -> None:
-    for finding in (rec(0), RankFinding(1, "dirty", detail="x"), rec(0).timed_out(300.0)):
-        assert RankFinding.from_wire(finding.to_wire()) == finding
+def test_findings_round_trip_for_the_all_gather_without_their_maps() -> None:
+    for finding in (rec(0), RankFinding(1, "dirty", detail="x"), rec(0).timed_out(300.0), rec(1, V1)):
+        gathered = RankFinding.from_wire(finding.to_wire())
+        assert gathered.same_as(finding) and gathered.detail == finding.detail
+        assert "map" not in str(finding.to_wire()) and gathered.record == (
+            None if finding.record is None else RecordStamp.of_any(finding.record)
+        )
+    assert not rec(0).same_as(rec(0, V1)) and not rec(0).same_as(rec(1))
+    # a rank's own finding keeps its map through the gather; another rank's is a stamp
+    session = EngineSession("E", 2, ENGINE)
+    session.found(0, rec(0, V1))
+    session.gathered([RankFinding.from_wire(f.to_wire()) for f in (rec(0, V1), rec(1, V1))])
+    assert session.finding(0).record == V1 and session.finding(1).record == RecordStamp.of_any(V1)
+    assert session.agree().reason is Reason.ADOPT and session.layout_to_install() == V1.rows
 
 
 def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
