@@ -8,8 +8,10 @@ is its contract:
 - ``reasons``: every reply's status, reason code and message (``Reply``), and the shared advice;
 - ``messages``: the wire schema, every request built and parsed, and who answers what;
 - ``daemon``: the daemon's machine and its replies;
-- ``engine``: the engine's state, its startup and rebalance machines (guards and actions on
-  ``EngineState``), and ``Step``, the one output of an engine step;
+- ``engine``: what the engine knows (findings, answers, ``EngineView``) and ``Step``, the one
+  output of an engine step;
+- ``engine_machines``: the engine's startup and rebalance machines and their model,
+  ``EngineState`` (the guards and the actions);
 - ``session``: ``EngineSession``, the engine side as one object (what every rank runs);
 - ``declared``: a machine class's declared transitions as a table, fired without
   python-statemachine's event loop;

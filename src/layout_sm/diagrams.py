@@ -14,7 +14,8 @@ from statemachine import StateMachine
 from statemachine.contrib.diagram import DotGraphMachine
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import EngineState, EngineView, RebalanceMachine, StartupMachine
+from layout_sm.engine import EngineView
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
 from layout_sm.record import LayoutRecord
 
 

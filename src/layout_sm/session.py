@@ -43,17 +43,15 @@ from layout_sm.engine import (
     AnyReply,
     EngineLayout,
     EnginePhase,
-    EngineState,
     EngineView,
     Go,
     RankAnswer,
     RankFinding,
-    RebalanceMachine,
     RebalancePhase,
-    StartupMachine,
     Step,
     fetch_refusal,
 )
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
 from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, QueryRequest
 from layout_sm.reasons import Status
 from layout_sm.record import Rows

@@ -116,7 +116,7 @@ def test_compare_reports_a_changed_state_and_a_missing_edge(small_graph: tuple[P
 
 
 class BusyTurnsOff(StateMachine):
-    """``layout_sm.engine.RebalanceMachine`` with one rule broken in its declaration: a chunk that
+    """``layout_sm.engine_machines.RebalanceMachine`` with one rule broken in its declaration: a chunk that
     a daemon answered busy, beside ok begins, is aborted and turns rebalancing off for good (the
     action of a refusal), instead of pausing."""
 
@@ -161,7 +161,7 @@ class BusyTurnsOff(StateMachine):
 
 def test_the_copy_differs_from_the_declaration_in_one_rule() -> None:
     from layout_sm.declared import Declared
-    from layout_sm.engine import EngineState, RebalanceMachine
+    from layout_sm.engine_machines import EngineState, RebalanceMachine
 
     ours = Declared.of(RebalanceMachine, EngineState, "rebalance").rules
     theirs = Declared.of(BusyTurnsOff, EngineState, "rebalance").rules

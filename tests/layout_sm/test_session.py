@@ -13,13 +13,11 @@ from layout_sm.daemon import DaemonMachine
 from layout_sm.declared import Declared
 from layout_sm.engine import (
     EngineLayout,
-    EngineState,
     Go,
     RankFinding,
-    RebalanceMachine,
     RebalancePhase,
-    StartupMachine,
 )
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
 from layout_sm.messages import AttachRequest
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord

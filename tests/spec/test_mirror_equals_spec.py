@@ -48,7 +48,7 @@ def _same_spec(graph: Path) -> bool:
 
 def _session_proceeds_on_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The catalog's mutant, undone after the test: the session's Decide moves on busy replies."""
-    from layout_sm.engine import EngineState
+    from layout_sm.engine_machines import EngineState
 
     original = EngineState.all_ok
     MUTANTS["session_proceeds_on_busy"].patch(session_module)

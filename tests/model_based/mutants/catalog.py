@@ -6,7 +6,7 @@ daemon processes it spawns alike. Source files are never edited (others work in 
 
 Each patch wraps or replaces one module attribute (or one method of a class, such as a conjunct
 of `layout_sm.daemon.DaemonView` that the daemon machine's guards and the reply functions both
-ask, or a guard of the engine machines on `layout_sm.engine.EngineState`, which the declared
+ask, or a guard of the engine machines on `layout_sm.engine_machines.EngineState`, which the declared
 tables and python-statemachine both look up by name); the rest of the code calls it by that
 name, so the break reaches every caller.
 `module.__layout_mutant__` records what was applied. A reply function broken alone, so that it
@@ -284,9 +284,9 @@ def _(mod: ModuleType) -> None:
     mod.LayoutRecord.digest = property(lambda self: layout_digest(self.rows))
 
 
-# -- the engine's rules (layout_sm.engine: the guards of its machines, methods of EngineState) ----
+# -- the engine's rules (layout_sm.engine_machines: the guards of its machines, methods of EngineState) --
 
-E = "layout_sm.engine"
+E = "layout_sm.engine_machines"
 
 
 @mutant("engine_trusts_daemon_digest", E, "the engine computes its own digest of its own map", tests=UNIT)
@@ -323,10 +323,12 @@ def _(mod: ModuleType) -> None:
 
 @mutant("busy_disables_for_good", E, "busy pauses the rebalance; only refused turns it off")
 def _(mod: ModuleType) -> None:
+    from layout_sm.reasons import Status
+
     any_refused = mod.EngineState.any_refused
 
     def any_refused_or_busy(self: Any) -> bool:
-        return any_refused(self) or any(a is not None and a.status is mod.Status.BUSY for a in self.view.begins)
+        return any_refused(self) or any(a is not None and a.status is Status.BUSY for a in self.view.begins)
 
     mod.EngineState.any_refused = any_refused_or_busy
 
