@@ -11,10 +11,12 @@ hold runs its actions, then the model's ``state_field`` becomes the target; no t
 diagrams, for python-statemachine's own engine and for this table.
 
 What the table supports is what the machines here declare: guards and actions named by strings
-(a guard may be ``"a and b and not c"``), all of them methods of the model class, each given the
-event's keyword arguments its signature names. Anything else in a class (validators, ``before``
-or ``after`` callbacks, naming-convention callbacks such as ``on_enter_<state>``, guards on the
-machine class itself) is refused when the table is built, so the table cannot silently differ
+(a guard may be ``"a and b and not c"``), each a method of the machine class or, when the machine
+has none of that name, of the model class (python-statemachine looks names up in that order),
+each given the event's keyword arguments its signature names. A machine-class method runs on the
+instance handed to ``fire`` as ``host`` (so a machine built once can be reused). Anything else in
+a class (validators, ``before`` or ``after`` callbacks, naming-convention callbacks such as
+``on_enter_<state>``) is refused when the table is built, so the table cannot silently differ
 from python-statemachine's reading of the same class.
 """
 
@@ -36,17 +38,18 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 
 @dataclass(frozen=True)
 class Call:
-    """One guard or action: a model method and the event arguments it takes."""
+    """One guard or action: a method of the machine or of the model, and the event arguments it takes."""
 
     name: str
     function: Callable[..., Any]
     params: tuple[str, ...]
     expected: bool = True  # for a guard: the value it must have (False: ``unless`` or ``not``)
+    on_machine: bool = False  # a method of the machine class (run on the host), else of the model
 
-    def __call__(self, model: Any, kwargs: dict[str, Any]) -> Any:
-        # Looked up by name on every call, as python-statemachine resolves it on the model: a
-        # method replaced on the model class (a mutant of a rule) is the one that runs.
-        return getattr(model, self.name)(*[kwargs[p] for p in self.params])
+    def __call__(self, host: Any, model: Any, kwargs: dict[str, Any]) -> Any:
+        # Looked up by name on every call, as python-statemachine resolves it: a method replaced
+        # on the class (a mutant of a rule) is the one that runs.
+        return getattr(host if self.on_machine else model, self.name)(*[kwargs[p] for p in self.params])
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ class Rule:
     guards: tuple[Call, ...]
     actions: tuple[Call, ...]
 
-    def allows(self, model: Any, kwargs: dict[str, Any]) -> bool:
-        return all(bool(g(model, kwargs)) is g.expected for g in self.guards)
+    def allows(self, host: Any, model: Any, kwargs: dict[str, Any]) -> bool:
+        return all(bool(g(host, model, kwargs)) is g.expected for g in self.guards)
 
 
 class Declared:
@@ -86,23 +89,27 @@ class Declared:
         """Built once per (machine class, model class, state field)."""
         return cls(machine, model, state_field)
 
-    def rule(self, model: Any, event: str, kwargs: dict[str, Any]) -> Rule:
+    def rule(self, model: Any, event: str, kwargs: dict[str, Any], host: Any = None) -> Rule:
         """The transition ``event`` takes from the model's state now (raises when none may)."""
         state = getattr(model, self.state_field)
         for rule in self.rules.get((state, event), ()):
-            if rule.allows(model, kwargs):
+            if rule.allows(host, model, kwargs):
                 return rule
         raise TransitionNotAllowed(_event(self.machine, event), {self.states[state]})
 
-    def fire(self, model: Any, event: str, **kwargs: Any) -> Any:
+    def fire(self, model: Any, event: str, /, **kwargs: Any) -> Any:
         """Take ``event``: run the actions of the transition it takes, then enter its target.
 
         Returns what the last action returned (python-statemachine's ``send`` returns it too).
         """
-        rule = self.rule(model, event, kwargs)
+        return self.fire_on(None, model, event, **kwargs)
+
+    def fire_on(self, host: Any, model: Any, event: str, /, **kwargs: Any) -> Any:
+        """``fire``, with ``host`` (an instance of the machine class) for the machine's own methods."""
+        rule = self.rule(model, event, kwargs, host)
         result = None
         for action in rule.actions:
-            result = action(model, kwargs)
+            result = action(host, model, kwargs)
         setattr(model, self.state_field, rule.target)
         return result
 
@@ -146,17 +153,15 @@ def _conjuncts(expression: str) -> list[tuple[str, bool]]:
 
 
 def _call(machine: type[StateMachine], model: type, name: str, expected: bool = True) -> Call:
-    # python-statemachine looks a name up on the machine before the model: the table must not
-    # find another method than it would.
-    if any(name in vars(base) for base in machine.__mro__ if base not in StateMachine.__mro__):
-        raise TypeError(f"{machine.__name__}.{name}: guards and actions must be methods of the model only")
-    function = getattr(model, name, None)
+    # python-statemachine looks a name up on the machine before the model: so does the table.
+    on_machine = any(name in vars(base) for base in machine.__mro__ if base not in StateMachine.__mro__)
+    function = getattr(machine if on_machine else model, name, None)
     if not callable(function):
-        raise TypeError(f"{machine.__name__}: {name!r} is not a method of {model.__name__}")
+        raise TypeError(f"{machine.__name__}: {name!r} is not a method of it or of {model.__name__}")
     parameters = list(inspect.signature(function).parameters.values())[1:]
     if any(p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is not p.empty for p in parameters):
         raise TypeError(f"{model.__name__}.{name}: only plain parameters (the event's arguments) are supported")
-    return Call(name, function, tuple(p.name for p in parameters), expected)
+    return Call(name, function, tuple(p.name for p in parameters), expected, on_machine)
 
 
 def _event(machine: type[StateMachine], event: str) -> Any:

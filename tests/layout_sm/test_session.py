@@ -201,20 +201,40 @@ def test_the_tables_are_the_declarations() -> None:
         assert table.events == {str(e) for e in machine.events}
 
 
-def test_the_table_refuses_what_it_cannot_read() -> None:
-    """A callback the table would not run as python-statemachine does is refused when it is built."""
+def test_the_table_finds_a_name_where_python_statemachine_does() -> None:
+    """On the machine first (run on the host instance), then on the model: both engines agree."""
     from statemachine import State, StateMachine
 
     class OnMachine(StateMachine):
         a = State(initial=True)
         b = State(final=True)
-        go = a.to(b, cond="not_found")
+        go = a.to(b, cond="not_found", on="take")
 
-        def not_found(self, rank: int) -> bool:  # on the machine: python-statemachine would pick this one
+        def not_found(self, rank: int) -> bool:  # shadows EngineState.not_found, as in python-statemachine
+            return rank == 7
+
+        def take(self, rank: int) -> str:
+            return f"taken {rank}"
+
+    class Model:
+        state = "a"
+
+        def not_found(self, rank: int) -> bool:
             return True
 
-    with pytest.raises(TypeError, match="methods of the model only"):
-        Declared(OnMachine, EngineState, "phase")
+    table = Declared(OnMachine, Model, "state")
+    host = OnMachine(model=Model())
+    with pytest.raises(TransitionNotAllowed):
+        table.fire_on(host, Model(), "go", rank=1)
+    model = Model()
+    assert table.fire_on(host, model, "go", rank=7) == "taken 7" and model.state == "b"
+    reference = OnMachine(model=Model())
+    assert reference.send("go", rank=7) == "taken 7" and reference.model.state == "b"
+
+
+def test_the_table_refuses_what_it_cannot_read() -> None:
+    """A callback the table would not run as python-statemachine does is refused when it is built."""
+    from statemachine import State, StateMachine
 
     class Either(StateMachine):
         a = State(initial=True)
@@ -223,6 +243,17 @@ def test_the_table_refuses_what_it_cannot_read() -> None:
 
     with pytest.raises(TypeError, match="only names joined by 'and'"):
         Declared(Either, EngineState, "phase")
+
+    class Entering(StateMachine):
+        a = State(initial=True)
+        b = State(final=True)
+        go = a.to(b)
+
+        def on_enter_b(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="convention callback"):
+        Declared(Entering, EngineState, "phase")
 
 
 def test_the_diagrams_are_drawn_from_the_declarations() -> None:
