@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_adapter import state
+from layout_sm.engine import Go
 from layout_sm.messages import FETCH_FIELD, PLUGIN_GAP_FIELD, STARTUP_HOOK_MISSING
-from layout_sm.session import fetch_refusal
+from layout_sm.session import EngineSession
 
 FETCH_STATE = "fetch_state"  # sglang's request type
 
@@ -78,12 +79,12 @@ def around_recv_msg(original: Any, sock: Any, *args: Any, **kwargs: Any) -> Any:
         scope.awaiting_reply = False
         st = state.get()
         if st.session is not None and st.rank is not None:
-            why = st.session.fetched(st.rank, reply)
+            step = st.session.fetched(st.rank, reply)
         else:  # no startup ran (a dense model): the daemon may still refuse an engine without a claim
-            why = fetch_refusal(reply)
-        if why is not None:
+            step = EngineSession.never_attached(1).fetched(0, reply)
+        if step.go is Go.STOP:
             raise LayoutRefusedError(
-                f"[expert-layout] the weight cache daemon at {scope.peer} refused fetch_state {why} "
+                f"[expert-layout] the weight cache daemon at {scope.peer} said: {step.message} "
                 f"(not loading from disk instead: the daemon holds this GPU's weights)"
             )
     return reply

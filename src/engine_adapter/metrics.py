@@ -159,13 +159,13 @@ def _reason(reply: object) -> str:
     return str(reply.get("reason") or reply.get("status") or "unknown")
 
 
-def chunk_begun(kind: str, begin_replies: Sequence[Any], rank: int) -> None:
-    """After the chunk decision: a pause counts with the first busy daemon's reason, a refusal of this
-    rank's daemon with its own."""
+def chunk_begun(go: str, begin_replies: Sequence[Any], rank: int) -> None:
+    """After the chunk decision (the session's ``Step.go``: move, pause or stop): a pause counts with
+    the first busy daemon's reason, a refusal of this rank's daemon with its own."""
     m = _ACTIVE
-    if m is None or kind == "proceed":
+    if m is None or go == "move":
         return
-    if kind == "pause":
+    if go == "pause":
         busy = [r for r in begin_replies if isinstance(r, Mapping) and r.get("status") == "busy"]
         m.paused.labels(**m.labels, reason=_reason(busy[0] if busy else None)).inc()
         return

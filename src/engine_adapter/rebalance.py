@@ -4,13 +4,18 @@ Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``; every step is the rank's
 ``EngineSession``'s (``layout_sm.session``), the hooks only send, all-gather and call sglang:
 
 - AROUND ``EPLBManager.rebalance`` (a generator): at the first rebalance the ranks all-gather
-  where their weights came from and the session picks sglang's own rebalance (disk everywhere),
-  the chunk protocol (shared weights), or none (``disable_rebalance``, sglang's own switch, with
-  the reason logged once). A paused or stopped rebalance ends here, quietly.
+  where their weights came from (None where the loader hook never saw: unknown); the session's
+  step says move (through the chunk protocol when it ``shares``, else sglang's own rebalance) or
+  stop.
 - AROUND ``update_expert_location_with_recovery`` (called once per chunk): each rank sends the
-  session's begin request, all-gather, the session decides (move, or abort the begun ranks and
-  pause or switch off); then sglang's move, unchanged; a device synchronize; each rank sends the
-  session's commit request with the new rows, all-gather, the session verifies.
+  session's begin request, all-gather, the session's step (a rank whose begin was ok sends the
+  session's abort when it does not move); then sglang's move, unchanged; a device synchronize;
+  each rank sends the session's commit request with the new rows, all-gather, the session's
+  step.
+
+A step that does not move ends the rebalance in ``_end``, the one off path: pause (the next
+rebalance retries) or stop (``disable_rebalance``, sglang's own switch, with the reason logged
+once).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sglang.srt.runtime_context import get_device, get_exec
 from daemon_adapter import client
 from engine_adapter import install_check, metrics, state
 from engine_adapter.startup import world_cpu_group
+from layout_sm.engine import Go, Step
 from layout_sm.messages import LayoutRequest, request_wire
 from layout_sm.session import EngineSession
 
@@ -44,12 +50,14 @@ def _all_gather(obj: Any) -> list[Any]:
     return out
 
 
-def _turn_off(st: state.EngineLayoutState, session: EngineSession, manager: Any, level: int) -> None:
-    off = session.view().off
-    reason = "off" if off is None else off.reason.value
-    message = "rebalancing of shared weights is off" if off is None else off.message
-    st.log_once(level, f"rebalance-off:{reason}", f"[expert-layout] {message}")
-    manager.disable_rebalance(f"expert-layout: {message}")
+def _end(st: state.EngineLayoutState, manager: Any, step: Step) -> None:
+    """The one way a rebalance ends early: pause (logged; the next one retries) or stop (logged
+    once per reason, and sglang's own switch turns EPLB's rebalancing off)."""
+    if step.go is Go.STOP:
+        st.log_once(int(step.severity), f"rebalance-off:{step.reason.value}", f"[expert-layout] {step.message}")
+        manager.disable_rebalance(f"expert-layout: {step.message}")
+    else:
+        logger.log(int(step.severity), "[expert-layout] %s", step.message)
 
 
 def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> Any:
@@ -59,21 +67,18 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
     st = state.get()
     if install_check.stop_rebalance(st, manager):  # sglang did not apply every hook: no moves at all
         return
-    if st.session is None:  # no startup ran (no weight cache, no daemon at all): never attached
-        st.session = EngineSession("", dist.get_world_size(world_cpu_group()), None)
+    if st.session is None:  # no startup ran (no weight cache, no MoE metadata): never attached
+        st.session = EngineSession.never_attached(dist.get_world_size(world_cpu_group()))
     session = st.session
     if not session.rebalance_started:
-        # Once, at the first rebalance: where every rank's weights came from.
-        sources = _all_gather(st.weights_source or "disk")
+        # Once, at the first rebalance: where every rank's weights came from (None: unknown).
+        sources = _all_gather(st.weights_source)
         session.start_rebalance(sources, elastic_ep=get_exec().moe.elastic_ep_backend is not None)
-    run = session.rebalance()
-    if run == "off":
-        _turn_off(st, session, manager, logging.WARNING)
+    step = session.rebalance()
+    if step.go is not Go.MOVE:
+        _end(st, manager, step)
         return
-    if run == "local":
-        yield from original(manager, *args, **kwargs)
-        return
-    st.active_manager = manager
+    st.active_manager = manager if session.shares else None  # None: sglang's own rebalance, no protocol
     try:
         yield from original(manager, *args, **kwargs)
     except _StopRebalance:
@@ -106,19 +111,16 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     t0 = time.perf_counter()
     session.begin_chunk([int(layer) for layer in kwargs["update_layer_ids"]])
     begins = _all_gather(_ask(st, session.begin_request(rank)))
-    decision = session.begun_all(begins)
-    if rank in decision.abort_ranks:
-        _ask(st, session.abort_request(rank))
-    for begun in decision.abort_ranks:  # each rank aborts its own move, on the same decision
-        session.aborted(begun)
+    step = session.begun_all(begins)
+    abort = session.abort_request(rank)  # None unless the chunk does not go on and this rank began it
+    if abort is not None:
+        _ask(st, abort)
+    session.aborted_all()  # each rank aborts its own move, on the same replies
     st.counters.record_time("begin_s", time.perf_counter() - t0)
     metrics.protocol_time(time.perf_counter() - t0)
-    metrics.chunk_begun(decision.kind, begins, rank)
-    if decision.kind == "pause":
-        logger.info("[expert-layout] %s", decision.message)
-        raise _StopRebalance
-    if decision.kind == "disable":
-        _turn_off(st, session, manager, logging.WARNING)
+    metrics.chunk_begun(step.go, begins, rank)
+    if step.go is not Go.MOVE:
+        _end(st, manager, step)
         raise _StopRebalance
 
     t1 = time.perf_counter()
@@ -128,14 +130,13 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     session.moved(get_global_expert_location_metadata().physical_to_logical_map_cpu.tolist())
     t2 = time.perf_counter()
 
-    verdict = session.committed_all(_all_gather(_ask(st, session.commit_request(rank))))
+    step = session.committed_all(_all_gather(_ask(st, session.commit_request(rank))))
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)
-    if not verdict.ok:
-        st.log_once(logging.ERROR, "rebalance-off:commit", f"[expert-layout] {verdict.message}")
-        manager.disable_rebalance(f"expert-layout: {verdict.message}")
+    if step.go is not Go.MOVE:
+        _end(st, manager, step)
         raise _StopRebalance
     st.counters.chunks_committed += 1
-    metrics.committed(verdict.version)
+    metrics.committed(session.view().version)
     return result

@@ -8,13 +8,14 @@ only does the I/O:
 
 1. sends the session's attach request to its own daemon (the socket path sglang's
    ``IpcModelLoader`` uses);
-2. while the session says ``Wait``, polls with its query up to the timeout
+2. while the session's step says pause, polls with its query up to the timeout
    (``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, 300 s by default);
 3. all-gathers its finding over the world CPU group (whatever went wrong locally is a finding,
    never an exception before the collective: no rank is left waiting in it);
-4. hands the gathered findings to the session, whose ``agree`` says adopt (sglang's
+4. hands the gathered findings to the session, whose ``agree`` says move or stop on every rank
+   alike; on move, the layout the session adopted (if any) is installed with sglang's
    ``ExpertLocationMetadata.init_by_mapping``, copied into the live metadata with sglang's own
-   ``update``), keep, or fail on every rank alike.
+   ``update``.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
 from engine_adapter import install_check, metrics, state
-from layout_sm.engine import EngineLayout, RankFinding, StartupOutcome
+from layout_sm.engine import EngineLayout, Go, RankFinding, Step
 from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
 from layout_sm.record import layout_digest
-from layout_sm.session import EngineSession, Wait
+from layout_sm.session import EngineSession
 
 logger = logging.getLogger("engine_adapter")
 
@@ -79,12 +80,15 @@ def world_cpu_group() -> Any:
 
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(runner, *args, **kwargs)
-    if not state.enabled():
+    if not state.enabled() or runner.is_draft_worker:
         return result
     state.get().startup_hook_ran = True
     metrics.setup()
     install_check.at_startup(state.get(), get_model().weight_cache_mode != "off", bool(get_exec().moe.enable_eplb))
-    if runner.is_draft_worker or get_model().weight_cache_mode == "off":
+    if get_model().weight_cache_mode == "off":
+        # sglang's own loader, never the daemons': this engine's weights are its own (a fact for
+        # the rebalance mode, which treats a rank that cannot say where its weights came from as shared).
+        state.get().weights_source = "disk"
         return result
     metadata = get_global_expert_location_metadata()
     if metadata is None:  # a dense model: no experts to place
@@ -112,7 +116,7 @@ def _engine_id(group: Any) -> str:
 
 
 def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s: float) -> Any:
-    """Attach and wait as the session says; returns the attachment (None if none)."""
+    """Attach, and poll while the session's step says pause; returns the attachment (None if none)."""
     try:
         # fetch_claims: this process sends its claim with every fetch_state (the daemon refuses one without)
         attachment = client.Attachment(path, {**request_wire(session.attach_request()), FETCH_CLAIMS_FIELD: True})
@@ -125,15 +129,15 @@ def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s:
         return None
     step = session.attached(rank, attachment.reply)
     started = time.monotonic()
-    while isinstance(step, Wait):
+    while step.go is Go.PAUSE:
         waited = time.monotonic() - started
         if waited >= timeout_s:
             session.timed_out(rank, waited)
             break
-        logger.info("[expert-layout] rank %d waits: %s", rank, step.detail)
+        logger.info("[expert-layout] %s", step.message)
         time.sleep(min(poll_s, max(0.0, timeout_s - waited)))
         try:
-            reply = client.request(path, request_wire(step.poll))
+            reply = client.request(path, request_wire(session.poll_request))
         except Exception as error:
             logger.warning("[expert-layout] rank %d: poll of %s failed: %r", rank, path, error)
             reply = None
@@ -141,8 +145,8 @@ def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s:
     return attachment
 
 
-def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> StartupOutcome:
-    """Steps 1-4 above; raises ExpertLayoutStartupError on every rank when the decision is fail."""
+def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> Step:
+    """Steps 1-4 above; raises ExpertLayoutStartupError on every rank when the step is stop."""
     t0 = time.perf_counter()
     st = state.get()
     group = world_cpu_group()
@@ -155,33 +159,32 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
         timeout_s = _env_seconds(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)
         poll_s = _env_seconds(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S)
         attachment = find(session, rank, path, timeout_s, poll_s)
-        finding = session.view().findings[rank]
-        assert finding is not None
+        finding = session.finding(rank)
     except Exception as error:  # a bug here must still reach the all-gather
         finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
     gathered: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(gathered, finding.to_wire(), group=group)
     session.gathered([RankFinding.from_wire(w) for w in gathered])
-    outcome = session.agree()
+    step = session.agree()
+    outcome = session.view().outcome
     missing = 0 if st.install is None else len(st.install.missing)
-    metrics.startup(outcome.kind, outcome.reason.value, session.view().version, finding.kind, missing)
-    if outcome.failed:
+    if outcome is not None:
+        metrics.startup(outcome.kind, outcome.reason.value, session.view().version, finding.kind, missing)
+    if step.go is Go.STOP:
         if attachment is not None:
             attachment.close()
-        logger.error("[expert-layout] %s", outcome.message)
-        raise ExpertLayoutStartupError(outcome.message)
-    if outcome.kind == "adopt":
-        assert outcome.record is not None
+        logger.log(int(step.severity), "[expert-layout] %s", step.message)
+        raise ExpertLayoutStartupError(step.message)
+    rows = session.layout_to_install()
+    if rows is not None:  # adopt: route with the daemons' map before the model loads
         adopted = ExpertLocationMetadata.init_by_mapping(
             model_config,
-            torch.tensor(outcome.record.rows, dtype=torch.int64),
+            torch.tensor(rows, dtype=torch.int64),
             moe_ep_rank=get_parallel().moe_ep_rank,
         )
         # In place, as EPLB's updater does: the recorder and dispatch hold this very object.
         metadata.update(adopted, update_layer_ids=list(range(metadata.num_layers)))
     st.attachment = attachment
     st.counters.record_time("startup_s", time.perf_counter() - t0)
-    logger.info("[expert-layout] rank %d startup: %s (%s)", rank, outcome.kind, outcome.message)
-    if outcome.warning:
-        logger.warning("[expert-layout] rank %d: WARNING: %s", rank, outcome.warning)
-    return outcome
+    logger.log(int(step.severity), "[expert-layout] rank %d startup: %s", rank, step.message)
+    return step

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import Attachment
-from layout_sm.engine import LoadSource
 from layout_sm.messages import request_wire
 from layout_sm.session import EngineSession
 
@@ -44,7 +43,7 @@ class EngineLayoutState:
     rank: int | None = None
     socket_path: str | None = None
     attachment: Attachment | None = None
-    weights_source: LoadSource | None = None  # set by the loader hook
+    weights_source: str | None = None  # "daemon" or "disk", set by the loader hook; None: unknown
     active_manager: EPLBManager | None = None  # the EPLBManager whose rebalance runs the chunk protocol now
     logged: set[str] = field(default_factory=set)
     counters: Counters = field(default_factory=Counters)

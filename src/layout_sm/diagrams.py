@@ -14,7 +14,8 @@ from statemachine import StateMachine
 from statemachine.contrib.diagram import DotGraphMachine
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import RebalanceMachine, StartupMachine
+from layout_sm.engine import EngineView
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
 from layout_sm.record import LayoutRecord
 
 
@@ -22,8 +23,10 @@ def machines() -> dict[str, StateMachine]:
     """One instance of each machine, in its initial phase, keyed by the picture's file stem."""
     return {
         "daemon_machine": DaemonMachine(LayoutRecord.initial([[0, 1]], 2)),
-        "startup_machine": StartupMachine(),
-        "rebalance_machine": RebalanceMachine(),
+        "startup_machine": StartupMachine(model=EngineState(EngineView.fresh("", 1), None), state_field="phase"),
+        "rebalance_machine": RebalanceMachine(
+            model=EngineState(EngineView.fresh("", 1), None), state_field="rebalance"
+        ),
     }
 
 

@@ -1,21 +1,23 @@
-"""The engine side of the protocol (docs/protocol.md §5 and §6): pure decisions and phase machines.
+"""The engine side of the protocol (docs/protocol.md §5 and §6): what it knows and what it says.
 
-Every rank all-gathers what it saw, then calls the same pure function on the same list, so
-every rank reaches the same outcome without another round of messages: no rank can be left
-waiting in a collective that the others skipped.
+- ``RankFinding`` and ``RankAnswer``: what one rank learned from its daemon (attach, poll, begin,
+  commit), as the state keeps it;
+- ``EngineView``: everything the engine knows, one immutable value (the state of the machines of
+  ``layout_sm.engine_machines``, which hold it in their model, ``EngineState``);
+- ``Step``: the one output of a step: move, pause or stop, with the reason, a severity and a
+  message for the operator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import IntEnum, StrEnum
 from typing import Any, Literal
 
-from statemachine import State, StateMachine
-
 from layout_sm.messages import is_older_daemon_reply
-from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
-from layout_sm.record import LayoutError, LayoutRecord, layout_digest
+from layout_sm.reasons import Reason, Reply, Status
+from layout_sm.record import LayoutError, LayoutRecord, Rows
 
 FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
 FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "unreadable", "timeout")
@@ -24,15 +26,54 @@ FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "un
 
 
 @dataclass(frozen=True)
+class RecordStamp:
+    """A daemon's record without its map: what the all-gather carries of a rank's finding. The
+    guards read the version, the digest and the shape; the map to adopt is the rank's own (every
+    rank found the same digest, or nothing is adopted)."""
+
+    num_layers: int
+    num_physical: int
+    num_logical: int
+    version: int
+    digest: str
+
+    @classmethod
+    def of_any(cls, record: LayoutRecord | RecordStamp) -> RecordStamp:
+        if isinstance(record, RecordStamp):
+            return record
+        return cls(record.num_layers, record.num_physical, record.num_logical, record.version, record.digest)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.num_layers, self.num_physical)
+
+    def to_wire(self, include_map: bool = False) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "digest": self.digest,
+            "num_logical": self.num_logical,
+            "shape": [self.num_layers, self.num_physical],
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> RecordStamp:
+        try:
+            num_layers, num_physical = (int(x) for x in wire["shape"])
+            return cls(num_layers, num_physical, int(wire["num_logical"]), int(wire["version"]), str(wire["digest"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise LayoutError(f"record stamp: {error!r}") from None
+
+
+@dataclass(frozen=True)
 class RankFinding:
     """What one rank learned from attaching to its own daemon (all-gathered as a dict)."""
 
     rank: int
     kind: FindingKind
-    record: LayoutRecord | None = None
+    record: LayoutRecord | RecordStamp | None = None  # a stamp: another rank's, as all-gathered
     detail: str = ""  # for people: what the rank saw (the other engine's move, the error)
     # A layout-aware daemon without a record: loaded without EPLB metadata (no --enable-eplb).
-    # For the warning in ``startup_decision`` only; the spec's finding is kind and record.
+    # For the warning of ``unwritten_slots_warning`` only; the spec's finding is kind and record.
     without_eplb: bool = False
 
     @property
@@ -118,18 +159,30 @@ class RankFinding:
             f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
         )
 
+    def same_as(self, other: RankFinding) -> bool:
+        """The same finding, as far as any guard can tell (a record and its stamp are the same)."""
+        mine, theirs = self.record, other.record
+        return (self.rank, self.kind, self.without_eplb) == (other.rank, other.kind, other.without_eplb) and (
+            mine is theirs
+            or (mine is not None and theirs is not None and RecordStamp.of_any(mine) == RecordStamp.of_any(theirs))
+        )
+
     def to_wire(self) -> dict[str, Any]:
+        """For the all-gather: the record as its stamp (no map; the decision needs none)."""
         return {
             "rank": self.rank,
             "kind": self.kind,
-            "record": None if self.record is None else self.record.to_wire(include_map=True),
+            "record": None if self.record is None else self.record.to_wire(include_map=False),
             "detail": self.detail,
             "without_eplb": self.without_eplb,
         }
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> RankFinding:
-        record = None if wire["record"] is None else LayoutRecord.from_wire(wire["record"])
+        raw = wire["record"]
+        record: LayoutRecord | RecordStamp | None = None
+        if raw is not None:
+            record = LayoutRecord.from_wire(raw) if "map" in raw else RecordStamp.from_wire(raw)
         if wire["kind"] not in FINDING_KINDS:
             raise ValueError(f"finding.kind: {wire['kind']!r} is not one of {FINDING_KINDS}")
         return cls(int(wire["rank"]), wire["kind"], record, str(wire["detail"]), bool(wire.get("without_eplb")))
@@ -157,15 +210,62 @@ class EngineLayout:
     routes_by_metadata: bool  # --enable-eplb or --init-expert-location
 
 
+# -- what the session says: one typed output per step ---------------------------------------
+
+
+class Go(StrEnum):
+    """What the caller does next."""
+
+    MOVE = "move"  # go on: gather, load, rebalance, move the chunk, keep the commit
+    PAUSE = "pause"  # not now: poll again (startup), or end this rebalance and let the next retry
+    STOP = "stop"  # for good: startup fails, or rebalancing of shared weights is off
+
+
+class Severity(IntEnum):
+    """How loudly to say it (the values are the ``logging`` levels)."""
+
+    INFO = 20
+    WARNING = 30
+    ERROR = 40
+
+
+@dataclass(frozen=True)
+class Step:
+    """The session's answer to one step: what to do next, why, and the words for the operator."""
+
+    go: Go
+    reason: Reason
+    message: str
+    severity: Severity = Severity.INFO
+
+    def bare(self) -> Step:
+        """Without the message (the spec keeps none, no guard reads it)."""
+        return Step(self.go, self.reason, "", self.severity) if self.message else self
+
+    @classmethod
+    def move(cls, reason: Reason, message: str, severity: Severity = Severity.INFO) -> Step:
+        return cls(Go.MOVE, reason, message, severity)
+
+    @classmethod
+    def pause(cls, reason: Reason, message: str) -> Step:
+        return cls(Go.PAUSE, reason, message, Severity.INFO)
+
+    @classmethod
+    def stop(cls, reason: Reason, message: str, severity: Severity = Severity.WARNING) -> Step:
+        return cls(Go.STOP, reason, message, severity)
+
+
 StartupKind = Literal["adopt", "keep_own", "fail"]
 
 
 @dataclass(frozen=True)
 class StartupOutcome:
+    """What startup agreed, as the session keeps it (read by tests and probes; no adapter branches on it)."""
+
     kind: StartupKind
     reason: Reason
     message: str
-    record: LayoutRecord | None = None  # the layout the engine routes with, when known
+    record: LayoutRecord | None = None  # the daemons' record the engine routes with, when known
     shared_rebalance: bool = False  # whether this engine may move shared experts later
     warning: str = ""  # for the operator; changes nothing of the outcome (see unwritten_slots_warning)
 
@@ -174,20 +274,11 @@ class StartupOutcome:
         return self.kind == "fail"
 
 
-def _fail(reason: Reason, message: str) -> StartupOutcome:
-    return StartupOutcome("fail", reason, f"expert-layout startup check failed: {message}")
-
-
-def _by_rank(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
-    return [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == kind]
-
-
 def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: EngineLayout) -> str:
-    """sglang 0.5.23 loads a daemon started without --enable-eplb without EPLB metadata
-    (weight_cache/daemon.py:476 returns early), so its loader writes each logical expert into its
-    local slot only and never the redundant slots (layers/moe/fused_moe_triton/layer.py:1188-1203).
-    An engine with redundant experts routes tokens there, to memory nobody wrote, with or without
-    this plugin. Not the protocol's to refuse (such daemons serve as sglang does); said loudly."""
+    """sglang loads a daemon started without --enable-eplb without EPLB metadata, so its loader
+    writes each logical expert into its local slot only and never the redundant slots. An engine
+    with redundant experts routes tokens there, to memory nobody wrote, with or without this
+    plugin. Not the protocol's to refuse (such daemons serve as sglang does); said loudly."""
     ranks = [f.rank for f in without_record if f.without_eplb]
     redundant = engine.num_physical - engine.num_logical
     if not ranks or redundant <= 0:
@@ -198,140 +289,6 @@ def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: Engin
         f"tokens routed there meet weights nobody wrote (outputs differ from a server loaded from disk); "
         f"restart the daemons with the servers' --enable-eplb and --ep-num-redundant-experts"
     )
-
-
-def startup_decision(findings: Sequence[RankFinding], engine: EngineLayout) -> StartupOutcome:
-    """docs/protocol.md §5: adopt the daemons' common record, keep the engine's own layout, or fail."""
-    for kind, reason, what in (
-        ("unreadable", Reason.UNREADABLE, "could not read its daemon's layout"),
-        ("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move"),
-        ("pending", Reason.WAIT_TIMEOUT, "still sees another engine's move pending"),
-        ("dirty", Reason.DIRTY, "found its daemon dirty"),
-    ):
-        bad = _by_rank(findings, kind)
-        if bad:
-            details = "; ".join(f"rank {f.rank}: {f.detail}" for f in bad)
-            advice = f"; {RESTART_DAEMONS}" if kind == "dirty" else ""
-            return _fail(reason, f"{len(bad)} rank(s) {what} ({details}){advice}")
-    records = _by_rank(findings, "record")
-    without = _by_rank(findings, "no_record")
-    warning = unwritten_slots_warning(without, engine)
-    if not records:
-        return StartupOutcome(
-            "keep_own",
-            Reason.NO_RECORD,
-            "no daemon keeps an expert-layout record; starting with the engine's "
-            "own initial layout; rebalancing of shared weights stays off",
-            warning=warning,
-        )
-    if without:
-        moved = [f for f in records if f.version != 0 or f.digest != engine.initial_digest]
-        if moved:
-            ranks = [f.rank for f in moved]
-            return _fail(
-                Reason.MIXED_AFTER_MOVE,
-                f"ranks {[f.rank for f in without]} have daemons without a record but the daemons of ranks "
-                f"{ranks} hold a layout other than the engine's initial one (versions "
-                f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
-            )
-        return StartupOutcome(
-            "keep_own",
-            Reason.MIXED_INITIAL,
-            f"ranks {[f.rank for f in without]} have daemons without a record and "
-            "the others are at the initial layout; starting with the engine's own initial layout; "
-            "rebalancing of shared weights stays off",
-            warning=warning,
-        )
-    first = records[0].record
-    assert first is not None
-    # Version and digest both: equal maps at different versions mean a daemon was restarted
-    # under the others, and its next begin would be refused as stale (AgreedVersions, §7).
-    disagree = [f for f in records if (f.version, f.digest) != (first.version, first.digest)]
-    if disagree:
-        listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in records)
-        return _fail(Reason.DISAGREE, f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
-    if first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical:
-        return _fail(
-            Reason.SHAPE_MISMATCH,
-            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
-            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
-            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
-        )
-    if first.digest == engine.initial_digest:
-        return StartupOutcome(
-            "keep_own",
-            Reason.INITIAL_LAYOUT,
-            f"daemons at version {first.version} hold the engine's initial layout",
-            first,
-            shared_rebalance=True,
-        )
-    if not engine.routes_by_metadata:
-        return _fail(
-            Reason.NOT_ROUTING_BY_METADATA,
-            f"the daemons' experts were moved (version {first.version}) but this engine routes by the "
-            f"static layout; start it with --enable-eplb (or --init-expert-location)",
-        )
-    return StartupOutcome(
-        "adopt",
-        Reason.ADOPT,
-        f"adopting the daemons' layout version {first.version}",
-        first,
-        shared_rebalance=True,
-    )
-
-
-# -- rebalance ----------------------------------------------------------------------------
-
-LoadSource = Literal["daemon", "disk"]
-
-
-@dataclass(frozen=True)
-class RebalanceMode:
-    enabled: bool  # whether EPLB may rebalance at all
-    shared: bool  # whether moves go through the daemons' chunk protocol
-    reason: Reason
-    message: str
-
-
-def rebalance_mode(
-    startup: StartupOutcome | None,
-    load_sources: Sequence[LoadSource],
-    *,
-    elastic_ep: bool = False,
-) -> RebalanceMode:
-    """docs/protocol.md §6: rebalance as sglang does, through the daemons, or not at all (and why).
-
-    ``startup`` is None when the engine did not attach; ``load_sources`` is one per rank.
-    """
-    if all(source == "disk" for source in load_sources):
-        return RebalanceMode(True, False, Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does")
-    if any(source == "disk" for source in load_sources):
-        return RebalanceMode(
-            False,
-            False,
-            Reason.MIXED_SOURCES,
-            "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
-            "shared weights stays off",
-        )
-    if elastic_ep:
-        return RebalanceMode(
-            False, False, Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"
-        )
-    if startup is None:
-        return RebalanceMode(
-            False,
-            False,
-            Reason.NOT_ATTACHED,
-            "the engine did not attach to its daemons; rebalancing of shared weights stays off",
-        )
-    if not startup.shared_rebalance:
-        return RebalanceMode(
-            False, False, startup.reason, f"rebalancing of shared weights stays off: {startup.message}"
-        )
-    return RebalanceMode(True, True, Reason.SHARED, "rebalancing through the daemons' chunk protocol")
-
-
-ChunkKind = Literal["proceed", "pause", "disable"]
 
 
 @dataclass(frozen=True)
@@ -370,202 +327,110 @@ class RankAnswer:
     def ok(self) -> bool:
         return self.status is Status.OK
 
+    @property
+    def refused(self) -> bool:
+        """Refused, or no readable reply (the daemon's state is unknown)."""
+        return self.status is None or self.status is Status.REFUSED
+
     def without_text(self) -> RankAnswer:
-        """The answer as the spec keeps it; no decision reads the text."""
-        return RankAnswer(self.status, self.version, self.digest, "")
+        """The answer as the spec keeps it; no guard reads the text."""
+        return RankAnswer(self.status, self.version, self.digest, "") if self.text else self
 
 
 AnyReply = RankAnswer | Reply | Mapping[str, Any] | None
+LoadSource = Literal["daemon", "disk"]  # where a rank's weights came from (anything else: unknown)
+
+# -- the state ------------------------------------------------------------------------------
+
+EnginePhase = Literal["start", "load", "run", "failed"]  # StartupMachine's states: the spec's ephase
+# RebalanceMachine's states: the spec's reb[e].step (beginning ... committing), and whether the engine
+# rebalances at all (starting: not known yet; local: sglang's own rebalance; off: for good).
+RebalancePhase = Literal["starting", "local", "idle", "beginning", "aborting", "moving", "committing", "off"]
 
 
 @dataclass(frozen=True)
-class ChunkDecision:
-    kind: ChunkKind
-    abort_ranks: tuple[int, ...]
-    reason: Reason
-    message: str
+class EngineView:
+    """Everything the engine knows about the protocol, as one immutable value: the state of
+    both machines (``phase``, ``rebalance``) and what their guards read.
 
-
-def chunk_decision(begin_replies: Sequence[AnyReply]) -> ChunkDecision:
-    """docs/protocol.md §6 step 1 over the all-gathered begin replies (one per rank, in rank order).
-
-    A rank with no readable reply counts as refused: its daemon's state is unknown.
-    """
-    answers = [RankAnswer.of(r) for r in begin_replies]
-    ok_ranks = tuple(rank for rank, a in enumerate(answers) if a.ok)
-    refused = [(rank, a) for rank, a in enumerate(answers) if a.status in (None, Status.REFUSED)]
-    if refused:
-        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in refused)
-        return ChunkDecision(
-            "disable",
-            ok_ranks,
-            Reason.BEGIN_REFUSED,
-            f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
-        )
-    busy = [(rank, a) for rank, a in enumerate(answers) if a.status is Status.BUSY]
-    if busy:
-        detail = "; ".join(f"rank {rank}: {a.text}" for rank, a in busy)
-        return ChunkDecision(
-            "pause", ok_ranks, Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})"
-        )
-    return ChunkDecision("proceed", (), Reason.BEGUN, "every daemon accepted the move")
-
-
-@dataclass(frozen=True)
-class CommitVerdict:
-    ok: bool
-    version: int | None
-    digest: str
-    reason: Reason
-    message: str
-
-
-def verify_commits(
-    commit_replies: Sequence[AnyReply],
-    engine_rows: Sequence[Sequence[int]],
-    expected_version: int | None = None,
-) -> CommitVerdict:
-    """docs/protocol.md §6 step 4: every daemon recorded the engine's whole map at one new version.
-
-    The engine computes its own digest of its own map: a daemon's word for it is never taken.
-    """
-    digest = layout_digest(engine_rows)
-    answers = [RankAnswer.of(r) for r in commit_replies]
-    problems = []
-    for rank, answer in enumerate(answers):
-        if not answer.ok:
-            problems.append(f"rank {rank}: commit not recorded ({answer.text})")
-        elif answer.digest != digest:
-            problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
-    versions = {a.version for a in answers if a.ok}
-    if not problems and len(versions) != 1:
-        problems.append(f"daemons report different versions {sorted(versions, key=str)}")
-    if not problems and expected_version is not None and versions != {expected_version}:
-        problems.append(f"daemons report version {versions.pop()}, expected {expected_version}")
-    if problems:
-        return CommitVerdict(
-            False,
-            None,
-            digest,
-            Reason.COMMIT_UNVERIFIED,
-            "expert move committed inconsistently: "
-            + "; ".join(problems)
-            + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
-            "engine on them.",
-        )
-    version = versions.pop()
-    return CommitVerdict(True, version, digest, Reason.COMMITTED, f"every daemon recorded version {version}")
-
-
-# -- phase machines -----------------------------------------------------------------------
-
-
-class StartupMachine(StateMachine):
-    """One rank's startup: attach, wait out another engine's move, then the shared decision."""
-
-    attaching = State(initial=True)
-    waiting = State()
-    agreeing = State()
-    adopted = State(final=True)
-    kept = State(final=True)
-    failed = State(final=True)
-
-    found = attaching.to(waiting, cond="must_wait") | attaching.to(agreeing)
-    polled = waiting.to(agreeing, cond="move_ended") | waiting.to.itself(internal=True)
-    timed_out = waiting.to(agreeing)
-    decided = agreeing.to(adopted, cond="adopts") | agreeing.to(kept, cond="keeps") | agreeing.to(failed)
-
-    def must_wait(self, finding: RankFinding) -> bool:
-        return needs_wait(finding)
-
-    def move_ended(self, finding: RankFinding) -> bool:
-        return not needs_wait(finding)
-
-    def adopts(self, outcome: StartupOutcome) -> bool:
-        return outcome.kind == "adopt"
-
-    def keeps(self, outcome: StartupOutcome) -> bool:
-        return outcome.kind == "keep_own"
-
-
-class RebalanceMachine(StateMachine):
-    """The engine's rebalancing phase, one chunk at a time; ``off`` is for good (docs/protocol.md §6).
-
-    Its states are the spec's ``reb[e].step`` (idle, begin, abort, move, commit), plus whether
-    the engine rebalances at all (starting, local, off). Guards read the event's mode, decision
-    or verdict; ``EngineSession`` keeps the data (replies, chunk, why it is off).
+    Per rank (index = rank): the session token of its attachment, its startup finding, its
+    answers to begin and commit.
     """
 
-    starting = State(initial=True)
-    local = State()  # weights from disk: sglang's own rebalance, no protocol
-    idle = State()  # shared weights, between chunks
-    beginning = State()
-    aborting = State()  # the chunk does not go on: the ranks whose begin was ok abort it
-    moving = State()
-    committing = State()
-    off = State(final=True)
+    engine_id: str
+    tokens: tuple[str | None, ...]
+    findings: tuple[RankFinding | None, ...]
+    phase: EnginePhase = "start"
+    rebalance: RebalancePhase = "starting"
+    shares: bool = False  # the spec's eshare: this engine may move shared experts now or later
+    outcome: StartupOutcome | None = None
+    rows: Rows | None = None  # the map the engine routes with; None: its own initial layout
+    version: int = 0  # the layout version it routes with
+    digest: str | None = None  # the digest of that map, known once startup agreed
+    served: frozenset[int] = frozenset()  # ranks whose fetch_state was served
+    mode: Step | None = None  # how it rebalances, once known
+    chunk: tuple[int, ...] = ()  # the layers of the current chunk (0-based)
+    begins: tuple[RankAnswer | None, ...] = ()
+    aborted: frozenset[int] = frozenset()
+    moved_rows: Rows | None = None  # the engine's whole map after sglang's move of this chunk
+    moved_digest: str | None = None  # its digest (the engine's own, never a daemon's word)
+    commits: tuple[RankAnswer | None, ...] = ()
+    off: Step | None = None  # why rebalancing of shared weights is off for good
 
-    start = starting.to(idle, cond="shared_mode") | starting.to(local, cond="local_mode") | starting.to(off)
-    chunk = idle.to(beginning)
-    begun = (
-        beginning.to(moving, cond="proceeds")
-        | beginning.to(aborting, cond="some_ranks_begun")
-        | beginning.to(idle, cond="pauses")
-        | beginning.to(off)
-    )
-    aborted = (
-        aborting.to.itself(internal=True, cond="begun_ranks_left") | aborting.to(idle, cond="pauses") | aborting.to(off)
-    )
-    moved = moving.to(committing)
-    committed = committing.to(idle, cond="verified") | committing.to(off)
-    local_rebalance = local.to.itself(internal=True)
-    # The engine shuts down (or an operator turns EPLB off): no more rebalances.
-    shutdown = local.to(off) | idle.to(off)
-
-    def shared_mode(self, mode: RebalanceMode) -> bool:
-        return mode.enabled and mode.shared
-
-    def local_mode(self, mode: RebalanceMode) -> bool:
-        return mode.enabled and not mode.shared
-
-    def proceeds(self, decision: ChunkDecision) -> bool:
-        return decision.kind == "proceed"
-
-    def some_ranks_begun(self, decision: ChunkDecision) -> bool:
-        return bool(decision.abort_ranks)
-
-    def pauses(self, decision: ChunkDecision) -> bool:
-        return decision.kind == "pause"
-
-    def begun_ranks_left(self, left: int) -> bool:
-        return left > 0
-
-    def verified(self, verdict: CommitVerdict) -> bool:
-        return verdict.ok
+    @classmethod
+    def fresh(cls, engine_id: str, num_ranks: int) -> EngineView:
+        nothing = (None,) * num_ranks
+        return cls(engine_id, nothing, nothing, begins=nothing, commits=nothing)
 
     @property
-    def phase(self) -> str:
-        return str(self.current_state_value)
+    def num_ranks(self) -> int:
+        return len(self.findings)
 
-    @property
-    def may_rebalance(self) -> bool:
-        return self.phase in ("local", "idle")
+    def bare(self) -> EngineView:
+        """This view without what only explains: finding details, reply texts, messages, and why
+        rebalancing is off. The spec's engine variables keep none of it and no guard reads it
+        (tests/layout_sm/test_session.py), so the mirror keeps bare views and one spec state is
+        one mirror state."""
+        return replace(
+            self,
+            findings=tuple(None if f is None else f.without_detail() for f in self.findings),
+            outcome=None if self.outcome is None else replace(self.outcome, message="", warning=""),
+            mode=None if self.mode is None else self.mode.bare(),
+            begins=tuple(None if a is None else RankAnswer(a.status, text="") for a in self.begins),
+            commits=tuple(None if a is None else a.without_text() for a in self.commits),
+            off=None,
+        )
+
+
+def fetch_refusal(reply: object) -> str | None:
+    """Why a ``fetch_state`` reply stops the engine, or None: a ``layout_refused`` one does (and the
+    engine must not load from disk instead: the daemon holds this GPU's weights)."""
+    if not isinstance(reply, Mapping) or reply.get("status") != Status.LAYOUT_REFUSED.value:
+        return None
+    try:
+        parsed = Reply.from_wire(reply)
+    except ValueError:
+        return repr(dict(reply))
+    return f"({parsed.reason.value}) {parsed.message}"
 
 
 __all__ = [
-    "ChunkDecision",
-    "CommitVerdict",
+    "FINDING_KINDS",
+    "AnyReply",
     "EngineLayout",
+    "EnginePhase",
+    "EngineView",
+    "Go",
+    "LoadSource",
     "RankAnswer",
     "RankFinding",
     "Reason",
-    "RebalanceMachine",
-    "RebalanceMode",
-    "StartupMachine",
+    "RebalancePhase",
+    "RecordStamp",
+    "Severity",
     "StartupOutcome",
-    "chunk_decision",
+    "Step",
+    "fetch_refusal",
     "needs_wait",
-    "rebalance_mode",
-    "startup_decision",
-    "verify_commits",
+    "unwritten_slots_warning",
 ]

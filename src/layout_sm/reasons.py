@@ -29,7 +29,6 @@ class Status(StrEnum):
 class Reason(StrEnum):
     # ok
     ATTACHED = "attached"
-    DETACHED = "detached"
     QUERIED = "queried"
     BEGUN = "begun"
     COMMITTED = "committed"
@@ -84,6 +83,7 @@ class Reason(StrEnum):
     SHARED = "shared"
     MIXED_SOURCES = "mixed_sources"
     ELASTIC_EP = "elastic_ep"
+    UNKNOWN_SOURCE = "unknown_source"
     BEGIN_BUSY = "busy"
     BEGIN_REFUSED = "refused"
     COMMIT_UNVERIFIED = "commit_unverified"

@@ -14,9 +14,9 @@ import hashlib
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 # Bumping the tag changes every digest: do it only with a new encoding.
@@ -51,7 +51,7 @@ def _row_bytes(row: object, what: str, width: int | None, strict: bool = True) -
     """One row as int64 LE bytes, its shape and types checked; the message names the row.
 
     ``strict`` also refuses bools (``struct`` packs them as 0/1). ``struct.pack`` is used
-    rather than ``array``: about 3x faster here for int lists (measured).
+    rather than ``array``: it packs a list of ints faster.
     """
     if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
         raise LayoutError(f"{what}: expected a row of ints, got {type(row).__name__}")
@@ -100,8 +100,35 @@ def layout_digest(rows: Sequence[Sequence[int]]) -> str:
     one function, so a digest match means the same map, value for value.
     """
     # Not strict: a digest is computed, not trusted; records refuse bools when they are built.
-    payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
+    payload = _packed_rows(rows)
+    if payload is None:  # not plain rows of one width: the checking encoder names the problem
+        payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
+    else:
+        num_layers, num_physical = len(rows), len(rows[0])
     return hashlib.sha256(_encode(num_layers, num_physical, payload)).hexdigest()
+
+
+@lru_cache(maxsize=64)
+def _row_packer(width: int) -> Callable[..., bytes]:
+    return struct.Struct(f"<{width}q").pack
+
+
+def _packed_rows(rows: Sequence[Sequence[int]]) -> bytes | None:
+    """The encoding's payload when ``rows`` are lists (or tuples) of ints of one width, in
+    bounds; None otherwise. One compiled ``struct`` per width: the digest is taken once per
+    chunk of a rebalance, on the engine's whole map."""
+    if type(rows) not in (list, tuple) or not 0 < len(rows) <= MAX_LAYERS:
+        return None
+    first = rows[0]
+    if type(first) not in (list, tuple) or not 0 < len(first) <= MAX_PHYSICAL:
+        return None
+    if any(type(row) is not type(first) for row in rows):
+        return None
+    pack = _row_packer(len(first))
+    try:  # a row of another width, or a value that is not an int64, fails the pack
+        return b"".join([pack(*row) for row in rows])
+    except struct.error:
+        return None
 
 
 @dataclass(frozen=True)
@@ -151,16 +178,13 @@ class LayoutRecord:
 
     @cached_property
     def _values(self) -> list[int]:
-        # min()/max() over an array is ~100x slower than over its tolist() here (measured).
+        # min()/max() iterate a list much faster than an array (bench: scale).
         return self._flat.tolist()
 
     @cached_property
     def rows(self) -> Rows:
         flat, width = self._values, self.num_physical
         return tuple(tuple(flat[i * width : (i + 1) * width]) for i in range(self.num_layers))
-
-    def row(self, layer: int) -> tuple[int, ...]:
-        return self.rows[layer]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -240,7 +264,11 @@ class LayoutRecord:
         for name in ("version", "digest", "num_logical", "map"):
             if name not in wire:
                 raise LayoutError(f"record.{name}: missing")
-        record = cls.build(wire["map"], wire["num_logical"], wire["version"])
+        payload = _packed_rows(wire["map"])
+        if payload is None:  # not plain rows of one width: the checking build names the problem
+            record = cls.build(wire["map"], wire["num_logical"], wire["version"])
+        else:  # the range is checked when the record is made, the content by the digest below
+            record = cls(len(wire["map"]), len(wire["map"][0]), wire["num_logical"], wire["version"], payload)
         if record.digest != wire["digest"]:
             raise LayoutError("record.digest: does not match the map it came with")
         return record

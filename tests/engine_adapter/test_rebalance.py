@@ -85,7 +85,7 @@ def test_failed_commit_verification_logs_error_and_stops_rebalancing(ranks, daem
     res = ranks.run_each([(ea_scripts.rebalance, (1,)), (ea_scripts.rebalance, (1, d.procs[1].pid))], timeout=60)
     out = _ok(res)
     for o in out:
-        assert o["phase"] == "off" and "rebalance-off:commit" in o["logged"]
+        assert o["phase"] == "off" and "rebalance-off:commit_unverified" in o["logged"]
         assert "expert-layout" in o["disabled"]
         assert o["chunks_committed"] == 0
         assert o["slots"] == o["believed"]  # the engine keeps serving its own consistent layout

@@ -22,6 +22,7 @@ import ast
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
@@ -124,10 +125,12 @@ def _render_state(view: DaemonView) -> str:
     )
 
 
-def run_file(path: Path) -> tuple[str, str]:
-    """Return (the file as written, the file with outputs as this code produces them)."""
+def run_file(path: Path, runner: Any = None) -> tuple[str, str]:
+    """Return (the file as written, the file with outputs as this code produces them).
+
+    ``runner`` has ``run(command_line) -> output`` (a ``ScenarioRunner`` of a daemon by default)."""
     text = path.read_text()
-    runner = ScenarioRunner()
+    runner = ScenarioRunner() if runner is None else runner
     blocks, produced = text.strip("\n").split("\n\n"), []
     for block in blocks:
         lines = block.splitlines()

@@ -1,26 +1,16 @@
-"""docs/protocol.md §5 and §6: the engine's pure decisions and its phase machines."""
+"""docs/protocol.md §5: the engine's findings, and the startup agreement taken on them by the session's
+StartupMachine (the chunk decisions and commit checks are in testdata/session/)."""
 
 from __future__ import annotations
 
 import pytest
-from statemachine.exceptions import TransitionNotAllowed
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import (
-    EngineLayout,
-    RankFinding,
-    RebalanceMachine,
-    RebalanceMode,
-    StartupMachine,
-    chunk_decision,
-    needs_wait,
-    rebalance_mode,
-    startup_decision,
-    verify_commits,
-)
+from layout_sm.engine import EngineLayout, Go, RankFinding, RecordStamp, StartupOutcome, needs_wait
 from layout_sm.messages import AttachRequest, BeginRequest, CommitRequest
-from layout_sm.reasons import Reason, busy, ok, refused
+from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord, layout_digest
+from layout_sm.session import EngineSession
 
 INITIAL = [[0, 1, 2, 3], [3, 2, 1, 0]]
 MOVED = [[1, 0, 2, 3], [3, 2, 1, 0]]
@@ -31,6 +21,17 @@ ENGINE = EngineLayout(2, 4, 4, layout_digest(INITIAL), routes_by_metadata=True)
 
 def rec(rank: int, record: LayoutRecord = V0) -> RankFinding:
     return RankFinding(rank, "record", record)
+
+
+def startup_decision(findings: list[RankFinding], engine: EngineLayout) -> StartupOutcome:
+    """What a session agrees on ``findings`` (gathered in rank order): its outcome."""
+    ordered = sorted(findings, key=lambda f: f.rank)
+    session = EngineSession("E", len(ordered), engine)
+    session.gathered(ordered)
+    step = session.agree()
+    outcome = session.view().outcome
+    assert outcome is not None and (step.go is Go.STOP) == outcome.failed and step.reason == outcome.reason
+    return outcome
 
 
 # -- findings from real daemon machine replies ----------------------------------------------
@@ -57,9 +58,20 @@ def test_findings_come_from_attach_replies() -> None:
     assert RankFinding.from_attach_reply(0, {"status": "ok"}).kind == "unreadable"
 
 
-def test_findings_round_trip_for_the_all_gather() -> None:
-    for finding in (rec(0), RankFinding(1, "dirty", detail="x"), rec(0).timed_out(300.0)):
-        assert RankFinding.from_wire(finding.to_wire()) == finding
+def test_findings_round_trip_for_the_all_gather_without_their_maps() -> None:
+    for finding in (rec(0), RankFinding(1, "dirty", detail="x"), rec(0).timed_out(300.0), rec(1, V1)):
+        gathered = RankFinding.from_wire(finding.to_wire())
+        assert gathered.same_as(finding) and gathered.detail == finding.detail
+        assert "map" not in str(finding.to_wire()) and gathered.record == (
+            None if finding.record is None else RecordStamp.of_any(finding.record)
+        )
+    assert not rec(0).same_as(rec(0, V1)) and not rec(0).same_as(rec(1))
+    # a rank's own finding keeps its map through the gather; another rank's is a stamp
+    session = EngineSession("E", 2, ENGINE)
+    session.found(0, rec(0, V1))
+    session.gathered([RankFinding.from_wire(f.to_wire()) for f in (rec(0, V1), rec(1, V1))])
+    assert session.finding(0).record == V1 and session.finding(1).record == RecordStamp.of_any(V1)
+    assert session.agree().reason is Reason.ADOPT and session.layout_to_install() == V1.rows
 
 
 def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
@@ -81,7 +93,7 @@ def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
     assert RankFinding.from_query_reply(0, daemon.query_state(include_map=True).to_wire()).kind == "dirty"
 
 
-# -- startup_decision ---------------------------------------------------------------------
+# -- the agreement ---------------------------------------------------------------------
 
 
 def test_all_daemons_agree_on_a_moved_layout_adopt_it() -> None:
@@ -112,11 +124,6 @@ def test_startup_fails_with_the_reason(findings: list[RankFinding], reason: str,
     assert not outcome.shared_rebalance
 
 
-def test_the_decision_does_not_depend_on_gather_order() -> None:
-    findings = [rec(1, V1), RankFinding(0, "dirty", detail="d"), RankFinding(2, "unreadable", detail="u")]
-    assert startup_decision(findings, ENGINE) == startup_decision(list(reversed(findings)), ENGINE)
-
-
 def test_daemons_without_record_start_with_own_layout_and_no_shared_rebalance() -> None:
     for findings in (
         [RankFinding(0, "no_record"), RankFinding(1, "no_record")],
@@ -136,137 +143,6 @@ def test_an_engine_that_does_not_route_by_metadata_cannot_adopt_a_move() -> None
     static = EngineLayout(2, 4, 4, layout_digest(INITIAL), routes_by_metadata=False)
     assert startup_decision([rec(0, V1), rec(1, V1)], static).reason == "not_routing_by_metadata"
     assert startup_decision([rec(0), rec(1)], static).kind == "keep_own"
-
-
-# -- rebalance_mode -----------------------------------------------------------------------
-
-
-def test_rebalance_mode() -> None:
-    agreed = startup_decision([rec(0), rec(1)], ENGINE)
-    assert rebalance_mode(agreed, ["daemon", "daemon"]) == RebalanceMode(
-        True, True, "shared", "rebalancing through the daemons' chunk protocol"
-    )
-    assert rebalance_mode(None, ["disk", "disk"]).shared is False and rebalance_mode(None, ["disk"]).enabled
-    assert rebalance_mode(agreed, ["daemon", "disk"]).reason == "mixed_sources"
-    assert rebalance_mode(agreed, ["daemon", "daemon"], elastic_ep=True).reason == "elastic_ep"
-    assert rebalance_mode(None, ["daemon", "daemon"]).reason == "not_attached"
-    no_record = startup_decision([RankFinding(0, "no_record"), RankFinding(1, "no_record")], ENGINE)
-    mode = rebalance_mode(no_record, ["daemon", "daemon"])
-    assert not mode.enabled and mode.reason == "no_record"
-
-
-# -- chunk_decision -----------------------------------------------------------------------
-
-OK = ok(Reason.BEGUN, "begun", version=0)
-BUSY = busy(Reason.OTHER_ENGINE_ATTACHED, "C attached")
-REFUSED = refused(Reason.STALE_BASE_VERSION, "stale")
-
-
-@pytest.mark.parametrize(
-    ("replies", "kind", "abort_ranks"),
-    [
-        ([OK, OK], "proceed", ()),
-        ([OK, BUSY], "pause", (0,)),
-        ([BUSY, OK], "pause", (1,)),
-        ([OK, REFUSED], "disable", (0,)),
-        ([BUSY, REFUSED], "disable", ()),
-        ([REFUSED, BUSY, OK], "disable", (2,)),
-        ([OK, None], "disable", (0,)),
-    ],
-)
-def test_chunk_decision(replies: list, kind: str, abort_ranks: tuple[int, ...]) -> None:
-    decision = chunk_decision(replies)
-    assert (decision.kind, decision.abort_ranks) == (kind, abort_ranks)
-    assert chunk_decision([r.to_wire() if r else None for r in replies]) == decision
-
-
-# -- verify_commits -----------------------------------------------------------------------
-
-
-def _committed(rows: list[list[int]], version: int = 1) -> object:
-    return ok(Reason.COMMITTED, "c", version=version, digest=layout_digest(rows))
-
-
-def test_commits_verified_against_the_engines_own_digest() -> None:
-    verdict = verify_commits([_committed(MOVED), _committed(MOVED)], MOVED, expected_version=1)
-    assert verdict.ok and verdict.version == 1 and verdict.digest == layout_digest(MOVED)
-
-
-@pytest.mark.parametrize(
-    "replies",
-    [
-        [_committed(MOVED), _committed(INITIAL)],  # a daemon recorded another map
-        [_committed(INITIAL), _committed(INITIAL)],  # both agree, but not with the engine's map
-        [_committed(MOVED), _committed(MOVED, version=2)],
-        [_committed(MOVED), refused(Reason.BAD_ROWS, "bad")],
-        [_committed(MOVED), None],
-    ],
-)
-def test_inconsistent_commits_fail_verification(replies: list) -> None:
-    verdict = verify_commits(replies, MOVED)
-    assert not verdict.ok and "restart the weight cache daemons" in verdict.message
-
-
-def test_expected_version_is_checked() -> None:
-    assert not verify_commits([_committed(MOVED, 3), _committed(MOVED, 3)], MOVED, expected_version=2).ok
-
-
-# -- machines -----------------------------------------------------------------------------
-
-
-def test_startup_machine_waits_then_decides() -> None:
-    machine = StartupMachine()
-    machine.send("found", finding=RankFinding(0, "pending", V0, "moving"))
-    assert machine.current_state_value == "waiting"
-    machine.send("polled", finding=RankFinding(0, "pending", V0, "moving"))
-    assert machine.current_state_value == "waiting"
-    machine.send("polled", finding=rec(0))
-    machine.send("decided", outcome=startup_decision([rec(0, V1)], ENGINE))
-    assert machine.current_state_value == "adopted"
-    with pytest.raises(TransitionNotAllowed):
-        machine.send("found", finding=rec(0))
-
-
-def test_rebalance_machine_turns_off_for_good() -> None:
-    machine = RebalanceMachine()
-    machine.send("start", mode=rebalance_mode(startup_decision([rec(0)], ENGINE), ["daemon"]))
-    assert machine.phase == "idle" and machine.may_rebalance
-    machine.send("chunk")
-    machine.send("begun", decision=chunk_decision([BUSY]))
-    assert machine.phase == "idle", "busy pauses this rebalance only"
-    machine.send("chunk")
-    machine.send("begun", decision=chunk_decision([REFUSED]))
-    assert machine.phase == "off" and not machine.may_rebalance
-    with pytest.raises(TransitionNotAllowed):
-        machine.send("chunk")
-
-
-def test_rebalance_machine_aborts_the_begun_ranks_then_pauses_or_stops() -> None:
-    machine = RebalanceMachine()
-    machine.send("start", mode=rebalance_mode(startup_decision([rec(0)], ENGINE), ["daemon"]))
-    machine.send("chunk")
-    paused = chunk_decision([OK, OK, BUSY])
-    machine.send("begun", decision=paused)
-    assert machine.phase == "aborting"
-    machine.send("aborted", decision=paused, left=1)
-    assert machine.phase == "aborting"
-    machine.send("aborted", decision=paused, left=0)
-    assert machine.phase == "idle"
-    machine.send("chunk")
-    stopped = chunk_decision([OK, REFUSED])
-    machine.send("begun", decision=stopped)
-    machine.send("aborted", decision=stopped, left=0)
-    assert machine.phase == "off"
-    with pytest.raises(TransitionNotAllowed):
-        machine.send("aborted", decision=stopped, left=0)
-
-
-def test_rebalance_machine_local_mode_never_uses_the_protocol() -> None:
-    machine = RebalanceMachine()
-    machine.send("start", mode=rebalance_mode(None, ["disk", "disk"]))
-    assert machine.phase == "local"
-    with pytest.raises(TransitionNotAllowed):
-        machine.send("chunk")
 
 
 def test_findings_without_a_reply() -> None:

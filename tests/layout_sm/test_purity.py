@@ -50,7 +50,8 @@ def test_core_modules_import_nothing_impure() -> None:
 
 def test_importing_the_core_loads_neither_sglang_nor_torch() -> None:
     code = (
-        "import sys, layout_sm, layout_sm.daemon, layout_sm.engine, layout_sm.messages, layout_sm.record;"
+        "import sys, layout_sm, layout_sm.daemon, layout_sm.engine, layout_sm.engine_machines, layout_sm.session,"
+        " layout_sm.declared, layout_sm.messages, layout_sm.record;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sglang', 'torch', 'numpy'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

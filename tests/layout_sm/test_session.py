@@ -1,17 +1,27 @@
 """The engine session (docs/protocol.md §2, §5, §6) against real DaemonMachines: the steps, the
-restore from a view, and the bare view the mirror keeps."""
+restore from a view, the bare view the mirror keeps, and the declared tables against
+python-statemachine's own engine on the same classes."""
 
 from __future__ import annotations
+
+from typing import get_args
 
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import EngineLayout, RankFinding
+from layout_sm.declared import Declared
+from layout_sm.engine import (
+    EngineLayout,
+    Go,
+    RankFinding,
+    RebalancePhase,
+)
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
 from layout_sm.messages import AttachRequest
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord
-from layout_sm.session import EngineSession, EngineView, Gather, SessionError, Wait
+from layout_sm.session import EngineSession, EngineView, SessionError
 
 INITIAL = ((0, 1, 2, 3), (3, 2, 1, 0))
 MOVED = ((1, 0, 2, 3), (3, 2, 1, 0))
@@ -19,31 +29,37 @@ RECORD = LayoutRecord.initial(INITIAL, 4)
 ENGINE = EngineLayout(2, 4, 4, RECORD.digest, routes_by_metadata=True)
 
 
-def _started(daemons: list[DaemonMachine], engine_id: str = "A") -> EngineSession:
-    session = EngineSession(engine_id, len(daemons), ENGINE)
+@pytest.fixture(params=[False, True], ids=["tables", "statemachine"])
+def statemachine(request: pytest.FixtureRequest) -> bool:
+    """Every test runs twice: with the declared tables the engines run, and with python-statemachine."""
+    return bool(request.param)
+
+
+def _started(daemons: list[DaemonMachine], engine_id: str = "A", statemachine: bool = False) -> EngineSession:
+    session = EngineSession(engine_id, len(daemons), ENGINE, statemachine=statemachine)
     for rank, daemon in enumerate(daemons):
         reply = daemon.attach_engine(session.attach_request(), f"s{engine_id}{rank}")
-        assert isinstance(session.attached(rank, reply.to_wire()), Gather)
-    assert session.agree().kind == "keep_own"
+        assert session.attached(rank, reply.to_wire()).go is Go.MOVE
+    assert session.agree().reason is Reason.INITIAL_LAYOUT
     for rank, daemon in enumerate(daemons):
-        assert session.fetched(rank, daemon.fetch_check(session.fetch_claim(rank)).to_wire()) is None
+        assert session.fetched(rank, daemon.fetch_check(session.fetch_claim(rank)).to_wire()).go is Go.MOVE
     assert session.view().phase == "run"
     assert session.start_rebalance(["daemon"] * len(daemons)).reason is Reason.SHARED
     return session
 
 
 def _chunk(session: EngineSession, daemons: list[DaemonMachine], layers: list[int]):  # type: ignore[no-untyped-def]
-    assert session.rebalance() == "shared"
+    assert session.rebalance().go is Go.MOVE and session.shares
     session.begin_chunk(layers)
     for rank, daemon in enumerate(daemons):
         session.begun(rank, daemon.begin_move(session.begin_request(rank)))
     return session.decide()
 
 
-def test_a_chunk_moves_commits_and_verifies() -> None:
+def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons)
-    assert _chunk(session, daemons, [0]).kind == "proceed"
+    session = _started(daemons, statemachine=statemachine)
+    assert _chunk(session, daemons, [0]).go is Go.MOVE
     session.moved(MOVED)
     for rank, daemon in enumerate(daemons):
         request = session.commit_request(rank)
@@ -51,76 +67,83 @@ def test_a_chunk_moves_commits_and_verifies() -> None:
         session.committed(rank, daemon.commit_move(request))
     verdict = session.verify()
     view = session.view()
-    assert verdict.ok and view.version == 1 and view.rows == MOVED and view.rebalance == "idle" and view.shares
+    assert verdict.go is Go.MOVE and verdict.reason is Reason.COMMITTED
+    assert view.version == 1 and view.rows == MOVED and view.rebalance == "idle" and view.shares
     assert all(d.view().record.rows == MOVED for d in daemons)
 
 
-def test_busy_aborts_the_begun_ranks_then_pauses() -> None:
+def test_busy_aborts_the_begun_ranks_then_pauses(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons)
+    session = _started(daemons, statemachine=statemachine)
     daemons[1].attach_engine(AttachRequest("standby"), "sS")  # a warm standby on rank 1's daemon
-    decision = _chunk(session, daemons, [1])
-    assert (decision.kind, decision.abort_ranks, decision.reason) == ("pause", (0,), Reason.BEGIN_BUSY)
+    step = _chunk(session, daemons, [1])
+    assert (step.go, step.reason) == (Go.PAUSE, Reason.BEGIN_BUSY)
     assert session.view().rebalance == "aborting" and session.view().shares
-    with pytest.raises(SessionError):
-        session.abort_request(1)  # rank 1's begin was busy: nothing to abort
-    assert daemons[0].abort_move(session.abort_request(0)).reason is Reason.ABORTED
+    assert session.abort_request(1) is None  # rank 1's begin was busy: nothing to abort
+    with pytest.raises(TransitionNotAllowed):
+        session.aborted(1)
+    request = session.abort_request(0)
+    assert request is not None and daemons[0].abort_move(request).reason is Reason.ABORTED
     session.aborted(0)
     assert session.view().rebalance == "idle" and session.view().chunk == ()
     assert daemons[0].view().pending is None
 
 
-def test_a_refusal_switches_rebalancing_off_for_good_with_the_reason() -> None:
+def test_a_refusal_switches_rebalancing_off_for_good_with_the_reason(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons)
+    session = _started(daemons, statemachine=statemachine)
     daemons[1].fetch_check(None)  # an engine without the plugin was served: non-following seen
-    decision = _chunk(session, daemons, [0])
-    assert decision.kind == "disable" and decision.reason is Reason.BEGIN_REFUSED
-    daemons[0].abort_move(session.abort_request(0))
-    session.aborted(0)
+    step = _chunk(session, daemons, [0])
+    assert step.go is Go.STOP and step.reason is Reason.BEGIN_REFUSED
+    request = session.abort_request(0)
+    assert request is not None
+    daemons[0].abort_move(request)
+    session.aborted_all()
     view = session.view()
     assert view.rebalance == "off" and not view.shares and view.off is not None
     assert view.off.reason is Reason.BEGIN_REFUSED and "non_following_seen" in view.off.message
-    assert session.rebalance() == "off"
+    assert session.rebalance() == view.off
     with pytest.raises(TransitionNotAllowed):
         session.begin_chunk([0])
 
 
-def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_lasts() -> None:
+def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_lasts(statemachine: bool) -> None:
     daemon = DaemonMachine(RECORD)
-    mover = _started([daemon], "M")
-    assert _chunk(mover, [daemon], [0]).kind == "proceed"
-    session = EngineSession("B", 1, ENGINE)
+    mover = _started([daemon], "M", statemachine=statemachine)
+    assert _chunk(mover, [daemon], [0]).go is Go.MOVE
+    session = EngineSession("B", 1, ENGINE, statemachine=statemachine)
     step = session.attached(0, daemon.attach_engine(session.attach_request(), "sB").to_wire())
-    assert isinstance(step, Wait) and "'M'" in step.detail
+    assert step.go is Go.PAUSE and "'M'" in step.message
     before = session.view()
-    assert isinstance(session.polled(0, daemon.query_state(include_map=True).to_wire()), Wait)
-    assert session.view() == before and not session.may_agree
+    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.PAUSE
+    assert session.view() == before
+    with pytest.raises(TransitionNotAllowed):
+        session.agree()  # a rank still waits
     mover.moved(MOVED)
     mover.committed(0, daemon.commit_move(mover.commit_request(0)))
-    assert mover.verify().ok
-    assert isinstance(session.polled(0, daemon.query_state(include_map=True).to_wire()), Gather)
-    outcome = session.agree()
-    assert outcome.kind == "adopt" and outcome.reason is Reason.ADOPT and session.view().version == 1
+    assert mover.verify().go is Go.MOVE
+    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.MOVE
+    step = session.agree()
+    assert step.go is Go.MOVE and step.reason is Reason.ADOPT and session.view().version == 1
+    assert session.layout_to_install() == MOVED
 
 
-def test_restore_puts_the_session_and_its_machines_in_a_view() -> None:
+def test_restore_puts_the_session_in_a_view(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons)
+    session = _started(daemons, statemachine=statemachine)
     idle = session.view()
     _chunk(session, daemons, [0])
     session.restore(idle)
-    assert session.view() == idle
+    assert session.view() is idle and session.model.view is idle  # the model is the view: no copy
     session.begin_chunk([1])  # from idle again
-    fresh = EngineView.fresh("A", 2)
-    session.restore(fresh)  # back before startup: the machines left their final states
-    assert isinstance(session.found(0, RankFinding(0, "record", RECORD)), Gather)
+    session.restore(EngineView.fresh("A", 2))  # back before startup: out of final states too
+    assert session.found(0, RankFinding(0, "record", RECORD)).go is Go.MOVE
 
 
-def test_no_decision_reads_what_the_bare_view_drops() -> None:
+def test_no_decision_reads_what_the_bare_view_drops(statemachine: bool) -> None:
     """The mirror keeps bare views: the same steps from a bare view decide the same."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons)
+    session = _started(daemons, statemachine=statemachine)
     daemons[1].attach_engine(AttachRequest("standby"), "sS")
     session.begin_chunk([0])
     for rank, daemon in enumerate(daemons):
@@ -132,24 +155,112 @@ def test_no_decision_reads_what_the_bare_view_drops() -> None:
     after = session.view().bare()
     session.restore(bare)
     again = session.decide()
-    assert (again.kind, again.abort_ranks, again.reason) == (decided.kind, decided.abort_ranks, decided.reason)
+    assert (again.go, again.reason) == (decided.go, decided.reason)
     assert session.view().bare() == after
 
 
-def test_steps_out_of_order_are_refused() -> None:
-    session = EngineSession("A", 2, ENGINE)
-    with pytest.raises(SessionError):
+def test_steps_out_of_order_are_refused(statemachine: bool) -> None:
+    session = EngineSession("A", 2, ENGINE, statemachine=statemachine)
+    with pytest.raises(TransitionNotAllowed):
         session.agree()  # no rank has found anything
     with pytest.raises(TransitionNotAllowed):
         session.begin_chunk([0])  # the rebalance mode is not known yet
+    with pytest.raises(SessionError):
+        session.begin_request(0)
+    with pytest.raises(SessionError):
+        session.rebalance()
     with pytest.raises(ValueError):
         EngineSession("A", 0, ENGINE)
 
 
-def test_the_views_rebalance_phases_are_the_machines_states() -> None:
-    from typing import get_args
+def test_an_unknown_weight_source_fails_safe_and_never_attached_sessions_come_from_the_core() -> None:
+    for sources in ((None, "daemon"), ("disk", None), ("gpu-direct",)):
+        session = EngineSession.never_attached(len(sources))
+        step = session.start_rebalance(sources)
+        assert (step.go, step.reason) == (Go.STOP, Reason.UNKNOWN_SOURCE)
+        assert session.rebalance() == step and not session.shares
+    local = EngineSession.never_attached(2)
+    assert local.start_rebalance(["disk", "disk"]).reason is Reason.LOCAL
+    assert local.rebalance().go is Go.MOVE and not local.shares  # sglang's own rebalance, no protocol
+    assert EngineSession.never_attached(1).start_rebalance(["daemon"]).reason is Reason.NOT_ATTACHED
 
-    from layout_sm.engine import RebalanceMachine
-    from layout_sm.session import RebalancePhase
 
+def test_the_views_phases_are_the_machines_states() -> None:
     assert list(get_args(RebalancePhase)) == [state.id for state in RebalanceMachine.states]
+    assert [s.id for s in StartupMachine.states] == ["start", "load", "run", "failed"]
+
+
+def test_the_tables_are_the_declarations() -> None:
+    """Every declared transition is a rule of the table, in declaration order, with its guards."""
+    for machine, field in ((StartupMachine, "phase"), (RebalanceMachine, "rebalance")):
+        table = Declared.of(machine, EngineState, field)
+        declared = [(s.value, str(e), t.target.value) for s in machine.states for t in s.transitions for e in t.events]
+        tabled = [(r.source, r.event, r.target) for s in machine.states for (src, _), rules in table.rules.items()
+                  if src == s.value for r in rules]  # fmt: skip
+        assert sorted(declared) == sorted(tabled)
+        assert table.events == {str(e) for e in machine.events}
+
+
+def test_the_table_finds_a_name_where_python_statemachine_does() -> None:
+    """On the machine first (run on the host instance), then on the model: both engines agree."""
+    from statemachine import State, StateMachine
+
+    class OnMachine(StateMachine):
+        a = State(initial=True)
+        b = State(final=True)
+        go = a.to(b, cond="not_found", on="take")
+
+        def not_found(self, rank: int) -> bool:  # shadows EngineState.not_found, as in python-statemachine
+            return rank == 7
+
+        def take(self, rank: int) -> str:
+            return f"taken {rank}"
+
+    class Model:
+        state = "a"
+
+        def not_found(self, rank: int) -> bool:
+            return True
+
+    table = Declared(OnMachine, Model, "state")
+    host = OnMachine(model=Model())
+    with pytest.raises(TransitionNotAllowed):
+        table.fire_on(host, Model(), "go", rank=1)
+    model = Model()
+    assert table.fire_on(host, model, "go", rank=7) == "taken 7" and model.state == "b"
+    reference = OnMachine(model=Model())
+    assert reference.send("go", rank=7) == "taken 7" and reference.model.state == "b"
+
+
+def test_the_table_refuses_what_it_cannot_read() -> None:
+    """A callback the table would not run as python-statemachine does is refused when it is built."""
+    from statemachine import State, StateMachine
+
+    class Either(StateMachine):
+        a = State(initial=True)
+        b = State(final=True)
+        go = a.to(b, cond="not_found or waits")
+
+    with pytest.raises(TypeError, match="only names joined by 'and'"):
+        Declared(Either, EngineState, "phase")
+
+    class Entering(StateMachine):
+        a = State(initial=True)
+        b = State(final=True)
+        go = a.to(b)
+
+        def on_enter_b(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="convention callback"):
+        Declared(Entering, EngineState, "phase")
+
+
+def test_the_diagrams_are_drawn_from_the_declarations() -> None:
+    """``python -m layout_sm.diagrams`` reads the same classes (Graphviz renders the text it builds)."""
+    from statemachine.contrib.diagram import DotGraphMachine
+
+    from layout_sm.diagrams import machines
+
+    drawn = {stem: DotGraphMachine(machine)().to_string() for stem, machine in machines().items()}
+    assert "good" in drawn["rebalance_machine"] and "records_differ" in drawn["startup_machine"]

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from statemachine import State, StateMachine
 from tools.mirror.compare import compare_graphs
 from tools.mirror.compare import main as compare_main
 from tools.mirror.dot import StateGraph, escape, load_dot
@@ -114,19 +115,96 @@ def test_compare_reports_a_changed_state_and_a_missing_edge(small_graph: tuple[P
     assert compare_main([str(dot), str(bad), "--max", "2"]) == 1
 
 
-def test_the_engine_machines_decide_the_mirrors_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The mirror's engines are layout_sm's sessions, whose RebalanceMachine takes every transition:
-    a mutant of it (a busy reply turns rebalancing off for good) changes the mirror's graph."""
-    import layout_sm.session as session_module
-    from layout_sm.engine import RebalanceMachine
+class BusyTurnsOff(StateMachine):
+    """``layout_sm.engine_machines.RebalanceMachine`` with one rule broken in its declaration: a chunk that
+    a daemon answered busy, beside ok begins, is aborted and turns rebalancing off for good (the
+    action of a refusal), instead of pausing."""
 
-    class PauseTurnsOff(RebalanceMachine):
-        def pauses(self, decision):  # type: ignore[no-untyped-def, override]
-            return False
+    starting = State(initial=True)
+    local = State(final=True)
+    idle = State()
+    beginning = State()
+    aborting = State()
+    moving = State()
+    committing = State()
+    off = State(final=True)
+
+    start = (
+        starting.to(off, cond="source_unknown", on="off_unknown_source")
+        | starting.to(local, cond="from_disk_everywhere", on="go_local")
+        | starting.to(off, cond="from_disk_somewhere", on="off_mixed_sources")
+        | starting.to(off, cond="elastic", on="off_elastic")
+        | starting.to(off, cond="never_attached", on="off_not_attached")
+        | starting.to(off, unless="startup_shares", on="off_by_startup")
+        | starting.to(idle, on="go_shared")
+    )
+    chunk = idle.to(beginning, on="take_chunk")
+    begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
+    decide = (
+        beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")
+        | beginning.to(aborting, cond="every_rank_began and any_refused and any_ok", on="stop_after_aborts")
+        | beginning.to(off, cond="every_rank_began and any_refused", on="stop")
+        | beginning.to(aborting, cond="every_rank_began and any_ok", on="stop_after_aborts")  # the broken rule
+        | beginning.to(idle, cond="every_rank_began", on="pause")
+    )
+    abort = (
+        aborting.to.itself(internal=True, cond="began_here and not last_to_abort", on="take_abort")
+        | aborting.to(idle, cond="began_here and still_shares", on="end_aborts")
+        | aborting.to(off, cond="began_here", on="end_aborts")
+    )
+    move = moving.to(committing, on="take_moved")
+    commit = committing.to.itself(internal=True, cond="to_commit", on="take_commit")
+    verify = committing.to(idle, cond="every_rank_committed and good", on="keep_verified") | committing.to(
+        off, cond="every_rank_committed", on="refuse_unverified"
+    )
+
+
+def test_the_copy_differs_from_the_declaration_in_one_rule() -> None:
+    from layout_sm.declared import Declared
+    from layout_sm.engine_machines import EngineState, RebalanceMachine
+
+    ours = Declared.of(RebalanceMachine, EngineState, "rebalance").rules
+    theirs = Declared.of(BusyTurnsOff, EngineState, "rebalance").rules
+
+    def rules(table):  # type: ignore[no-untyped-def]
+        return {k: [(r.target, [(g.name, g.expected) for g in r.guards], [a.name for a in r.actions]) for r in v]
+                for k, v in table.items()}  # fmt: skip
+
+    a, b = rules(ours), rules(theirs)
+    assert [k for k in a if a[k] != b[k]] == [("beginning", "decide")]
+    ours_decide, theirs_decide = a[("beginning", "decide")], b[("beginning", "decide")]
+    assert [i for i, rule in enumerate(ours_decide) if rule != theirs_decide[i]] == [3]
+
+
+@pytest.mark.parametrize("statemachine", [False, True], ids=["tables", "statemachine"])
+def test_a_rule_broken_in_the_declaration_fails_the_mirror_and_the_fast_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statemachine: bool
+) -> None:
+    """The declaration is the one source: broken there, the mirror's graph (explored with either
+    engine) leaves the spec's, and the session's own steps (the data-driven chunk scenarios,
+    run on the declared tables the engines run) change too."""
+    from tests.layout_sm.datadriven import run_file
+    from tests.layout_sm.datadriven_session import SessionRunner
+
+    from layout_sm.session import EngineSession
 
     spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
-    assert explore(spec, "MCSmall", tmp_path / "mirror.dot", progress=None).ok
-    monkeypatch.setattr(session_module, "RebalanceMachine", PauseTurnsOff)
-    explore(spec, "MCSmall", tmp_path / "mutant.dot", progress=None, stop_on_violation=False)
+    assert explore(spec, "MCSmall", tmp_path / "mirror.dot", progress=None, statemachine=statemachine).ok
+    chunks = Path(__file__).parents[1] / "layout_sm" / "testdata" / "session" / "03_chunks.txt"
+    written, produced = run_file(chunks, SessionRunner())
+    assert written == produced
+    monkeypatch.setattr(EngineSession, "rebalance_machine", BusyTurnsOff)
+    explore(spec, "MCSmall", tmp_path / "mutant.dot", progress=None, stop_on_violation=False, statemachine=statemachine)
     diff = compare_graphs(load_dot(tmp_path / "mirror.dot"), load_dot(tmp_path / "mutant.dot"))
     assert not diff.equal
+    written, produced = run_file(chunks, SessionRunner())
+    assert written != produced
+    assert "pause(busy)" in written.split("begin 1 busy")[1] and "stop(refused)" in produced.split("begin 1 busy")[1]
+
+
+def test_both_engines_explore_the_same_graph(tmp_path: Path) -> None:
+    """python-statemachine's engine and the declared tables read the same classes the same way."""
+    spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
+    assert explore(spec, "MCSmall", tmp_path / "tables.dot", progress=None).ok
+    assert explore(spec, "MCSmall", tmp_path / "statemachine.dot", progress=None, statemachine=True).ok
+    assert compare_graphs(load_dot(tmp_path / "tables.dot"), load_dot(tmp_path / "statemachine.dot")).equal

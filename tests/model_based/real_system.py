@@ -37,11 +37,11 @@ from tools.mirror.values import ModelValue, Record
 
 from daemon_adapter import client
 from layout_sm import messages
-from layout_sm.engine import EngineLayout
+from layout_sm.engine import EngineLayout, Go
 from layout_sm.messages import request_wire
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
-from layout_sm.session import EngineSession, Gather
+from layout_sm.session import EngineSession
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
 PERMS = ROWS  # the mirror's binding of the spec's two permutations (tools.mirror.system)
@@ -164,8 +164,8 @@ class RealSystem:
         eng = self.engine(e)
         wire = self.request(r, messages.query_request(include_map=True))
         step = eng.steps.polled(r - 1, wire)
-        if not isinstance(step, Gather):
-            raise Mismatch(f"Poll({eng.name}, {r}): the rank still waits ({step.detail}); the spec's move ended")
+        if step.go is Go.PAUSE:
+            raise Mismatch(f"Poll({eng.name}, {r}): the rank still waits ({step.message}); the spec's move ended")
         self._expect_finding(eng, e, r, after, f"Poll({eng.name}, {r})")
 
     def do_Timeout(self, before: Record, after: Record, e: Any, r: int) -> None:
@@ -177,10 +177,10 @@ class RealSystem:
         eng = self.engine(e)
         outcome = eng.steps.agree()
         want_phase = after["ephase"][e]
-        if outcome.failed != (want_phase == "failed"):
-            raise Mismatch(f"Agree({eng.name}): the session decided {outcome.kind} ({outcome.message}); "
+        if (outcome.go is Go.STOP) != (want_phase == "failed"):
+            raise Mismatch(f"Agree({eng.name}): the session said {outcome.go.value} ({outcome.message}); "
                            f"the spec's engine goes to {want_phase!r}")  # fmt: skip
-        if outcome.failed:
+        if outcome.go is Go.STOP:
             return
         eng.steps.start_rebalance(("daemon",) * self.ranks)
         view = eng.steps.view()
@@ -223,22 +223,25 @@ class RealSystem:
         eng = self.engine(e)
         decision = eng.steps.decide()
         step = after["reb"][e]["step"]
-        want = {"move": "proceed"}.get(step)
-        if (decision.kind == "proceed") != (want == "proceed"):
+        if (decision.go is Go.MOVE) != (step == "move"):
             raise Mismatch(
-                f"Decide({eng.name}): the session decided {decision.kind} ({decision.message}); spec step {step!r}"
+                f"Decide({eng.name}): the session said {decision.go.value} ({decision.message}); spec step {step!r}"
             )
-        if decision.kind != "proceed":
+        if decision.go is not Go.MOVE:
             oks = {r - 1 for r in range(1, self.ranks + 1) if _at(before["reb"][e]["replies"], r) == "ok"}
-            if set(decision.abort_ranks) != oks:
-                raise Mismatch(f"Decide({eng.name}): aborts ranks {list(decision.abort_ranks)}; the spec aborts "
+            aborts = {r for r in range(self.ranks) if eng.steps.abort_request(r) is not None}
+            if aborts != oks:
+                raise Mismatch(f"Decide({eng.name}): aborts ranks {sorted(aborts)}; the spec aborts "
                                f"the ok ranks {sorted(oks)}")  # fmt: skip
         if eng.steps.view().shares != after["eshare"][e]:
-            raise Mismatch(f"Decide({eng.name}): {decision.kind} but the spec's eshare is {after['eshare'][e]}")
+            raise Mismatch(f"Decide({eng.name}): {decision.go.value} but the spec's eshare is {after['eshare'][e]}")
 
     def do_Abort(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.abort_request(r - 1))))
+        abort = eng.steps.abort_request(r - 1)
+        if abort is None:
+            raise Mismatch(f"Abort({eng.name}, {r}): the session has no begun move of rank {r} to abort")
+        reply = Reply.from_wire(self.request(r, request_wire(abort)))
         if reply.reason.value != "aborted":
             raise Mismatch(f"Abort({eng.name}, {r}): daemon replied {reply}; the spec aborts the move")
         eng.steps.aborted(r - 1)
@@ -259,8 +262,8 @@ class RealSystem:
     def do_Verify(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
         verdict = eng.steps.verify()
-        if verdict.ok != after["eshare"][e]:
-            raise Mismatch(f"Verify({eng.name}): the session's verdict ok={verdict.ok} ({verdict.message}); "
+        if (verdict.go is Go.MOVE) != after["eshare"][e]:
+            raise Mismatch(f"Verify({eng.name}): the session said {verdict.go.value} ({verdict.message}); "
                            f"spec eshare {after['eshare'][e]}")  # fmt: skip
 
     def do_Crash(self, before: Record, after: Record, e: Any) -> None:

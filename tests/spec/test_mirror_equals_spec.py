@@ -47,12 +47,14 @@ def _same_spec(graph: Path) -> bool:
 
 
 def _session_proceeds_on_busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The catalog's mutant, undone after the test: the session's chunk decision moves on busy."""
-    original = session_module.chunk_decision
+    """The catalog's mutant, undone after the test: the session's Decide moves on busy replies."""
+    from layout_sm.engine_machines import EngineState
+
+    original = EngineState.all_ok
     MUTANTS["session_proceeds_on_busy"].patch(session_module)
-    mutated = session_module.chunk_decision
-    session_module.chunk_decision = original  # so that monkeypatch records the original to restore
-    monkeypatch.setattr(session_module, "chunk_decision", mutated)
+    mutated = EngineState.all_ok
+    EngineState.all_ok = original  # type: ignore[method-assign]  # so that monkeypatch restores the original
+    monkeypatch.setattr(EngineState, "all_ok", mutated)
 
 
 def test_mirror_graph_equals_spec_graph(variant: Path, tmp_path: Path) -> None:

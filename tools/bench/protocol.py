@@ -113,8 +113,8 @@ def _rank_worker(
     def startup() -> None:
         session = EngineSession(f"bench-{rank}", world, engine)
         att = client.Attachment(path, request_wire(session.attach_request()))
-        finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
-        session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
+        session.attached(rank, att.reply)
+        session.gathered([RankFinding.from_wire(w) for w in gather(session.finding(rank).to_wire())])
         session.agree()
         attachments.append(att)
 
@@ -130,9 +130,9 @@ def _rank_worker(
 
     session = EngineSession("bench-chunks", world, engine)
     att = client.Attachment(path, request_wire(session.attach_request()))
-    finding = session.attached(rank, att.reply).finding  # type: ignore[union-attr]
-    session.gathered([RankFinding.from_wire(w) for w in gather(finding.to_wire())])
-    assert session.agree().kind == "keep_own"
+    session.attached(rank, att.reply)
+    session.gathered([RankFinding.from_wire(w) for w in gather(session.finding(rank).to_wire())])
+    assert session.agree().reason == "initial"
     session.fetched(rank, {"status": "ok"})  # the load's fetch_state is not timed here
     session.start_rebalance(["daemon"] * world)
     time.sleep(0.05)
@@ -144,12 +144,12 @@ def _rank_worker(
         t0 = time.perf_counter()
         session.begin_chunk([layer])
         decision = session.begun_all(gather(client.request(path, request_wire(session.begin_request(rank)))))
-        assert decision.kind == "proceed", decision.message
+        assert decision.go == "move", decision.message
         session.moved(rows)
         committed = gather(client.request(path, request_wire(session.commit_request(rank))))
         verdict = session.committed_all(committed)
         chunk_s.append(time.perf_counter() - t0)
-        assert verdict.ok, verdict.message
+        assert verdict.go == "move", verdict.message
     att.close()
     conn.send({"floors": floors, "startup_s": startup_s, "chunk_s": chunk_s})
     dist.destroy_process_group()

@@ -106,11 +106,15 @@ def explore(
     progress: TextIO | None = sys.stderr,
     every_s: float = 5.0,
     stop_on_violation: bool = True,
+    statemachine: bool = False,
 ) -> Result:
-    """Explore ``model_name`` breadth first; check invariants; optionally write the DOT graph."""
+    """Explore ``model_name`` breadth first; check invariants; optionally write the DOT graph.
+
+    ``statemachine``: the engine sessions step with python-statemachine's own engine instead of
+    the declared tables the engines run (``layout_sm.declared``): the graphs must be equal."""
     model = load_model(spec_dir, model_name)
     tlc_intern_order([*model.engines, "NONE"])  # model values in .cfg order: TLC's intern order
-    system = System(model)
+    system = System(model, statemachine=statemachine)
     res = Result(model_name)
     start = time.monotonic()
     last = start
@@ -208,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         "violations are printed as warnings and do not stop the run or fail it",
     )
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    ap.add_argument(
+        "--statemachine",
+        action="store_true",
+        help="engine steps through python-statemachine's own engine (the reference for the declared tables)",
+    )
     args = ap.parse_args(argv)
     if args.dump and len(args.models) != 1:
         ap.error("--dump takes one model")
@@ -218,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.dot_dir).mkdir(parents=True, exist_ok=True)
             dot = Path(args.dot_dir) / f"{name}.dot"
         progress = None if args.quiet else sys.stderr
-        res = explore(args.spec_dir, name, dot, progress=progress, stop_on_violation=not args.dump)
+        res = explore(
+            args.spec_dir, name, dot, progress=progress, stop_on_violation=not args.dump, statemachine=args.statemachine
+        )
         if args.dump:
             for v in res.violations[:1]:
                 print(f"warning ({len(res.violations)} violations; the first):\n{v}", file=sys.stderr)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView
-from layout_sm.engine import EngineLayout, RankFinding, needs_wait
+from layout_sm.engine import EngineLayout, Go, RankFinding, needs_wait
 from layout_sm.messages import AttachRequest
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
@@ -81,7 +81,7 @@ VARIABLE_SOURCES: dict[str, str] = {
     "eroute": "EngineView.rows (None: the initial layout)",
     "ever": "EngineView.version",
     "eserv": "EngineView.served (OlderEngine.serv)",
-    "eshare": "EngineView.shares (the startup outcome, then the RebalanceMachine state)",
+    "eshare": "EngineView.shares (set by the actions of Agree, Decide and Verify)",
     "reb": "EngineView.rebalance / chunk / begins, aborted, commits",
     "moves": "SysState.moves",
 }
@@ -205,7 +205,9 @@ _STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committin
 class System:
     """One model's system: the initial states, the events, the projection to spec variables."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, *, statemachine: bool = False) -> None:
+        """``statemachine``: the sessions take their steps with python-statemachine's own engine
+        rather than the declared tables (``layout_sm.declared``); both read the same classes."""
         self.model = model
         self.R = model.num_ranks
         self.initial_perms = tuple(0 for _ in model.layers)
@@ -220,7 +222,9 @@ class System:
         # One reused machine per daemon and one reused session per engine: states are loaded into
         # them (``restore``), never rebuilt.
         self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
-        self.sessions = {e: EngineSession(e, self.R, self.engine_layout) for e in model.newer}
+        self.sessions = {
+            e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine) for e in model.newer
+        }
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
         self._session_memo: dict[tuple[Any, ...], tuple[Any, EngineView]] = {}
         self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
@@ -347,7 +351,7 @@ class System:
         if v is None or not _may_agree(v):
             return None
         outcome, v2 = self._step(e, v, "agree")
-        if not outcome.failed:
+        if outcome.go is not Go.STOP:
             # Every rank of the spec's engines loads from its daemon.
             _, v2 = self._step(e, v2, "start_rebalance", ("daemon",) * self.R)
         return self._with(s, e, v2)

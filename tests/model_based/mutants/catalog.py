@@ -6,7 +6,9 @@ daemon processes it spawns alike. Source files are never edited (others work in 
 
 Each patch wraps or replaces one module attribute (or one method of a class, such as a conjunct
 of `layout_sm.daemon.DaemonView` that the daemon machine's guards and the reply functions both
-ask); the rest of the code calls it by that name, so the break reaches every caller.
+ask, or a guard of the engine machines on `layout_sm.engine_machines.EngineState`, which the declared
+tables and python-statemachine both look up by name); the rest of the code calls it by that
+name, so the break reaches every caller.
 `module.__layout_mutant__` records what was applied. A reply function broken alone, so that it
 accepts what the machine's guards refuse (or the reverse), is caught by the machine itself: the
 request raises `layout_sm.daemon.MachineDisagrees` instead of being answered.
@@ -282,84 +284,53 @@ def _(mod: ModuleType) -> None:
     mod.LayoutRecord.digest = property(lambda self: layout_digest(self.rows))
 
 
-# -- the engine's decisions (layout_sm.engine) --------------------------------------------------
+# -- the engine's rules (layout_sm.engine_machines: the guards of its machines, methods of EngineState) --
 
-E = "layout_sm.engine"
+E = "layout_sm.engine_machines"
 
 
 @mutant("engine_trusts_daemon_digest", E, "the engine computes its own digest of its own map", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    orig = mod.verify_commits
+    def good(self: Any) -> bool:  # the daemons agree with each other: their digest is taken
+        v = self.view
+        answers = [a for a in v.commits if a is not None]
+        versions_ok = all(a.ok and a.version == v.version + 1 for a in answers) and len(answers) == v.num_ranks
+        return versions_ok and len({a.digest for a in answers}) == 1
 
-    def verify_commits(commit_replies: Any, engine_rows: Any, expected_version: Any = None) -> Any:
-        replies = [mod.RankAnswer.of(r) for r in commit_replies]
-        theirs = next((r.digest for r in replies if r.ok), None)
-        verdict = orig(commit_replies, engine_rows, expected_version)
-        if theirs is not None and all(r.ok for r in replies):
-            versions = {r.version for r in replies}
-            if len(versions) == 1:
-                return mod.CommitVerdict(True, versions.pop(), theirs, "committed", "mutant: trusted")
-        return verdict
-
-    mod.verify_commits = verify_commits
+    mod.EngineState.good = good
 
 
 @mutant("startup_adopts_on_disagreement", E, "startup fails when the daemons disagree")
 def _(mod: ModuleType) -> None:
-    orig = mod.startup_decision
-
-    def startup_decision(findings: Any, engine: Any) -> Any:
-        records = [f for f in sorted(findings, key=lambda f: f.rank) if f.kind == "record"]
-        if len(records) == len(findings) and len({f.digest for f in records}) > 1:
-            findings = [replace(f, record=records[0].record) for f in findings]
-        return orig(findings, engine)
-
-    mod.startup_decision = startup_decision
+    mod.EngineState.records_differ = lambda self: False
 
 
 @mutant("startup_ignores_dirty", E, "startup fails when any daemon is dirty")
 def _(mod: ModuleType) -> None:
-    orig = mod.startup_decision
-
-    def startup_decision(findings: Any, engine: Any) -> Any:
-        return orig([f for f in findings if f.kind != "dirty"] or findings, engine)
-
-    mod.startup_decision = startup_decision
+    mod.EngineState.dirty = lambda self: False
 
 
 @mutant("startup_keeps_own_after_move", E, "some daemons without a record: fail if a recording one moved", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    orig = mod.startup_decision
-
-    def startup_decision(findings: Any, engine: Any) -> Any:
-        out = orig(findings, engine)
-        if out.kind == "fail" and out.reason == "mixed_after_move":
-            return mod.StartupOutcome("keep_own", "mixed_initial", "mutant: kept own")
-        return out
-
-    mod.startup_decision = startup_decision
+    mod.EngineState.moved_beside_no_record = lambda self: False
 
 
 @mutant("no_abort_ok_ranks_on_busy", E, "on busy, the engine aborts the ranks whose begin was ok")
 def _(mod: ModuleType) -> None:
-    orig = mod.chunk_decision
-
-    def chunk_decision(begin_replies: Any) -> Any:
-        out = orig(begin_replies)
-        return replace(out, abort_ranks=()) if out.kind == "pause" else out
-
-    mod.chunk_decision = chunk_decision
+    any_ok = mod.EngineState.any_ok
+    mod.EngineState.any_ok = lambda self: any_ok(self) and self.any_refused()  # a busy chunk aborts nothing
 
 
 @mutant("busy_disables_for_good", E, "busy pauses the rebalance; only refused turns it off")
 def _(mod: ModuleType) -> None:
-    orig = mod.chunk_decision
+    from layout_sm.reasons import Status
 
-    def chunk_decision(begin_replies: Any) -> Any:
-        out = orig(begin_replies)
-        return replace(out, kind="disable") if out.kind == "pause" else out
+    any_refused = mod.EngineState.any_refused
 
-    mod.chunk_decision = chunk_decision
+    def any_refused_or_busy(self: Any) -> bool:
+        return any_refused(self) or any(a is not None and a.status is Status.BUSY for a in self.view.begins)
+
+    mod.EngineState.any_refused = any_refused_or_busy
 
 
 # -- the engine session (layout_sm.session): the steps every rank of an engine and the mirror run --
@@ -374,15 +345,12 @@ SESSION_TESTS = (
 
 @mutant("session_proceeds_on_busy", S, "busy pauses the rebalance: nothing moves on a busy begin", tests=SESSION_TESTS)
 def _(mod: ModuleType) -> None:
-    orig = mod.chunk_decision
+    from layout_sm.reasons import Status
 
-    def chunk_decision(begin_replies: Any) -> Any:
-        out = orig(begin_replies)
-        if out.kind == "pause":
-            return mod.ChunkDecision("proceed", (), mod.Reason.BEGUN, "mutant: proceeds on busy")
-        return out
+    def all_ok(self: Any) -> bool:
+        return all(a is not None and (a.ok or a.status is Status.BUSY) for a in self.view.begins)
 
-    mod.chunk_decision = chunk_decision
+    mod.EngineState.all_ok = all_ok
 
 
 # -- the adapters ------------------------------------------------------------------------------

@@ -1,0 +1,667 @@
+"""The engine's machines (docs/protocol.md §5 and §6): python-statemachine declarations and their model.
+
+- ``StartupMachine`` (the spec's ``ephase``) and ``RebalanceMachine`` (the spec's ``reb[e].step``,
+  and whether the engine rebalances at all) declare the spec's engine actions as events: states,
+  transitions in the order of precedence, and the names of their guards and actions;
+- ``EngineState`` is their model, the one place the session's state is kept (an
+  ``layout_sm.engine.EngineView``): its methods are the guards (the spec's conjuncts, over the
+  view and the event's arguments) and the actions (they replace the view and return the step's
+  ``Step``).
+
+``layout_sm.session.EngineSession`` fires the events from the tables of ``layout_sm.declared``.
+Every rank all-gathers what it saw, then takes the same transitions on the same list, so every
+rank reaches the same outcome without another round of messages: no rank can be left waiting
+in a collective that the others skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from statemachine import State, StateMachine
+
+from layout_sm.engine import (
+    EngineLayout,
+    EngineView,
+    Go,
+    RankAnswer,
+    RankFinding,
+    RecordStamp,
+    Severity,
+    StartupOutcome,
+    Step,
+    fetch_refusal,
+    needs_wait,
+    unwritten_slots_warning,
+)
+from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
+from layout_sm.record import LayoutRecord, Rows, layout_digest
+
+
+def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
+    return (*values[:i], value, *values[i + 1 :])
+
+
+def _evolve(view: EngineView, changes: dict[str, Any]) -> EngineView:
+    """``dataclasses.replace`` without re-running ``__init__``: a step changes the view a few
+    times, and the view has no field to check or derive."""
+    new = object.__new__(EngineView)
+    fields = new.__dict__
+    fields.update(view.__dict__)
+    fields.update(changes)
+    return new
+
+
+def _reason_of(reply: object) -> Reason:
+    """The reason code of a daemon's reply (``unreadable`` for a reply without one: sglang's own)."""
+    try:
+        return Reply.from_wire(reply).reason
+    except ValueError:
+        return Reason.UNREADABLE
+
+
+def _ranks_where(findings: Sequence[RankFinding], kind: str) -> list[RankFinding]:
+    return [f for f in findings if f.kind == kind]
+
+
+def _listing(findings: Sequence[RankFinding]) -> str:
+    return "; ".join(f"rank {f.rank}: {f.detail}" for f in findings)
+
+
+class EngineState:
+    """python-statemachine's model of both engine machines: the one place the session's protocol
+    state is kept (``view``), with the spec's conjuncts as guards and the actions that change it.
+
+    ``phase`` and ``rebalance`` are the machines' state fields, read from the view and written
+    into it when a transition enters its target. Guards read the view, the engine's own layout
+    and the event's arguments; actions replace the view and return the step's ``Step``.
+    """
+
+    __slots__ = ("layout", "view")
+
+    def __init__(self, view: EngineView, layout: EngineLayout | None) -> None:
+        self.view = view
+        self.layout = layout  # None only for an engine that never attached
+
+    @property
+    def phase(self) -> str:
+        return self.view.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        if value != self.view.phase:
+            self.view = _evolve(self.view, {"phase": value})
+
+    @property
+    def rebalance(self) -> str:
+        return self.view.rebalance
+
+    @rebalance.setter
+    def rebalance(self, value: str) -> None:
+        if value != self.view.rebalance:
+            self.view = _evolve(self.view, {"rebalance": value})
+
+    def _set(self, **changes: Any) -> None:
+        self.view = _evolve(self.view, changes)
+
+    # -- startup guards: the spec's Attach, Poll, Timeout, Agree, Fetch ----------------------
+
+    def not_found(self, rank: int) -> bool:
+        """Attach: ``efind[e][r].found = "nothing"``."""
+        return self.view.findings[rank] is None
+
+    def waits(self, rank: int) -> bool:
+        """Poll, Timeout: ``efind[e][r].found = "wait"`` (another engine's move is pending)."""
+        finding = self.view.findings[rank]
+        return finding is not None and needs_wait(finding)
+
+    def move_ended(self, finding: RankFinding) -> bool:
+        """Poll: ``~ForeignPending(e, r)``, as the poll's reply shows it."""
+        return not needs_wait(finding)
+
+    def one_per_rank(self, findings: Sequence[RankFinding]) -> bool:
+        return len(findings) == self.view.num_ranks
+
+    def every_rank_found(self) -> bool:
+        """Agree: ``\\A r : efind[e][r].found \\notin {"nothing", "wait"}``."""
+        return all(f is not None and not needs_wait(f) for f in self.view.findings)
+
+    def _found(self) -> list[RankFinding]:
+        return sorted((f for f in self.view.findings if f is not None), key=lambda f: f.rank)
+
+    def unreadable(self) -> bool:
+        """A rank could not read its daemon (no spec counterpart: the spec's daemons always answer)."""
+        return any(f.kind == "unreadable" for f in self._found())
+
+    def timed_out(self) -> bool:
+        """StartupFails: a finding is "timeout"."""
+        return any(f.kind == "timeout" for f in self._found())
+
+    def dirty(self) -> bool:
+        """StartupFails: a finding is "dirty"."""
+        return any(f.kind == "dirty" for f in self._found())
+
+    def recorded_nowhere(self) -> bool:
+        """``Recorded(e) = {}``: no daemon keeps a record."""
+        return not _ranks_where(self._found(), "record")
+
+    def moved_beside_no_record(self) -> bool:
+        """StartupFails: ``Recorded(e) # Found(e) /\\ \\E f \\in Recorded(e) : Moved(f)``."""
+        return self.lacks_record() and bool(self._moved())
+
+    def _moved(self) -> list[RankFinding]:
+        assert self.layout is not None
+        initial = self.layout.initial_digest
+        return [f for f in _ranks_where(self._found(), "record") if f.version != 0 or f.digest != initial]
+
+    def lacks_record(self) -> bool:
+        """``~Adopts(e)``: some daemon keeps no record."""
+        return bool(_ranks_where(self._found(), "no_record"))
+
+    def records_differ(self) -> bool:
+        """StartupFails: ``\\E f, g \\in Recorded(e) : f.fver # g.fver \\/ f.fmap # g.fmap``. Version and
+        digest both: equal maps at different versions mean a daemon was restarted under the others,
+        and its next begin would be refused as stale."""
+        return len({(f.version, f.digest) for f in _ranks_where(self._found(), "record")}) > 1
+
+    def _agreed(self) -> LayoutRecord | RecordStamp:
+        """The first record found; a record with its map before a stamp (all agree, or startup fails)."""
+        records = [f.record for f in _ranks_where(self._found(), "record") if f.record is not None]
+        return next((r for r in records if isinstance(r, LayoutRecord)), records[0])
+
+    def shape_differs(self) -> bool:
+        """The daemons' map is not of the engine's shape (no spec counterpart: one shape there)."""
+        assert self.layout is not None
+        first, engine = self._agreed(), self.layout
+        return first.shape != (engine.num_layers, engine.num_physical) or first.num_logical != engine.num_logical
+
+    def record_is_initial(self) -> bool:
+        """The agreed record is the engine's own initial layout: nothing to adopt."""
+        assert self.layout is not None
+        return self._agreed().digest == self.layout.initial_digest
+
+    def routes_statically(self) -> bool:
+        """The engine routes by the static layout, so it cannot follow a moved map."""
+        assert self.layout is not None
+        return not self.layout.routes_by_metadata
+
+    def fetch_refused(self, reply: object) -> bool:
+        """Fetch: ``~FetchServes(e, r)``, as the daemon's ``layout_refused`` reply says."""
+        return isinstance(reply, Mapping) and reply.get("status") == Status.LAYOUT_REFUSED.value
+
+    def fetch_served(self, reply: object) -> bool:
+        return isinstance(reply, Mapping) and reply.get("status") == Status.OK.value
+
+    def last_to_serve(self, rank: int) -> bool:
+        """Fetch: ``eserv'[e] = Ranks``."""
+        return len(self.view.served | {rank}) == self.view.num_ranks
+
+    # -- startup actions -----------------------------------------------------------------
+
+    def take_finding(self, rank: int, finding: RankFinding, token: str | None) -> Step:
+        v = self.view
+        self._set(tokens=_put(v.tokens, rank, token), findings=_put(v.findings, rank, finding))
+        return self._next(finding)
+
+    def take_poll(self, rank: int, finding: RankFinding) -> Step:
+        self._set(findings=_put(self.view.findings, rank, finding))
+        return self._next(finding)
+
+    def still_waiting(self, finding: RankFinding) -> Step:
+        """The spec's Poll is not enabled yet: the rank keeps the finding it had."""
+        return self._next(finding)
+
+    @staticmethod
+    def _next(finding: RankFinding) -> Step:
+        if needs_wait(finding):
+            return Step.pause(Reason.MOVE_PENDING, f"rank {finding.rank} waits: {finding.detail}")
+        return Step.move(Reason.ATTACHED, f"rank {finding.rank} found {finding.kind}")
+
+    def time_out(self, rank: int, waited_s: float) -> Step:
+        finding = self.view.findings[rank]
+        assert finding is not None
+        timed = finding.timed_out(waited_s)
+        self._set(findings=_put(self.view.findings, rank, timed))
+        return Step.move(Reason.WAIT_TIMEOUT, f"rank {rank}: {timed.detail}", Severity.WARNING)
+
+    def take_findings(self, findings: Sequence[RankFinding]) -> None:
+        """What was gathered wins: a rank whose own steps broke off (an error mid-wait) gathered
+        an ``unreadable`` finding, and every rank must decide on the same list. A finding the
+        rank made itself stays where it is the same as gathered: it carries its record's map."""
+        mine = self.view.findings
+        self._set(
+            findings=tuple(
+                own if own is not None and own.same_as(gathered) else gathered
+                for own, gathered in zip(mine, findings, strict=True)
+            )
+        )
+
+    def _fail(self, reason: Reason, message: str) -> Step:
+        text = f"expert-layout startup check failed: {message}"
+        self._set(outcome=StartupOutcome("fail", reason, text), shares=False)
+        return Step.stop(reason, text, Severity.ERROR)
+
+    def _fail_where(self, kind: str, reason: Reason, what: str, advice: str = "") -> Step:
+        bad = _ranks_where(self._found(), kind)
+        return self._fail(reason, f"{len(bad)} rank(s) {what} ({_listing(bad)}){advice}")
+
+    def fail_unreadable(self) -> Step:
+        return self._fail_where("unreadable", Reason.UNREADABLE, "could not read its daemon's layout")
+
+    def fail_timed_out(self) -> Step:
+        return self._fail_where("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move")
+
+    def fail_dirty(self) -> Step:
+        return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {RESTART_DAEMONS}")
+
+    def fail_moved_beside_no_record(self) -> Step:
+        moved = self._moved()
+        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        return self._fail(
+            Reason.MIXED_AFTER_MOVE,
+            f"ranks {without} have daemons without a record but the daemons of ranks "
+            f"{[f.rank for f in moved]} hold a layout other than the engine's initial one (versions "
+            f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
+        )
+
+    def fail_records_differ(self) -> Step:
+        listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in _ranks_where(self._found(), "record"))
+        return self._fail(Reason.DISAGREE, f"the daemons hold different layouts ({listing}); {RESTART_DAEMONS}")
+
+    def fail_shape(self) -> Step:
+        assert self.layout is not None
+        first, engine = self._agreed(), self.layout
+        return self._fail(
+            Reason.SHAPE_MISMATCH,
+            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
+            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
+            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
+        )
+
+    def fail_routes_statically(self) -> Step:
+        return self._fail(
+            Reason.NOT_ROUTING_BY_METADATA,
+            f"the daemons' experts were moved (version {self._agreed().version}) but this engine routes by the "
+            f"static layout; start it with --enable-eplb (or --init-expert-location)",
+        )
+
+    def _route(self, outcome: StartupOutcome) -> Step:
+        assert self.layout is not None
+        record = outcome.record
+        assert record is None or isinstance(record, LayoutRecord), "a rank routes with a map it found itself"
+        self._set(
+            outcome=outcome,
+            shares=outcome.shared_rebalance,
+            rows=None if record is None else record.rows,
+            version=0 if record is None else record.version,
+            digest=self.layout.initial_digest if record is None else record.digest,
+        )
+        if outcome.warning:
+            return Step.move(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
+        return Step.move(outcome.reason, outcome.message)
+
+    def _keep_without_record(self, reason: Reason, message: str) -> Step:
+        assert self.layout is not None
+        warning = unwritten_slots_warning(_ranks_where(self._found(), "no_record"), self.layout)
+        return self._route(StartupOutcome("keep_own", reason, message, warning=warning))
+
+    def keep_own_no_record(self) -> Step:
+        return self._keep_without_record(
+            Reason.NO_RECORD,
+            "no daemon keeps an expert-layout record; starting with the engine's "
+            "own initial layout; rebalancing of shared weights stays off",
+        )
+
+    def keep_own_mixed(self) -> Step:
+        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        return self._keep_without_record(
+            Reason.MIXED_INITIAL,
+            f"ranks {without} have daemons without a record and "
+            "the others are at the initial layout; starting with the engine's own initial layout; "
+            "rebalancing of shared weights stays off",
+        )
+
+    def keep_own_initial(self) -> Step:
+        first = self._agreed()
+        message = f"daemons at version {first.version} hold the engine's initial layout"
+        return self._route(StartupOutcome("keep_own", Reason.INITIAL_LAYOUT, message, first, shared_rebalance=True))
+
+    def adopt(self) -> Step:
+        first = self._agreed()
+        message = f"adopting the daemons' layout version {first.version}"
+        return self._route(StartupOutcome("adopt", Reason.ADOPT, message, first, shared_rebalance=True))
+
+    def refuse_fetch(self, reply: Mapping[str, Any]) -> Step:
+        self._set(shares=False)
+        return Step.stop(_reason_of(reply), f"fetch_state refused {fetch_refusal(reply)}", Severity.ERROR)
+
+    def serve(self, rank: int) -> Step:
+        self._set(served=self.view.served | {rank})
+        return Step.move(Reason.SERVED_FOLLOWING, f"rank {rank} loaded from its daemon")
+
+    def pass_fetch(self, reply: object) -> Step:
+        """Not the layout's to judge (an error sglang's loader handles, or a fetch outside loading)."""
+        return Step.move(_reason_of(reply), "fetch_state answered without a layout refusal")
+
+    # -- rebalance guards: how the engine rebalances, then the spec's BeginChunk ... Verify ---
+
+    def source_unknown(self, sources: Sequence[str | None]) -> bool:
+        """Some rank cannot say where its weights came from: they may be the daemons' shared ones."""
+        return any(s not in ("daemon", "disk") for s in sources)
+
+    def from_disk_everywhere(self, sources: Sequence[str | None]) -> bool:
+        return all(s == "disk" for s in sources)
+
+    def from_disk_somewhere(self, sources: Sequence[str | None]) -> bool:
+        return any(s == "disk" for s in sources)
+
+    def elastic(self, elastic_ep: bool) -> bool:
+        return elastic_ep
+
+    def never_attached(self) -> bool:
+        return self.view.outcome is None
+
+    def startup_shares(self) -> bool:
+        """Agree: ``eshare' = Adopts(e)``."""
+        outcome = self.view.outcome
+        return outcome is not None and outcome.shared_rebalance
+
+    def no_begin_yet(self, rank: int) -> bool:
+        """Begin: ``reb[e].replies[r] = "none"``."""
+        return self.view.begins[rank] is None
+
+    def every_rank_began(self) -> bool:
+        """Decide: ``\\A r : reb[e].replies[r] # "none"``."""
+        return all(a is not None for a in self.view.begins)
+
+    def all_ok(self) -> bool:
+        """Decide: ``replies = {"ok"}``."""
+        return all(a is not None and a.ok for a in self.view.begins)
+
+    def any_ok(self) -> bool:
+        """Decide: ``"ok" \\in replies``: some daemon holds a move of this chunk to abort."""
+        return any(a is not None and a.ok for a in self.view.begins)
+
+    def any_refused(self) -> bool:
+        """Decide: ``eshare' = "refused" \\notin replies`` (no readable reply counts as refused)."""
+        return any(a is not None and a.refused for a in self.view.begins)
+
+    def began_here(self, rank: int) -> bool:
+        """Abort: ``reb[e].replies[r] = "ok"`` (and not aborted yet)."""
+        answer = self.view.begins[rank]
+        return answer is not None and answer.ok and rank not in self.view.aborted
+
+    def last_to_abort(self, rank: int) -> bool:
+        """Abort: ``\\A q \\in Ranks \\ {r} : reb[e].replies[q] # "ok"``."""
+        return not any(self.began_here(q) for q in range(self.view.num_ranks) if q != rank)
+
+    def still_shares(self) -> bool:
+        """``eshare[e]``: the chunk paused (busy), it was not refused."""
+        return self.view.shares
+
+    def to_commit(self, rank: int) -> bool:
+        """Commit: ``reb[e].replies[r] = "ok"`` (begun, not committed yet)."""
+        v = self.view
+        answer = v.begins[rank]
+        return answer is not None and answer.ok and v.commits[rank] is None
+
+    def every_rank_committed(self) -> bool:
+        """Verify: ``\\A r : reb[e].replies[r] \\in {"committed", "commit_refused"}``."""
+        return all(a is not None for a in self.view.commits)
+
+    def good(self) -> bool:
+        """Verify: every daemon committed, at ``ever[e] + 1``, the engine's own map (its digest)."""
+        v = self.view
+        want = v.version + 1
+        return all(a is not None and a.ok and a.version == want and a.digest == v.moved_digest for a in v.commits)
+
+    # -- rebalance actions ---------------------------------------------------------------
+
+    def _mode(self, step: Step, shares: bool) -> Step:
+        self._set(mode=step, shares=shares, off=step if step.go is Go.STOP else None)
+        return step
+
+    def off_unknown_source(self, sources: Sequence[str | None]) -> Step:
+        ranks = [rank for rank, s in enumerate(sources) if s not in ("daemon", "disk")]
+        return self._mode(
+            Step.stop(
+                Reason.UNKNOWN_SOURCE,
+                f"ranks {ranks} cannot tell whether their weights came from disk or from the weight cache "
+                "daemons (shared with other engines); rebalancing stays off, so that no shared weights move",
+            ),
+            False,
+        )
+
+    def go_local(self) -> Step:
+        return self._mode(Step.move(Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does"), False)
+
+    def off_mixed_sources(self) -> Step:
+        return self._mode(
+            Step.stop(
+                Reason.MIXED_SOURCES,
+                "some ranks loaded weights from disk and others from the weight cache daemons; rebalancing of "
+                "shared weights stays off",
+            ),
+            False,
+        )
+
+    def off_elastic(self) -> Step:
+        return self._mode(
+            Step.stop(Reason.ELASTIC_EP, "elastic EP is on; rebalancing of shared weights stays off"), False
+        )
+
+    def off_not_attached(self) -> Step:
+        return self._mode(
+            Step.stop(
+                Reason.NOT_ATTACHED,
+                "the engine did not attach to its daemons; rebalancing of shared weights stays off",
+            ),
+            False,
+        )
+
+    def off_by_startup(self) -> Step:
+        outcome = self.view.outcome
+        assert outcome is not None
+        return self._mode(
+            Step.stop(outcome.reason, f"rebalancing of shared weights stays off: {outcome.message}"), False
+        )
+
+    def go_shared(self) -> Step:
+        return self._mode(Step.move(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)
+
+    def take_chunk(self, layers: Sequence[int]) -> None:
+        nothing = (None,) * self.view.num_ranks
+        self._set(chunk=tuple(layers), begins=nothing, aborted=frozenset(), commits=nothing)
+
+    def take_begin(self, rank: int, answer: RankAnswer) -> None:
+        self._set(begins=_put(self.view.begins, rank, answer))
+
+    def _answers(self, answers: Sequence[RankAnswer | None], keep: Callable[[RankAnswer], bool]) -> str:
+        return "; ".join(f"rank {rank}: {a.text}" for rank, a in enumerate(answers) if a is not None and keep(a))
+
+    def proceed(self) -> Step:
+        return Step.move(Reason.BEGUN, "every daemon accepted the move")
+
+    def _refused(self) -> Step:
+        detail = self._answers(self.view.begins, lambda a: a.refused)
+        step = Step.stop(
+            Reason.BEGIN_REFUSED,
+            f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
+        )
+        self._set(shares=False, off=step)
+        return step
+
+    def stop_after_aborts(self) -> Step:
+        return self._refused()
+
+    def stop(self) -> Step:
+        step = self._refused()
+        self._end_chunk()
+        return step
+
+    def _busy(self) -> Step:
+        detail = self._answers(self.view.begins, lambda a: a.status is Status.BUSY)
+        return Step.pause(Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})")
+
+    def pause_after_aborts(self) -> Step:
+        return self._busy()
+
+    def pause(self) -> Step:
+        step = self._busy()
+        self._end_chunk()
+        return step
+
+    def take_abort(self, rank: int) -> None:
+        self._set(aborted=self.view.aborted | {rank})
+
+    def end_aborts(self) -> None:
+        self._end_chunk()
+
+    def take_moved(self, rows: Rows) -> None:
+        self._set(moved_rows=rows, moved_digest=layout_digest(rows))
+
+    def take_commit(self, rank: int, answer: RankAnswer) -> None:
+        self._set(commits=_put(self.view.commits, rank, answer))
+
+    def _route_moved(self, version: int, off: Step | None) -> None:
+        v = self.view
+        self._set(rows=v.moved_rows, version=version, digest=v.moved_digest, off=off, shares=off is None)
+        self._end_chunk()
+
+    def keep_verified(self) -> Step:
+        version = self.view.version + 1
+        self._route_moved(version, None)
+        return Step.move(Reason.COMMITTED, f"every daemon recorded version {version}")
+
+    def refuse_unverified(self) -> Step:
+        v = self.view
+        problems = []
+        for rank, answer in enumerate(v.commits):
+            assert answer is not None
+            if not answer.ok:
+                problems.append(f"rank {rank}: commit not recorded ({answer.text})")
+            elif answer.digest != v.moved_digest:
+                problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
+        versions = sorted({a.version for a in v.commits if a is not None and a.ok}, key=str)
+        if not problems and len(versions) != 1:
+            problems.append(f"daemons report different versions {versions}")
+        elif not problems:
+            problems.append(f"daemons report version {versions[0]}, expected {v.version + 1}")
+        step = Step.stop(
+            Reason.COMMIT_UNVERIFIED,
+            "expert move committed inconsistently: "
+            + "; ".join(problems)
+            + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
+            "engine on them.",
+            Severity.ERROR,
+        )
+        self._route_moved(v.version, step)  # the engine routes with the moved map either way
+        return step
+
+    def _end_chunk(self) -> None:
+        nothing = (None,) * self.view.num_ranks
+        self._set(
+            chunk=(),
+            begins=nothing,
+            aborted=frozenset(),
+            moved_rows=None,
+            moved_digest=None,
+            commits=nothing,
+        )
+
+
+# -- the machines: declarations only (states, transitions, the names of guards and actions) -----
+
+
+class StartupMachine(StateMachine):
+    """The engine's startup (docs/protocol.md §5); its states are the spec's ``ephase``.
+
+    Per-rank steps (attach, poll, timeout) keep the phase; agreement takes the first transition
+    whose guards hold, in the order written: that order is the precedence of the failures.
+    """
+
+    start = State(initial=True)
+    load = State()
+    run = State()
+    failed = State(final=True)
+
+    attach = start.to.itself(internal=True, cond="not_found", on="take_finding")
+    poll = start.to.itself(internal=True, cond="waits and move_ended", on="take_poll") | start.to.itself(
+        internal=True, cond="waits", on="still_waiting"
+    )
+    timeout = start.to.itself(internal=True, cond="waits", on="time_out")
+    gather = start.to.itself(internal=True, cond="one_per_rank", on="take_findings")
+    agree = (
+        start.to(failed, cond="every_rank_found and unreadable", on="fail_unreadable")
+        | start.to(failed, cond="every_rank_found and timed_out", on="fail_timed_out")
+        | start.to(failed, cond="every_rank_found and dirty", on="fail_dirty")
+        | start.to(load, cond="every_rank_found and recorded_nowhere", on="keep_own_no_record")
+        | start.to(failed, cond="every_rank_found and moved_beside_no_record", on="fail_moved_beside_no_record")
+        | start.to(load, cond="every_rank_found and lacks_record", on="keep_own_mixed")
+        | start.to(failed, cond="every_rank_found and records_differ", on="fail_records_differ")
+        | start.to(failed, cond="every_rank_found and shape_differs", on="fail_shape")
+        | start.to(load, cond="every_rank_found and record_is_initial", on="keep_own_initial")
+        | start.to(failed, cond="every_rank_found and routes_statically", on="fail_routes_statically")
+        | start.to(load, cond="every_rank_found", on="adopt")
+    )
+    fetch = (
+        load.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | load.to(run, cond="fetch_served and last_to_serve", on="serve")
+        | load.to.itself(internal=True, cond="fetch_served", on="serve")
+        | load.to.itself(internal=True, on="pass_fetch")
+        | start.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | start.to.itself(internal=True, on="pass_fetch")
+        | run.to(failed, cond="fetch_refused", on="refuse_fetch")
+        | run.to.itself(internal=True, on="pass_fetch")
+    )
+
+
+class RebalanceMachine(StateMachine):
+    """The engine's rebalancing (docs/protocol.md §6), one chunk at a time; ``off`` is for good.
+
+    ``start`` picks how the engine rebalances, in the order written (an unknown weight source
+    first: it fails safe). Then the spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end
+    of sglang's move (``move``), Commit and Verify.
+    """
+
+    starting = State(initial=True)
+    local = State(final=True)  # weights from disk: sglang's own rebalance, no protocol, for good
+    idle = State()  # shared weights, between chunks
+    beginning = State()
+    aborting = State()  # the chunk does not go on: the ranks whose begin was ok abort it
+    moving = State()
+    committing = State()
+    off = State(final=True)
+
+    start = (
+        starting.to(off, cond="source_unknown", on="off_unknown_source")
+        | starting.to(local, cond="from_disk_everywhere", on="go_local")
+        | starting.to(off, cond="from_disk_somewhere", on="off_mixed_sources")
+        | starting.to(off, cond="elastic", on="off_elastic")
+        | starting.to(off, cond="never_attached", on="off_not_attached")
+        | starting.to(off, unless="startup_shares", on="off_by_startup")
+        | starting.to(idle, on="go_shared")
+    )
+    chunk = idle.to(beginning, on="take_chunk")
+    begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
+    decide = (
+        beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")
+        | beginning.to(aborting, cond="every_rank_began and any_refused and any_ok", on="stop_after_aborts")
+        | beginning.to(off, cond="every_rank_began and any_refused", on="stop")
+        | beginning.to(aborting, cond="every_rank_began and any_ok", on="pause_after_aborts")
+        | beginning.to(idle, cond="every_rank_began", on="pause")
+    )
+    abort = (
+        aborting.to.itself(internal=True, cond="began_here and not last_to_abort", on="take_abort")
+        | aborting.to(idle, cond="began_here and still_shares", on="end_aborts")
+        | aborting.to(off, cond="began_here", on="end_aborts")
+    )
+    move = moving.to(committing, on="take_moved")
+    commit = committing.to.itself(internal=True, cond="to_commit", on="take_commit")
+    verify = committing.to(idle, cond="every_rank_committed and good", on="keep_verified") | committing.to(
+        off, cond="every_rank_committed", on="refuse_unverified"
+    )
+
+
+__all__ = ["EngineState", "RebalanceMachine", "StartupMachine"]
