@@ -67,4 +67,4 @@ def repair_plan(view: DaemonView, repair_running: bool = False) -> RepairPlan | 
             f"(0..{record.num_layers - 1}), so the daemon stays dirty.",
         )
     layers = tuple(sorted(dirty.layers))
-    return RepairPlan(layers, tuple(record.row(layer) for layer in layers), record.version, record)
+    return RepairPlan(layers, tuple(record.rows[layer] for layer in layers), record.version, record)

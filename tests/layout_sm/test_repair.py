@@ -50,7 +50,7 @@ def test_a_dirty_daemon_reloads_the_moved_layers_with_the_base_versions_rows(com
     assert base is not None and plan.record == base
     assert plan.base_version == base.version == (1 if committed_first else 0)
     assert plan.layers == (1, 2)  # sorted, whatever order the move named them in
-    assert plan.rows == (base.row(1), base.row(2))
+    assert plan.rows == (base.rows[1], base.rows[2])
     assert plan.rows[0] == (MOVED[0] if committed_first else (0, 1, 2, 3))
     assert plan.to_wire() == {"layers": [1, 2], "base_version": base.version, "digest": base.digest}
 
