@@ -187,4 +187,6 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     st.attachment = attachment
     st.counters.record_time("startup_s", time.perf_counter() - t0)
     logger.log(int(step.severity), "[expert-layout] rank %d startup: %s", rank, step.message)
+    if outcome is not None and outcome.warning:  # its own line at WARNING, for log scrapers and alerts
+        logger.warning("[expert-layout] rank %d: WARNING: %s", rank, outcome.warning)
     return step
