@@ -29,7 +29,6 @@ class Status(StrEnum):
 class Reason(StrEnum):
     # ok
     ATTACHED = "attached"
-    DETACHED = "detached"
     QUERIED = "queried"
     BEGUN = "begun"
     COMMITTED = "committed"
