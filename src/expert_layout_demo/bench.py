@@ -44,7 +44,8 @@ from typing import Any
 from expert_layout_demo.results import machine
 
 LAYERS, PHYSICAL, LOGICAL = 61, 288, 256  # DeepSeek-V3: 58 MoE layers of 61, 256 routed + 32 redundant
-TARGETS = {"chunk_ratio_max": 3.0, "fetch_overhead_max": 0.05, "commit_ms_max": 2.0}
+# Issue 20's targets for the daemon side; the chunk's is still the earlier 3x (the engine side's work).
+TARGETS = {"chunk_ratio_max": 3.0, "fetch_overhead_max": 0.02, "commit_ms_max": 1.0, "request_check_ratio_max": 3.0}
 
 
 def deepseek_map() -> list[list[int]]:
@@ -445,8 +446,15 @@ def markdown(data: dict[str, Any]) -> str:
         rc = data["request_check"]
         lines += [
             f"| request check before unpickling, {what} commit | {rc[f'{key}_check_us']} µs | "
-            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | none |"
-            for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
+            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | {target} |"
+            for key, what, target in (
+                ("full_map", "full-map (61x288)", "none"),
+                (
+                    "one_layer",
+                    "one-layer",
+                    f"≤{t['request_check_ratio_max']}x: {yes(rc['one_layer_ratio'] <= t['request_check_ratio_max'])}",
+                ),
+            )
         ]
     if data.get("real_servers"):
         from expert_layout_demo.real.bench import markdown_rows
@@ -513,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
             "chunk_1_rank": one["chunk_ratio"] <= TARGETS["chunk_ratio_max"],
             "chunk_2_ranks": two["chunk_ratio"] <= TARGETS["chunk_ratio_max"],
             "fetch_overhead": fetch["overhead"] <= TARGETS["fetch_overhead_max"],
-            "commit_under_2ms": scale["commit_full_map_daemon_us"] < 1000 * TARGETS["commit_ms_max"],
+            "commit_full_map": scale["commit_full_map_daemon_us"] < 1000 * TARGETS["commit_ms_max"],
+            "request_check_one_layer": request_check["one_layer_ratio"] <= TARGETS["request_check_ratio_max"],
         },
         "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),
