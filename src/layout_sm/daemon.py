@@ -338,7 +338,11 @@ class Rung:
     fails: Step
 
 
-def rung(conjunct: str, answer: Callable[[DaemonView, Request], Answer], change: Any = None) -> Rung:
+def rung(
+    conjunct: str,
+    answer: Callable[[DaemonView, Request], Answer],
+    change: Callable[[DaemonView, Request], DaemonView] | None = None,
+) -> Rung:
     return Rung(Conjunct.named(conjunct), Step(answer, change))
 
 
