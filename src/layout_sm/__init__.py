@@ -6,7 +6,7 @@ Each module's docstring is its contract; the adapters build on these and never r
 - ``record``: the layout record and its digest (``layout_digest``, the one definition of it);
 - ``reasons``: every reply's status, reason code and message (``Reply``), and the shared advice;
 - ``messages``: the wire schema, every request built and parsed, and who answers what;
-- ``daemon``: the daemon's machine and its replies;
+- ``daemon``: each daemon request declared once (its ladder of conjuncts and replies) and the daemon's machine;
 - ``engine``: the engine's startup and rebalance decisions and machines;
 - ``diagrams``: the machines drawn from their classes (``make diagrams``).
 """
