@@ -1,29 +1,43 @@
-"""The daemon side of the protocol (docs/protocol.md §4): pure reply functions and the daemon machine.
+"""The daemon side of the protocol (docs/protocol.md §4): one declaration per request, and the
+daemon machine that takes it.
 
 Every reply the daemon gives is decided here, once:
 
-- ``DaemonView`` is what a daemon knows (an immutable snapshot); its methods ``holds``,
-  ``alone``, ``base_is_current``, ``moved_by`` and ``pending_layers_are`` are the conjuncts of the
-  spec's daemon actions (spec/LayoutProtocol.tla: Begin, Commit, Abort, Detach);
-- ``attach_reply``, ``begin_reply``, ``commit_reply``, ``abort_reply``, ``fetch_reply``,
-  ``query_reply`` and ``detach_effect`` make the reply texts: pure functions of a view and a
-  request that ask those conjuncts in the precedence of docs/protocol.md §4;
+- ``DaemonView`` is what a daemon knows (an immutable snapshot). Its methods are the conjuncts of
+  the spec's daemon actions (spec/LayoutProtocol.tla: Attach, Fetch, Begin, Commit, Abort,
+  Detach): ``holds``, ``alone``, ``base_is_current``, ``moved_by``, ``pending_layers_are``, ...
+- ``LADDERS`` declares each request once, as a ``Ladder``: its conjuncts in the precedence of
+  docs/protocol.md §4, each with the step the daemon takes when that conjunct is the first to fail
+  (the reply, and for a detach or a fetch the change it makes), and the step taken when all hold.
+  The reply texts are made by the small functions beside each ladder, nowhere else.
 - ``DaemonMachine`` is a python-statemachine ``StateMachine`` whose states are the record's
-  phases (no record, clean, pending, dirty). Its transitions declare what each request may do
-  in each phase, its guards are the conjuncts, and the actions of the transition taken change
-  the view and make the reply.
+  phases (no record, clean, pending, dirty). Its transitions declare from which phase each request
+  may be accepted and where that leads; the accepting transition's guards are its ladder's
+  conjuncts, and every other case is answered by a self-loop whose action takes the ladder's
+  first failing step.
+
+The machine decides without python-statemachine's event loop (about 0.5 ms an event): a table
+derived once per class from its declared transitions (phase -> event -> the transitions in their
+declared order, each with its guards, target and action) is run by ``DaemonMachine._take``, which
+asks the declared guards in order and runs the action of the first transition whose guards all
+hold, as python-statemachine would. The diagrams (``layout_sm.diagrams``) draw the same
+declarations, and tests/layout_sm/test_daemon_machine.py checks the table against them and
+python-statemachine's own ``send`` against the table.
 
 An adapter calls ``DaemonMachine`` methods and writes the reply back; it decides nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from functools import wraps
+from operator import attrgetter
+from typing import Any, ClassVar, cast
 
 from statemachine import State, StateMachine
+from statemachine.exceptions import TransitionNotAllowed
 
 from layout_sm.messages import (
     STARTUP_HOOK_MISSING,
@@ -38,11 +52,11 @@ from layout_sm.messages import (
 from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
 from layout_sm.record import LayoutError, LayoutRecord
 
+LOADING = "loading"
 NO_RECORD = "no_record"
 CLEAN = "clean"
 PENDING = "pending"
 DIRTY = "dirty"
-PHASES = (NO_RECORD, CLEAN, PENDING, DIRTY)
 # Live attachments a daemon keeps at once. Each costs the daemon a thread and a descriptor; an
 # engine has one per daemon, so 64 is far beyond any deployment (the protocol lets only an engine
 # alone on its daemons move experts) and far below the descriptor limit (1,024 by default).
@@ -82,6 +96,61 @@ class DirtyInfo:
         )
 
 
+# -- the requests that have no wire form of their own -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Attach:
+    """An attach with the fresh session token the adapter made for it."""
+
+    engine_id: str
+    session: str
+
+
+@dataclass(frozen=True)
+class Detach:
+    """The EOF of the attach connection of ``engine_id``, which held ``session``."""
+
+    engine_id: str
+    session: str
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """sglang's ``fetch_state`` with the engine's claim (None: an engine without the plugin).
+
+    The claim's fields are read only by the conjuncts after ``claims``, which holds only with a claim."""
+
+    claim: FetchLayoutField | None
+    # The engine's layout plugin is only partly installed (``layout_sm.messages.PLUGIN_GAPS``): sglang did
+    # not apply some of its hooks. Outside the spec's model (its engines have the whole plugin or none).
+    gap: str | None = None
+
+    @property
+    def engine_id(self) -> str:
+        return cast(FetchLayoutField, self.claim).engine_id
+
+    @property
+    def session(self) -> str:
+        return cast(FetchLayoutField, self.claim).session
+
+    @property
+    def digest(self) -> str:
+        return cast(FetchLayoutField, self.claim).digest
+
+
+def _invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str | None:
+    if not layers:
+        return "the layer list is empty"
+    if len(set(layers)) != len(layers):
+        return f"layer list {list(layers)} has duplicates"
+    if record is not None:
+        out = [layer for layer in layers if not 0 <= layer < record.num_layers]
+        if out:
+            return f"layers {out} are not in 0..{record.num_layers - 1}"
+    return None
+
+
 @dataclass(frozen=True)
 class DaemonView:
     """Everything the daemon knows about the layout, as one immutable value."""
@@ -105,10 +174,11 @@ class DaemonView:
             return PENDING
         return CLEAN
 
-    # -- the spec's conjuncts (spec/LayoutProtocol.tla), asked by the replies and the machine --
+    # -- the conjuncts (spec/LayoutProtocol.tla), asked by the machine's guards and the ladders alike.
+    # A conjunct's parameters are named after the fields of the request it is asked about.
 
     def holds(self, engine_id: str, session: str) -> bool:
-        """Whether a live attachment of ``engine_id`` holds ``session`` (spec: ``e \\in datt[r]``)."""
+        """A live attachment of ``engine_id`` holds ``session`` (spec: ``e \\in datt[r]``)."""
         return self.attachments.get(engine_id) == session
 
     def alone(self, engine_id: str) -> bool:
@@ -127,6 +197,63 @@ class DaemonView:
     def pending_layers_are(self, layers: tuple[int, ...]) -> bool:
         """The pending move is of these layers (spec: ``dpend[r].layers = reb[e].chunk``)."""
         return self.pending is not None and self.pending.layers == layers
+
+    def has_record(self) -> bool:
+        """The daemon keeps a record (spec: ``dphase[r] # "no_record"``)."""
+        return self.record is not None
+
+    def is_dirty(self) -> bool:
+        """A mover left mid-move (spec: ``dphase[r] = "dirty"``)."""
+        return self.dirty is not None
+
+    def move_pending(self) -> bool:
+        """Some engine's move is pending (spec: ``dphase[r] = "pending"``)."""
+        return self.pending is not None
+
+    def own_move_pending(self, engine_id: str) -> bool:
+        """This engine's move is pending (spec: ``dphase[r] = "pending" /\\ dpend[r].mover = e``)."""
+        return self.pending is not None and self.pending.engine_id == engine_id
+
+    def foreign_pending(self, engine_id: str) -> bool:
+        """Another engine's move is pending (spec: ``ForeignPending(e, r)``)."""
+        return self.pending is not None and self.pending.engine_id != engine_id
+
+    def saw_non_following(self) -> bool:
+        """An engine that does not follow moves was served (spec: ``dnf[r]``)."""
+        return self.non_following_seen
+
+    def layers_valid(self, layers: tuple[int, ...]) -> bool:
+        """The layer list is a set of the record's layers (the spec's chunks are, by construction)."""
+        return _invalid_layers(layers, self.record) is None
+
+    def rows_fit(self, layers: tuple[int, ...], rows: tuple[tuple[int, ...], ...]) -> bool:
+        """The rows are ``[len(layers)][P]`` experts of the record (the spec's maps are, by construction)."""
+        return self.record is not None and not isinstance(self.record.successor(layers, rows), LayoutError)
+
+    def engine_id_free(self, engine_id: str) -> bool:
+        """No live attachment has this engine id (spec: a new engine attaches, ``e \\notin datt[r]``)."""
+        return engine_id not in self.attachments
+
+    def has_room(self) -> bool:
+        """Fewer than ``MAX_ATTACHMENTS`` engines are attached (the spec's engines are few)."""
+        return len(self.attachments) < MAX_ATTACHMENTS
+
+    def claims_or_initial(self, claim: FetchLayoutField | None) -> bool:
+        """The engine says what it routes with, or the record is the initial one (spec: FetchServes
+        for ``e \\in Older``: ``dver[r] = 0``)."""
+        return claim is not None or (self.record is not None and self.record.version == 0)
+
+    def plugin_complete(self, gap: str | None) -> bool:
+        """The engine did not say that part of its layout plugin is missing (outside the spec)."""
+        return gap is None
+
+    def claims(self, claim: FetchLayoutField | None) -> bool:
+        """The engine has the layout plugin (spec: ``e \\notin Older``)."""
+        return claim is not None
+
+    def digest_is_current(self, digest: str) -> bool:
+        """The engine routes with the record's map (spec: ``eroute[e] = dmap[r]``)."""
+        return self.record is not None and digest == self.record.digest
 
     def __hash__(self) -> int:
         return hash((self.record, tuple(self.attachments.items()), self.pending, self.dirty, self.non_following_seen))
@@ -149,43 +276,151 @@ class DaemonView:
         }
 
 
-# -- pure reply functions ----------------------------------------------------------------
+@dataclass(frozen=True)
+class DetachEffect:
+    """What the daemon did when an attachment's connection reached EOF."""
+
+    dropped: bool
+    dirty: DirtyInfo | None
+    message: str
 
 
-def _invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str | None:
-    if not layers:
-        return "the layer list is empty"
-    if len(set(layers)) != len(layers):
-        return f"layer list {list(layers)} has duplicates"
-    if record is not None:
-        out = [layer for layer in layers if not 0 <= layer < record.num_layers]
-        if out:
-            return f"layers {out} are not in 0..{record.num_layers - 1}"
-    return None
+# -- the declaration scheme --------------------------------------------------------------------
+
+Request = Any  # BeginRequest, CommitRequest, AbortRequest, Attach, Detach or Fetch
+Answer = Any  # a Reply, or a DetachEffect for a detach
 
 
-def attach_reply(view: DaemonView, req: AttachRequest, session: str) -> Reply:
-    """Attach succeeds for a fresh engine id while fewer than ``MAX_ATTACHMENTS`` are attached;
-    it reports what the engine must know."""
-    if req.engine_id in view.attachments:
-        return refused(
-            Reason.ENGINE_ID_IN_USE,
-            f"engine id {req.engine_id!r} is already attached to this daemon; each engine instance "
-            f"needs its own id (a restarted engine picks a new one).",
-        )
-    if len(view.attachments) >= MAX_ATTACHMENTS:
-        return busy(
-            Reason.TOO_MANY_ATTACHMENTS,
-            f"engine {req.engine_id!r} not attached: {len(view.attachments)} engines are attached to this "
-            f"daemon, its limit of {MAX_ATTACHMENTS}. Retry after some stop (an attachment ends when its "
-            f"engine process exits); `expert-layout status` lists the attached engine ids.",
-            limit=MAX_ATTACHMENTS,
-        )
+@dataclass(frozen=True)
+class Conjunct:
+    """One conjunct as a guard names it: a ``DaemonView`` method, or ``not`` one.
+
+    The method is looked up by name when asked, so that a patched conjunct (a mutant, a test)
+    reaches every guard and every ladder that names it."""
+
+    method: str
+    negated: bool
+    _arguments: Callable[[Request], tuple[Any, ...]] = field(repr=False, compare=False)
+
+    @classmethod
+    def named(cls, spec: str, negated: bool = False) -> Conjunct:
+        """``spec`` is a python-statemachine guard of the simple kind: ``name`` or ``not name``."""
+        words = spec.split()
+        if words[:1] == ["not"]:
+            words, negated = words[1:], not negated
+        if len(words) != 1 or not callable(getattr(DaemonView, words[0], None)):
+            raise ValueError(f"{spec!r} is not a DaemonView conjunct (or 'not' one)")
+        name = words[0]
+        params = tuple(inspect.signature(getattr(DaemonView, name)).parameters)[1:]
+        return cls(name, negated, _request_fields(params))
+
+    def __call__(self, view: DaemonView, request: Request) -> bool:
+        return bool(getattr(view, self.method)(*self._arguments(request))) is not self.negated
+
+    def __str__(self) -> str:
+        return f"not {self.method}" if self.negated else self.method
+
+
+def _request_fields(names: tuple[str, ...]) -> Callable[[Request], tuple[Any, ...]]:
+    if not names:
+        return lambda request: ()
+    if len(names) == 1:
+        one = attrgetter(names[0])
+        return lambda request: (one(request),)
+    return attrgetter(*names)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the daemon does: the answer, made from the view before the step, and the view after."""
+
+    answer: Callable[[DaemonView, Request], Answer]
+    change: Callable[[DaemonView, Request], DaemonView] | None = None
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A conjunct of a request's ladder, and the step the daemon takes when it is the first to fail."""
+
+    conjunct: Conjunct
+    fails: Step
+
+
+def rung(
+    conjunct: str,
+    answer: Callable[[DaemonView, Request], Answer],
+    change: Callable[[DaemonView, Request], DaemonView] | None = None,
+) -> Rung:
+    return Rung(Conjunct.named(conjunct), Step(answer, change))
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One request, declared once: its conjuncts in precedence order, each with its refusal, and
+    the step taken when all of them hold."""
+
+    rungs: tuple[Rung, ...]
+    accepted: Step
+
+    @property
+    def guards(self) -> list[str]:
+        """The accepting transition's guards: every conjunct, in precedence order."""
+        return [str(r.conjunct) for r in self.rungs]
+
+    def first_failing(self, view: DaemonView, request: Request) -> Rung | None:
+        for r in self.rungs:
+            if not r.conjunct(view, request):
+                return r
+        return None
+
+    def reply(self, view: DaemonView, request: Request) -> Answer:
+        """The answer alone, as a pure function of the view (what the machine answers there)."""
+        failing = self.first_failing(view, request)
+        return (self.accepted if failing is None else failing.fails).answer(view, request)
+
+
+def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
+    return {e: s for e, s in view.attachments.items() if e != engine_id}
+
+
+def _record(view: DaemonView) -> LayoutRecord:
+    assert view.record is not None, "asked only once the ladder has found a record"
+    return view.record
+
+
+def _move(view: DaemonView) -> Move:
+    assert view.pending is not None, "asked only once the ladder has found a pending move"
+    return view.pending
+
+
+# -- attach ------------------------------------------------------------------------------------
+
+
+def _engine_id_in_use(view: DaemonView, req: Attach) -> Reply:
+    return refused(
+        Reason.ENGINE_ID_IN_USE,
+        f"engine id {req.engine_id!r} is already attached to this daemon; each engine instance "
+        f"needs its own id (a restarted engine picks a new one).",
+    )
+
+
+def _too_many_attachments(view: DaemonView, req: Attach) -> Reply:
+    return busy(
+        Reason.TOO_MANY_ATTACHMENTS,
+        f"engine {req.engine_id!r} not attached: {len(view.attachments)} engines are attached to this "
+        f"daemon, its limit of {MAX_ATTACHMENTS}. Retry after some stop (an attachment ends when its "
+        f"engine process exits); `expert-layout status` lists the attached engine ids.",
+        limit=MAX_ATTACHMENTS,
+    )
+
+
+def _attached(view: DaemonView, req: Attach) -> Reply:
+    """What the engine must know: the record (with its map), any move pending, any dirty state."""
     state = view.state_wire(include_map=False)
     return ok(
         Reason.ATTACHED,
         f"engine {req.engine_id!r} attached",
-        session=session,
+        session=req.session,
         record=None if view.record is None else view.record.to_wire(include_map=True),
         pending=state["pending"],
         dirty=state["dirty"],
@@ -194,133 +429,44 @@ def attach_reply(view: DaemonView, req: AttachRequest, session: str) -> Reply:
     )
 
 
-def begin_reply(view: DaemonView, req: BeginRequest) -> Reply:
-    """The begin precedence of docs/protocol.md §4: permanent refusals, then transient ``busy``."""
-    # 1. the request itself
-    if not view.holds(req.engine_id, req.session):
-        return refused(
-            Reason.NOT_ATTACHED,
-            f"engine {req.engine_id!r} holds no live attachment with this session on this daemon; "
-            f"only the attached engine that owns the session may move experts. Not retryable.",
-        )
-    problem = _invalid_layers(req.layers, view.record)
-    if problem is not None:
-        return refused(Reason.INVALID_LAYERS, f"invalid layer list: {problem}. Not retryable.")
-    if view.pending is not None and view.pending.engine_id == req.engine_id:
-        return refused(
-            Reason.OWN_MOVE_PENDING,
-            f"engine {req.engine_id!r} already has a move of layers {list(view.pending.layers)} pending; "
-            f"commit or abort it first. Not retryable.",
-        )
-    # 2. the daemon's state, permanent until it restarts
-    if view.record is None:
-        return refused(
-            Reason.NO_RECORD,
-            "this daemon keeps no expert-layout record (started without --enable-eplb, or an older "
-            "daemon), so shared weights cannot be rebalanced; start the daemons with --enable-eplb.",
-        )
-    if view.dirty is not None:
-        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}.")
-    if view.non_following_seen:
-        return refused(
-            Reason.NON_FOLLOWING_SEEN,
-            "an engine that does not follow layout moves (an older engine, or one without a live "
-            "attachment) maps these weights; moving experts would corrupt its outputs. Rebalancing of "
-            f"shared weights stays off until the daemons restart; to rebalance, {RESTART_DAEMONS}.",
-        )
-    if not view.base_is_current(req.base_version):
-        return refused(
-            Reason.STALE_BASE_VERSION,
-            f"begin names base version {req.base_version} but the daemon is at version "
-            f"{view.record.version}; this engine's layout is not the daemon's. Not retryable.",
-            version=view.record.version,
-        )
-    # 3. transient: someone else is here
-    if view.pending is not None:
-        return busy(
-            Reason.MOVE_PENDING,
-            f"engine {view.pending.engine_id!r} is moving layers {list(view.pending.layers)}; retry later.",
-            pending=view.pending.to_wire(),
-        )
-    if not view.alone(req.engine_id):
-        others = sorted(e for e in view.attachments if e != req.engine_id)
-        return busy(
-            Reason.OTHER_ENGINE_ATTACHED,
-            f"engines {others} also map these weights; experts move only while one engine is alone "
-            f"on its daemons. Rebalancing resumes when they detach.",
-            attached=others,
-        )
-    # 4. accepted
-    return ok(
-        Reason.BEGUN,
-        f"move of layers {list(req.layers)} by {req.engine_id!r} pending from version {view.record.version}",
-        version=view.record.version,
+# An attach succeeds for a fresh engine id while fewer than MAX_ATTACHMENTS are attached.
+ATTACH = Ladder(
+    (
+        rung("engine_id_free", _engine_id_in_use),
+        rung("has_room", _too_many_attachments),
+    ),
+    Step(_attached, lambda view, req: replace(view, attachments={**view.attachments, req.engine_id: req.session})),
+)
+
+
+# -- fetch_state ---------------------------------------------------------------------------------
+
+
+def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
+    return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
+
+
+def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return layout_refused(
+        Reason.DIRTY, f"fetch_state refused: the layout is unknown: {info.describe()}; {RESTART_DAEMONS}."
     )
 
 
-def commit_reply(view: DaemonView, req: CommitRequest) -> Reply:
-    """Commit needs this session's pending move, the same layers, and rows of the right shape."""
-    return commit_decision(view, req)[0]
+def _fetch_move_pending(view: DaemonView, req: Fetch) -> Reply:
+    move = _move(view)
+    return layout_refused(
+        Reason.MOVE_PENDING,
+        f"fetch_state refused: engine {move.engine_id!r} is moving layers "
+        f"{list(move.layers)} right now, so the weights are mid-move; retry after it ends.",
+        pending=move.to_wire(),
+    )
 
 
-def commit_decision(
-    view: DaemonView, req: CommitRequest, built: LayoutRecord | None = None
-) -> tuple[Reply, LayoutRecord | None]:
-    """The commit reply and, when accepted, the new record (validated once, used as is).
-
-    ``built`` is the new record when the caller has built it already from ``view`` and ``req``
-    (the machine's ``rows_fit`` guard does, so that a full-map commit's rows are checked once)."""
-    if not view.holds(req.engine_id, req.session):
-        return refused(
-            Reason.NOT_ATTACHED,
-            f"engine {req.engine_id!r} holds no live attachment with this session; commit refused.",
-        ), None
-    if view.dirty is not None:
-        return refused(Reason.DIRTY, f"the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}."), None
-    if not view.moved_by(req.engine_id, req.session):
-        return refused(
-            Reason.NO_PENDING_MOVE,
-            f"engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
-        ), None
-    assert view.pending is not None and view.record is not None  # a pending move implies a record
-    if not view.pending_layers_are(req.layers):
-        return refused(
-            Reason.LAYERS_MISMATCH,
-            f"commit names layers {list(req.layers)} but the pending move is of layers "
-            f"{list(view.pending.layers)}; the move stays pending.",
-        ), None
-    try:
-        new_record = built if built is not None else view.record.with_rows(req.layers, req.rows)
-    except LayoutError as error:
-        return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending."), None
-    return ok(
-        Reason.COMMITTED,
-        f"layers {list(req.layers)} committed by {req.engine_id!r}: version {new_record.version}",
-        version=new_record.version,
-        digest=new_record.digest,
-    ), new_record
-
-
-def abort_reply(view: DaemonView, req: AbortRequest) -> Reply:
-    """Abort is idempotent for the owner of the session, and refused for anyone else."""
-    if not view.holds(req.engine_id, req.session):
-        return refused(
-            Reason.NOT_ATTACHED,
-            f"engine {req.engine_id!r} holds no live attachment with this session; abort refused.",
-        )
-    if view.moved_by(req.engine_id, req.session):
-        assert view.pending is not None
-        return ok(Reason.ABORTED, f"move of layers {list(view.pending.layers)} by {req.engine_id!r} aborted")
-    return ok(Reason.NOTHING_TO_ABORT, f"engine {req.engine_id!r} has no move pending; nothing to abort")
-
-
-def query_reply(view: DaemonView, req: QueryRequest) -> Reply:
-    return ok(Reason.QUERIED, "expert layout state", **view.state_wire(include_map=req.include_map))
-
-
-def _plugin_incomplete(gap: str, version: int) -> Reply:
+def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
     """An engine with the layout plugin, but not all of it: sglang did not apply some of its hooks."""
-    if gap == STARTUP_HOOK_MISSING:
+    version = _record(view).version
+    if req.gap == STARTUP_HOOK_MISSING:
         what = (
             "this engine has the expert-layout plugin but its startup hook never ran (sglang did not apply "
             "it), so it did not attach and does not know the daemons' layout"
@@ -337,100 +483,334 @@ def _plugin_incomplete(gap: str, version: int) -> Reply:
         f"sglang failed to apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested "
         f"with. Nothing changed on the daemon (layout version {version}).",
         version=version,
-        gap=gap,
+        gap=req.gap,
     )
 
 
-def fetch_reply(view: DaemonView, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
-    """The layout check of ``fetch_state``: serve only an engine that will route correctly.
+def _older_engine_after_move(view: DaemonView, req: Fetch) -> Reply:
+    record = _record(view)
+    return layout_refused(
+        Reason.OLDER_ENGINE_AFTER_MOVE,
+        f"fetch_state refused: experts have moved (layout version {record.version}) and this engine "
+        f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
+        f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
+        version=record.version,
+    )
 
-    ``ok`` replies with reason ``served_non_following`` or ``served_older_engine`` set the
-    sticky non-following flag (see ``DaemonMachine.fetch_check``). ``gap``: the engine's layout
-    plugin is only partly installed (``layout_sm.messages.PLUGIN_GAPS``), outside the spec's model.
-    """
-    record = view.record
-    if record is None:
-        return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
-    if view.dirty is not None:
-        return layout_refused(
-            Reason.DIRTY, f"fetch_state refused: the layout is unknown: {view.dirty.describe()}; {RESTART_DAEMONS}."
-        )
-    if view.pending is not None:
-        return layout_refused(
-            Reason.MOVE_PENDING,
-            f"fetch_state refused: engine {view.pending.engine_id!r} is moving layers "
-            f"{list(view.pending.layers)} right now, so the weights are mid-move; retry after it ends.",
-            pending=view.pending.to_wire(),
-        )
-    if gap is not None:
-        return _plugin_incomplete(gap, record.version)
-    if claim is None:
-        if record.version == 0:
-            return ok(
-                Reason.SERVED_OLDER_ENGINE,
-                "served an engine without the layout plugin at the initial layout (version 0); "
-                "rebalancing of these shared weights is now off until the daemons restart",
-            )
-        return layout_refused(
-            Reason.OLDER_ENGINE_AFTER_MOVE,
-            f"fetch_state refused: experts have moved (layout version {record.version}) and this engine "
-            f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
-            f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
-            version=record.version,
-        )
-    if claim.digest != record.digest:
-        return layout_refused(
-            Reason.DIGEST_MISMATCH,
-            f"fetch_state refused: the engine routes with layout version {claim.version} but the daemon's "
-            f"weights are at version {record.version} (digests differ); the engine must start from the "
-            f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
-            version=record.version,
-            digest=record.digest,
-        )
-    if view.holds(claim.engine_id, claim.session):
-        return ok(Reason.SERVED_FOLLOWING, f"served engine {claim.engine_id!r} at version {record.version}")
+
+def _served_older_engine(view: DaemonView, req: Fetch) -> Reply:
+    return ok(
+        Reason.SERVED_OLDER_ENGINE,
+        "served an engine without the layout plugin at the initial layout (version 0); "
+        "rebalancing of these shared weights is now off until the daemons restart",
+    )
+
+
+def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
+    record, claim = _record(view), cast(FetchLayoutField, req.claim)
+    return layout_refused(
+        Reason.DIGEST_MISMATCH,
+        f"fetch_state refused: the engine routes with layout version {claim.version} but the daemon's "
+        f"weights are at version {record.version} (digests differ); the engine must start from the "
+        f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
+        version=record.version,
+        digest=record.digest,
+    )
+
+
+def _served_non_following(view: DaemonView, req: Fetch) -> Reply:
     return ok(
         Reason.SERVED_NON_FOLLOWING,
-        f"served engine {claim.engine_id!r} at version {record.version} without a live attachment; it will "
-        f"not follow moves, so rebalancing of these shared weights is now off until the daemons restart",
+        f"served engine {req.engine_id!r} at version {_record(view).version} without a live attachment; it "
+        f"will not follow moves, so rebalancing of these shared weights is now off until the daemons restart",
     )
 
 
-@dataclass(frozen=True)
-class DetachEffect:
-    """What the daemon does when an attachment's connection reaches EOF."""
-
-    dropped: bool
-    dirty: DirtyInfo | None
-    message: str
+def _served_following(view: DaemonView, req: Fetch) -> Reply:
+    return ok(Reason.SERVED_FOLLOWING, f"served engine {req.engine_id!r} at version {_record(view).version}")
 
 
-def detach_effect(view: DaemonView, engine_id: str, session: str) -> DetachEffect:
-    if not view.holds(engine_id, session):
-        return DetachEffect(False, None, f"stale detach of {engine_id!r} ignored (session not live)")
-    move = view.pending
-    if move is not None and view.moved_by(engine_id, session):
-        info = DirtyInfo(move.engine_id, move.layers, move.base_version)
-        return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {RESTART_DAEMONS}")
-    return DetachEffect(True, None, f"engine {engine_id!r} detached")
+def _flag_non_following(view: DaemonView, req: Fetch) -> DaemonView:
+    """Serving an engine that will not follow moves turns rebalancing off (the sticky flag)."""
+    return replace(view, non_following_seen=True)
 
 
-# -- the machine -------------------------------------------------------------------------
+# The layout check of fetch_state (spec: Fetch, FetchServes, FetchNonFollowing): serve only an
+# engine that will route correctly; a daemon without a record serves as sglang does.
+FETCH = Ladder(
+    (
+        rung("has_record", _served_no_record),
+        rung("not is_dirty", _fetch_dirty),
+        rung("not move_pending", _fetch_move_pending),
+        rung("plugin_complete", _plugin_incomplete),
+        rung("claims_or_initial", _older_engine_after_move),
+        rung("claims", _served_older_engine, _flag_non_following),
+        rung("digest_is_current", _digest_mismatch),
+        rung("holds", _served_non_following, _flag_non_following),
+    ),
+    Step(_served_following),
+)
 
-LOADING = "loading"
-BEGIN_OK = "attached and layers_valid and not non_following_seen and base_version_current and alone"
-COMMIT_OK = "attached and mover and same_layers and rows_fit"
+
+# -- begin -------------------------------------------------------------------------------------
 
 
-class MachineDisagrees(RuntimeError):
-    """The transition taken and the reply made disagree: a defect in this module, never bad input."""
+def _begin_not_attached(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(
+        Reason.NOT_ATTACHED,
+        f"engine {req.engine_id!r} holds no live attachment with this session on this daemon; "
+        f"only the attached engine that owns the session may move experts. Not retryable.",
+    )
+
+
+def _begin_invalid_layers(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(
+        Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}. Not retryable."
+    )
+
+
+def _own_move_pending(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(
+        Reason.OWN_MOVE_PENDING,
+        f"engine {req.engine_id!r} already has a move of layers {list(_move(view).layers)} pending; "
+        f"commit or abort it first. Not retryable.",
+    )
+
+
+def _no_record(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(
+        Reason.NO_RECORD,
+        "this daemon keeps no expert-layout record (started without --enable-eplb, or an older "
+        "daemon), so shared weights cannot be rebalanced; start the daemons with --enable-eplb.",
+    )
+
+
+def _dirty(view: DaemonView, req: BeginRequest | CommitRequest) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return refused(Reason.DIRTY, f"the layout is unknown: {info.describe()}; {RESTART_DAEMONS}.")
+
+
+def _non_following_seen(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(
+        Reason.NON_FOLLOWING_SEEN,
+        "an engine that does not follow layout moves (an older engine, or one without a live "
+        "attachment) maps these weights; moving experts would corrupt its outputs. Rebalancing of "
+        f"shared weights stays off until the daemons restart; to rebalance, {RESTART_DAEMONS}.",
+    )
+
+
+def _stale_base_version(view: DaemonView, req: BeginRequest) -> Reply:
+    version = _record(view).version
+    return refused(
+        Reason.STALE_BASE_VERSION,
+        f"begin names base version {req.base_version} but the daemon is at version "
+        f"{version}; this engine's layout is not the daemon's. Not retryable.",
+        version=version,
+    )
+
+
+def _move_pending(view: DaemonView, req: BeginRequest) -> Reply:
+    move = _move(view)
+    return busy(
+        Reason.MOVE_PENDING,
+        f"engine {move.engine_id!r} is moving layers {list(move.layers)}; retry later.",
+        pending=move.to_wire(),
+    )
+
+
+def _other_engine_attached(view: DaemonView, req: BeginRequest) -> Reply:
+    others = sorted(e for e in view.attachments if e != req.engine_id)
+    return busy(
+        Reason.OTHER_ENGINE_ATTACHED,
+        f"engines {others} also map these weights; experts move only while one engine is alone "
+        f"on its daemons. Rebalancing resumes when they detach.",
+        attached=others,
+    )
+
+
+def _begun(view: DaemonView, req: BeginRequest) -> Reply:
+    version = _record(view).version
+    return ok(
+        Reason.BEGUN,
+        f"move of layers {list(req.layers)} by {req.engine_id!r} pending from version {version}",
+        version=version,
+    )
+
+
+def _take_move(view: DaemonView, req: BeginRequest) -> DaemonView:
+    return replace(view, pending=Move(req.engine_id, req.session, req.layers, req.base_version))
+
+
+# The begin precedence of docs/protocol.md §4 (spec: BeginReply): the request itself, then the
+# daemon's state (both permanent: refused), then someone else is here (transient: busy).
+BEGIN = Ladder(
+    (
+        rung("holds", _begin_not_attached),
+        rung("layers_valid", _begin_invalid_layers),
+        rung("not own_move_pending", _own_move_pending),
+        rung("has_record", _no_record),
+        rung("not is_dirty", _dirty),
+        rung("not saw_non_following", _non_following_seen),
+        rung("base_is_current", _stale_base_version),
+        rung("not foreign_pending", _move_pending),
+        rung("alone", _other_engine_attached),
+    ),
+    Step(_begun, _take_move),
+)
+
+
+# -- commit ------------------------------------------------------------------------------------
+
+
+def _commit_not_attached(view: DaemonView, req: CommitRequest) -> Reply:
+    return refused(
+        Reason.NOT_ATTACHED,
+        f"engine {req.engine_id!r} holds no live attachment with this session; commit refused.",
+    )
+
+
+def _no_pending_move(view: DaemonView, req: CommitRequest) -> Reply:
+    return refused(
+        Reason.NO_PENDING_MOVE,
+        f"engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
+    )
+
+
+def _layers_mismatch(view: DaemonView, req: CommitRequest) -> Reply:
+    return refused(
+        Reason.LAYERS_MISMATCH,
+        f"commit names layers {list(req.layers)} but the pending move is of layers "
+        f"{list(_move(view).layers)}; the move stays pending.",
+    )
+
+
+def _bad_rows(view: DaemonView, req: CommitRequest) -> Reply:
+    error = _record(view).successor(req.layers, req.rows)
+    return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending.")
+
+
+def _successor(view: DaemonView, req: CommitRequest) -> LayoutRecord:
+    new_record = _record(view).successor(req.layers, req.rows)
+    assert isinstance(new_record, LayoutRecord), "asked only once rows_fit holds"
+    return new_record
+
+
+def _committed(view: DaemonView, req: CommitRequest) -> Reply:
+    new_record = _successor(view, req)
+    return ok(
+        Reason.COMMITTED,
+        f"layers {list(req.layers)} committed by {req.engine_id!r}: version {new_record.version}",
+        version=new_record.version,
+        digest=new_record.digest,
+    )
+
+
+def _store_rows(view: DaemonView, req: CommitRequest) -> DaemonView:
+    return replace(view, record=_successor(view, req), pending=None)
+
+
+# Commit (spec: CommitOk) needs this session's pending move, the same layers, and rows of the
+# record's shape; anything else is refused and the move stays pending.
+COMMIT = Ladder(
+    (
+        rung("holds", _commit_not_attached),
+        rung("not is_dirty", _dirty),
+        rung("moved_by", _no_pending_move),
+        rung("pending_layers_are", _layers_mismatch),
+        rung("rows_fit", _bad_rows),
+    ),
+    Step(_committed, _store_rows),
+)
+
+
+# -- abort -------------------------------------------------------------------------------------
+
+
+def _abort_not_attached(view: DaemonView, req: AbortRequest) -> Reply:
+    return refused(
+        Reason.NOT_ATTACHED,
+        f"engine {req.engine_id!r} holds no live attachment with this session; abort refused.",
+    )
+
+
+def _nothing_to_abort(view: DaemonView, req: AbortRequest) -> Reply:
+    return ok(Reason.NOTHING_TO_ABORT, f"engine {req.engine_id!r} has no move pending; nothing to abort")
+
+
+def _aborted(view: DaemonView, req: AbortRequest) -> Reply:
+    return ok(Reason.ABORTED, f"move of layers {list(_move(view).layers)} by {req.engine_id!r} aborted")
+
+
+# Abort (spec: Abort) clears this session's move; it is idempotent for the session's owner and
+# refused for anyone else.
+ABORT = Ladder(
+    (
+        rung("holds", _abort_not_attached),
+        rung("moved_by", _nothing_to_abort),
+    ),
+    Step(_aborted, lambda view, req: replace(view, pending=None)),
+)
+
+
+# -- detach ------------------------------------------------------------------------------------
+
+
+def _stale_detach(view: DaemonView, req: Detach) -> DetachEffect:
+    return DetachEffect(False, None, f"stale detach of {req.engine_id!r} ignored (session not live)")
+
+
+def _detached(view: DaemonView, req: Detach) -> DetachEffect:
+    return DetachEffect(True, None, f"engine {req.engine_id!r} detached")
+
+
+def _dirty_info(view: DaemonView) -> DirtyInfo:
+    move = _move(view)
+    return DirtyInfo(move.engine_id, move.layers, move.base_version)
+
+
+def _went_dirty(view: DaemonView, req: Detach) -> DetachEffect:
+    info = _dirty_info(view)
+    return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {RESTART_DAEMONS}")
+
+
+def _mark_dirty(view: DaemonView, req: Detach) -> DaemonView:
+    return replace(view, attachments=_without(view, req.engine_id), pending=None, dirty=_dirty_info(view))
+
+
+# Detach (spec: Detach), the EOF of an attach connection: a mover that leaves makes the daemon
+# dirty, any other live attachment is dropped, and the EOF of a stale session changes nothing.
+DETACH = Ladder(
+    (
+        rung("holds", _stale_detach),
+        rung("moved_by", _detached, lambda view, req: replace(view, attachments=_without(view, req.engine_id))),
+    ),
+    Step(_went_dirty, _mark_dirty),
+)
+
+
+# Each of the machine's request events and its one declaration; the machine's actions look a
+# ladder up here when they run, so a ladder replaced here (a mutant) is what runs.
+LADDERS: dict[str, Ladder] = {
+    "attach": ATTACH,
+    "fetch": FETCH,
+    "begin": BEGIN,
+    "commit": COMMIT,
+    "abort": ABORT,
+    "detach": DETACH,
+}
+
+
+def query_reply(view: DaemonView, req: QueryRequest) -> Reply:
+    """A query reads the view and changes nothing (it is no step: no declaration)."""
+    return ok(Reason.QUERIED, "expert layout state", **view.state_wire(include_map=req.include_map))
+
+
+# -- the machine ---------------------------------------------------------------------------------
 
 
 class DaemonState:
     """python-statemachine's model of a ``DaemonMachine``: the daemon's view, the one place its
-    state is kept. The phase is not stored: python-statemachine reads it from the view (the
-    machine's ``state_field``) and, after a transition, writes the target phase back, which must
-    then be the view's phase (the transition's action made it so)."""
+    state is kept. The phase is the view's; the machine's guards (the conjuncts) are asked of it."""
 
     __slots__ = ("view",)
 
@@ -443,42 +823,86 @@ class DaemonState:
 
     @phase.setter
     def phase(self, target: str) -> None:
-        if target != self.phase:
-            raise MachineDisagrees(f"the transition went to {target!r}, but the action left the daemon {self.phase!r}")
+        """python-statemachine writes the target phase after a transition; the phase is the view's,
+        which the transition's action made (every declared transition is checked to land in its
+        target by tests/layout_sm/test_daemon_machine.py)."""
 
 
-def _answered(*phases: State, on: str, cond: str | None = None) -> Any:
-    """The request is answered in each of ``phases`` without a phase change (``on`` makes the reply)."""
-    transitions = phases[0].to.itself(internal=True, on=on, cond=cond)
+def _asked_of_the_view(name: str) -> Callable[..., bool]:
+    """The conjunct ``name`` asked of the model's current view, with the conjunct's own signature
+    (python-statemachine passes a guard the event arguments its parameters name)."""
+    conjunct = getattr(DaemonView, name)
+
+    @wraps(conjunct)
+    def asked(model: DaemonState, *args: Any, **kwargs: Any) -> bool:
+        return bool(getattr(model.view, name)(*args, **kwargs))
+
+    return asked
+
+
+for _name in sorted({r.conjunct.method for ladder in LADDERS.values() for r in ladder.rungs}):
+    setattr(DaemonState, _name, _asked_of_the_view(_name))
+
+
+def _answered(*phases: State) -> Any:
+    """The request is answered in each of ``phases`` without a phase change: the action takes
+    the step of its ladder's first failing conjunct."""
+    transitions = phases[0].to.itself(internal=True, on="answer")
     for phase in phases[1:]:
-        transitions |= phase.to.itself(internal=True, on=on, cond=cond)
+        transitions |= phase.to.itself(internal=True, on="answer")
     return transitions
 
 
-def _agree(event: str, accepted: bool, reply_accepts: bool, reply: object) -> None:
-    if accepted != reply_accepts:
-        taken = "accepted" if accepted else "refused"
-        raise MachineDisagrees(f"{event}: the machine's guards {taken} it, but the reply is {reply}")
+def _kept(*phases: State, cond: list[str]) -> Any:
+    """The request is accepted in each of ``phases`` without a phase change."""
+    transitions = phases[0].to.itself(internal=True, cond=cond, on="accept")
+    for phase in phases[1:]:
+        transitions |= phase.to.itself(internal=True, cond=cond, on="accept")
+    return transitions
+
+
+@dataclass(frozen=True)
+class DeclaredTransition:
+    """One of the machine's declared transitions, as ``DaemonMachine._take`` runs it."""
+
+    guards: tuple[Conjunct, ...]
+    target: str
+    action: str
+
+
+def transition_table(machine_class: type[StateMachine]) -> dict[tuple[str, str], tuple[DeclaredTransition, ...]]:
+    """(phase, event) -> that phase's transitions of that event, in their declared order, read
+    from the class's python-statemachine declarations (the request events only: loading is
+    python-statemachine's own, once per machine)."""
+    table: dict[tuple[str, str], list[DeclaredTransition]] = {}
+    for state in machine_class.states:
+        for transition in state.transitions:
+            events = [str(event) for event in transition.events]
+            if not set(events) <= set(LADDERS):
+                continue
+            guards = tuple(
+                Conjunct.named(str(spec.func), negated=spec.expected_value is False) for spec in transition.cond
+            )
+            actions = [str(spec.func) for spec in transition.on if not spec.is_convention]
+            if len(actions) != 1 or transition.target is None:
+                raise ValueError(f"{state.id} --{events}--> needs one target and one action, got {actions}")
+            for event in events:
+                declared = DeclaredTransition(guards, transition.target.value, actions[0])
+                table.setdefault((state.value, event), []).append(declared)
+    return {key: tuple(transitions) for key, transitions in table.items()}
 
 
 class DaemonMachine(StateMachine):
-    """The daemon's layout record as a state machine; the events that may change it are named
-    after the spec's daemon actions (Begin, Commit, Abort, Detach).
+    """The daemon's layout record as a state machine; its request events are named after the
+    spec's daemon actions (Attach, Fetch, Begin, Commit, Abort, Detach).
 
-    The transitions declare what each event may do in each phase. An event without a
-    transition from the current phase raises ``TransitionNotAllowed``: any request before the
-    weights are loaded, a second ``loaded_*``. A request that docs/protocol.md §4 answers with a
-    refusal in some phase takes a declared self-loop there, whose action makes the refusal.
+    The transitions declare from which phase each request may be accepted and where that leads;
+    the accepting transition's guards are the request's ladder (``LADDERS``), and in every phase of
+    a loaded daemon a self-loop answers the request otherwise, with the step of the first
+    conjunct that fails. A request before the weights are loaded, or a second load, has no
+    transition and raises ``TransitionNotAllowed``.
 
-    Guards are the spec's conjuncts, asked of the view (``DaemonView.holds``, ``alone``, ...)
-    and of the request. Actions change the view, and make the reply with the reply functions
-    (the one place where reply texts are made); a reply that disagrees with the transition taken
-    raises ``MachineDisagrees``.
-
-    Attach, query and the fetch check never change the phase, so they are answered by their pure
-    reply functions without an event: an event costs 0.3-0.6 ms in python-statemachine here
-    (measured on a loaded 2-core machine, a begin refused or accepted), the whole ``fetch_check``
-    5 µs, and it must stay a small part of sglang's own ``fetch_state`` handler.
+    A query reads the view and changes nothing, so it is no event.
     """
 
     # A daemon loads its weights, then keeps a record (--enable-eplb) or none for its whole life.
@@ -488,142 +912,81 @@ class DaemonMachine(StateMachine):
     pending = State(PENDING)
     dirty = State(DIRTY)
 
-    loaded_with_record = loading.to(clean, cond="has_record", on="load")
-    loaded_without_record = loading.to(no_record, unless="has_record", on="load")
+    loaded_with_record = loading.to(clean, cond="record_loaded", on="load")
+    loaded_without_record = loading.to(no_record, unless="record_loaded", on="load")
 
-    # Begin: only a clean daemon takes a move, when every conjunct of the spec's BeginReply "ok"
-    # holds (the phase is the rest: a record, not dirty, no move pending). Otherwise refused or
-    # busy, by the precedence of docs/protocol.md §4, in every phase.
-    begin = clean.to(pending, cond=BEGIN_OK, on="take_move") | _answered(
-        clean, pending, no_record, dirty, on="refuse_begin"
-    )
-    # Commit (the spec's CommitOk, and rows of the record's shape); refused otherwise, and a
-    # pending move stays pending.
-    commit = pending.to(clean, cond=COMMIT_OK, on="store_rows") | _answered(
-        pending, clean, dirty, no_record, on="refuse_commit"
-    )
-    # Abort: the mover's own session clears its move; the owner with nothing pending is told so
-    # (abort is idempotent), anyone else is refused.
-    abort = pending.to(clean, cond="attached and mover", on="drop_move") | _answered(
-        pending, clean, dirty, no_record, on="refuse_abort"
-    )
-    # Detach (the EOF of an attach connection): a mover that leaves makes the daemon dirty, any
-    # other live attachment is dropped, and the EOF of a stale session changes nothing.
-    detach = (
-        pending.to(dirty, cond="attached and mover", on="mark_dirty")
-        | _answered(pending, clean, dirty, no_record, cond="attached", on="drop_attachment")
-        | _answered(pending, clean, dirty, no_record, on="ignore_stale_detach")
-    )
+    # Attach and the fetch check never change the phase (the spec's Attach and Fetch leave dphase).
+    attach = _kept(no_record, clean, pending, dirty, cond=ATTACH.guards) | _answered(no_record, clean, pending, dirty)
+    fetch = clean.to.itself(internal=True, cond=FETCH.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    # Begin: only a clean daemon takes a move (the ladder's conjuncts about the phase hold nowhere
+    # else); refused or busy otherwise, in every phase.
+    begin = clean.to(pending, cond=BEGIN.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    # Commit: the pending move's rows are stored; refused otherwise, and a pending move stays pending.
+    commit = pending.to(clean, cond=COMMIT.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    # Abort: the mover's own session clears its move; otherwise nothing to abort, or refused.
+    abort = pending.to(clean, cond=ABORT.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    # Detach: the mover leaving mid-move makes the daemon dirty; otherwise the attachment is
+    # dropped, or a stale EOF ignored.
+    detach = pending.to(dirty, cond=DETACH.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+
+    _tables: ClassVar[dict[type, dict[tuple[str, str], tuple[DeclaredTransition, ...]]]] = {}
 
     def __init__(self, record: LayoutRecord | None) -> None:
-        self._built: tuple[CommitRequest, LayoutRecord | None, LayoutRecord | None] | None = None
         super().__init__(model=DaemonState(), state_field="phase")
         self.send("loaded_with_record" if record is not None else "loaded_without_record", record=record)
 
-    # -- guards: the spec's conjuncts, asked of the view and the request -----------------
+    @classmethod
+    def table(cls) -> dict[tuple[str, str], tuple[DeclaredTransition, ...]]:
+        """This class's transition table, derived from its declarations on first use."""
+        table = DaemonMachine._tables.get(cls)
+        if table is None:
+            table = DaemonMachine._tables[cls] = transition_table(cls)
+        return table
 
-    def has_record(self, record: LayoutRecord | None) -> bool:
+    # -- loading (python-statemachine's own event, once per machine) ----------------------
+
+    def record_loaded(self, record: LayoutRecord | None) -> bool:
         return record is not None
-
-    def attached(self, engine_id: str, session: str) -> bool:
-        return self._view.holds(engine_id, session)
-
-    def mover(self, engine_id: str, session: str) -> bool:
-        return self._view.moved_by(engine_id, session)
-
-    def alone(self, engine_id: str) -> bool:
-        return self._view.alone(engine_id)
-
-    def base_version_current(self, request: BeginRequest) -> bool:
-        return self._view.base_is_current(request.base_version)
-
-    def non_following_seen(self) -> bool:
-        return self._view.non_following_seen
-
-    def layers_valid(self, request: BeginRequest) -> bool:
-        return _invalid_layers(request.layers, self._view.record) is None
-
-    def same_layers(self, request: CommitRequest) -> bool:
-        return self._view.pending_layers_are(request.layers)
-
-    def rows_fit(self, request: CommitRequest) -> bool:
-        return self._successor(request) is not None
-
-    def _successor(self, request: CommitRequest) -> LayoutRecord | None:
-        """The record after ``request``'s rows, or None for rows that do not fit. Built once per
-        request: the ``rows_fit`` guard and the ``store_rows`` action both need it, and checking a
-        full DeepSeek-scale map twice would cost a millisecond more per commit."""
-        record = self._view.record
-        memo = self._built
-        if memo is not None and memo[0] is request and memo[1] is record:
-            return memo[2]
-        built = None
-        if record is not None:
-            with contextlib.suppress(LayoutError):  # rows that do not fit: refused by commit_decision
-                built = record.with_rows(request.layers, request.rows)
-        self._built = (request, record, built)
-        return built
-
-    # -- actions: the transition taken changes the view and makes the reply ---------------
 
     def load(self, record: LayoutRecord | None) -> None:
         self.model.view = DaemonView(record)
 
-    def take_move(self, request: BeginRequest) -> Reply:
-        reply = begin_reply(self._view, request)
-        _agree("begin", True, reply.ok, reply)
-        move = Move(request.engine_id, request.session, request.layers, request.base_version)
-        self._view = replace(self._view, pending=move)
-        return reply
+    # -- taking a step: the declared transitions, run without python-statemachine's event loop --
 
-    def refuse_begin(self, request: BeginRequest) -> Reply:
-        reply = begin_reply(self._view, request)
-        _agree("begin", False, reply.ok, reply)
-        return reply
+    def _take(self, event: str, request: Request) -> Answer:
+        """Run ``event`` as python-statemachine would: the first of the current phase's declared
+        transitions whose guards all hold; its action changes the view and makes the answer."""
+        model = self.model
+        transitions = self.table().get((model.phase, event), ())
+        view = model.view
+        for transition in transitions:
+            for guard in transition.guards:
+                if not guard(view, request):
+                    break
+            else:
+                return getattr(self, transition.action)(event, request)
+        raise TransitionNotAllowed(getattr(type(self), event), self.configuration)
 
-    def store_rows(self, request: CommitRequest) -> Reply:
-        reply, record = commit_decision(self._view, request, self._successor(request))
-        self._built = None
-        _agree("commit", True, record is not None, reply)
-        self._view = replace(self._view, record=record, pending=None)
-        return reply
+    def accept(self, event: Any, request: Request) -> Answer:
+        """The accepting transition's action: the ladder's accepted step."""
+        return self._apply(LADDERS[str(event)].accepted, request)
 
-    def refuse_commit(self, request: CommitRequest) -> Reply:
-        self._built = None  # keeps no refused request's rows alive
-        reply, record = commit_decision(self._view, request)
-        _agree("commit", False, record is not None, reply)
-        return reply
+    def answer(self, event: Any, request: Request) -> Answer:
+        """The answering self-loop's action: the step of the ladder's first failing conjunct."""
+        failing = LADDERS[str(event)].first_failing(self._view, request)
+        if failing is None:
+            raise RuntimeError(
+                f"{event} in phase {self.phase!r}: every conjunct of its ladder holds, but the machine declares "
+                f"no transition accepting it from this phase; the declaration of {event} is inconsistent"
+            )
+        return self._apply(failing.fails, request)
 
-    def drop_move(self, request: AbortRequest) -> Reply:
-        reply = abort_reply(self._view, request)
-        _agree("abort", True, reply.reason is Reason.ABORTED, reply)
-        self._view = replace(self._view, pending=None)
-        return reply
-
-    def refuse_abort(self, request: AbortRequest) -> Reply:
-        reply = abort_reply(self._view, request)  # refused, or ok(nothing_to_abort) for the owner
-        _agree("abort", False, reply.reason is Reason.ABORTED, reply)
-        return reply
-
-    def mark_dirty(self, engine_id: str, session: str) -> DetachEffect:
-        effect = detach_effect(self._view, engine_id, session)
-        _agree("detach", True, effect.dirty is not None, effect)
-        self._view = replace(self._view, attachments=self._without(engine_id), pending=None, dirty=effect.dirty)
-        return effect
-
-    def drop_attachment(self, engine_id: str, session: str) -> DetachEffect:
-        effect = detach_effect(self._view, engine_id, session)
-        _agree("detach", False, effect.dirty is not None or not effect.dropped, effect)
-        self._view = replace(self._view, attachments=self._without(engine_id))
-        return effect
-
-    def ignore_stale_detach(self, engine_id: str, session: str) -> DetachEffect:
-        effect = detach_effect(self._view, engine_id, session)
-        _agree("detach", False, effect.dropped, effect)
-        return effect
-
-    def _without(self, engine_id: str) -> dict[str, str]:
-        return {e: s for e, s in self._view.attachments.items() if e != engine_id}
+    def _apply(self, step: Step, request: Request) -> Answer:
+        view = self._view
+        answer = step.answer(view, request)
+        if step.change is not None:
+            self.model.view = step.change(view, request)
+        return answer
 
     # -- reading and loading ------------------------------------------------------------
 
@@ -667,33 +1030,25 @@ class DaemonMachine(StateMachine):
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
-        """Off the event loop: an attach never changes the phase (the spec's Attach leaves dphase)."""
-        reply = attach_reply(self._view, request, session)
-        if reply.ok:
-            self._view = replace(self._view, attachments={**self._view.attachments, request.engine_id: session})
-        return reply
+        return cast(Reply, self._take("attach", Attach(request.engine_id, session)))
+
+    def fetch_check(self, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
+        """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag. ``gap``: the
+        engine says part of its layout plugin is missing (``Fetch.gap``)."""
+        return cast(Reply, self._take("fetch", Fetch(claim, gap)))
 
     def begin_move(self, request: BeginRequest) -> Reply:
-        return cast(Reply, self.send("begin", request=request, engine_id=request.engine_id, session=request.session))
+        return cast(Reply, self._take("begin", request))
 
     def commit_move(self, request: CommitRequest) -> Reply:
-        return cast(Reply, self.send("commit", request=request, engine_id=request.engine_id, session=request.session))
+        return cast(Reply, self._take("commit", request))
 
     def abort_move(self, request: AbortRequest) -> Reply:
-        return cast(Reply, self.send("abort", request=request, engine_id=request.engine_id, session=request.session))
+        return cast(Reply, self._take("abort", request))
 
     def detach_engine(self, engine_id: str, session: str) -> DetachEffect:
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
-        return cast(DetachEffect, self.send("detach", engine_id=engine_id, session=session))
-
-    def fetch_check(self, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
-        """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag.
-
-        Off the event loop: it never changes the phase (the spec's Fetch leaves dphase)."""
-        reply = fetch_reply(self._view, claim, gap)
-        if reply.reason in (Reason.SERVED_NON_FOLLOWING, Reason.SERVED_OLDER_ENGINE):
-            self._view = replace(self._view, non_following_seen=True)
-        return reply
+        return cast(DetachEffect, self._take("detach", Detach(engine_id, session)))
 
     def query_state(self, include_map: bool = False) -> Reply:
         return self.handle(QueryRequest(include_map))

@@ -2,7 +2,8 @@
 
 Conditions are listed in precedence order: for any two that hold at once, the earlier one
 decides the reply. Permanent refusals come before transient ``busy``, so an engine is never
-told to retry what can never succeed.
+told to retry what can never succeed. The replies are the daemon machine's, as the adapter
+gets them (``DaemonMachine.begin_move``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,19 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from layout_sm.daemon import DaemonView, DirtyInfo, Move, begin_reply
+from layout_sm.daemon import DaemonMachine, DaemonView, DirtyInfo, Move
 from layout_sm.messages import BeginRequest
-from layout_sm.reasons import Reason, Status
+from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord
 
 RECORD = LayoutRecord.build([[0, 1, 2, 3], [3, 2, 1, 0]], 4, version=2)
+MACHINE = DaemonMachine(RECORD)
+
+
+def begin_reply(view: DaemonView, request: BeginRequest) -> Reply:
+    """The machine's reply to ``request`` in ``view``."""
+    MACHINE.restore(view)
+    return MACHINE.begin_move(request)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,16 @@
-"""The daemon machine's shape and guards: what each event may do from each phase, and each guard
-deciding by its one conjunct of the spec (spec/LayoutProtocol.tla: Begin, Commit, Abort, Detach)."""
+"""The daemon machine: its declared shape, the table its fast path runs, and each ladder's
+conjuncts deciding by themselves (spec/LayoutProtocol.tla: Attach, Fetch, Begin, Commit, Abort,
+Detach).
+
+Why: the daemon decides without python-statemachine's event loop, from a table derived from the
+machine's declarations. These tests hold the table to the declarations, the fast path to
+python-statemachine's own ``send``, and a declaration broken on purpose to a changed answer.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,47 +18,92 @@ from typing import Any
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
-import layout_sm.daemon as daemon_module
 from layout_sm.daemon import (
     CLEAN,
     DIRTY,
+    LADDERS,
+    LOADING,
+    MAX_ATTACHMENTS,
     NO_RECORD,
     PENDING,
+    Attach,
     DaemonMachine,
     DaemonView,
+    Detach,
+    DetachEffect,
     DirtyInfo,
-    MachineDisagrees,
+    Fetch,
     Move,
 )
-from layout_sm.messages import AbortRequest, BeginRequest, CommitRequest
-from layout_sm.reasons import Reason
+from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
+from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord
 
+from .broken_declaration import without_guard
+
 RECORD = LayoutRecord.build([[0, 1], [1, 0]], 2, version=3)
+INITIAL = LayoutRecord.initial([[1, 0], [0, 1]], 2)  # another map: another digest
 MOVE = Move("A", "sA", (0,), RECORD.version)
-PENDING_VIEW = DaemonView(RECORD, {"A": "sA"}, pending=MOVE)
+LOADED = (NO_RECORD, CLEAN, PENDING, DIRTY)
+REQUEST_EVENTS = ("attach", "fetch", "begin", "commit", "abort", "detach")
+
+
+def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> FetchLayoutField:
+    return FetchLayoutField(engine_id, session, record.version, record.digest)
+
+
+# -- the declared shape ---------------------------------------------------------------------------
 
 
 def test_each_event_changes_the_phase_only_where_the_spec_does() -> None:
-    """Every transition that changes the phase, and every phase each request is answered in."""
-    changes, answered = set(), set()
+    """Every transition that changes the phase, every phase-keeping acceptance, and every phase
+    each request is answered in."""
+    changes, kept, answered = set(), set(), set()
     for state in DaemonMachine.states:
         for transition in state.transitions:
-            if transition.target is state:
-                answered.add((transition.event, state.id))
-            else:
-                changes.add((transition.event, state.id, transition.target.id))
+            for event in (str(e) for e in transition.events):
+                if transition.target is not state:
+                    changes.add((event, state.id, transition.target.id))
+                elif list(transition.cond):
+                    kept.add((event, state.id))
+                else:
+                    answered.add((event, state.id))
     assert changes == {
-        ("loaded_with_record", "loading", CLEAN),
-        ("loaded_without_record", "loading", NO_RECORD),
+        ("loaded_with_record", LOADING, CLEAN),
+        ("loaded_without_record", LOADING, NO_RECORD),
         ("begin", CLEAN, PENDING),  # Begin: ok
         ("commit", PENDING, CLEAN),  # Commit: CommitOk
         ("abort", PENDING, CLEAN),  # Abort
         ("detach", PENDING, DIRTY),  # Detach of the mover
     }
-    # The refusals and the phase-keeping detach are declared in the four phases of a loaded daemon.
-    loaded = (NO_RECORD, CLEAN, PENDING, DIRTY)
-    assert answered == {(event, phase) for event in ("begin", "commit", "abort", "detach") for phase in loaded}
+    # Attach and Fetch leave dphase: attach is taken in every loaded phase, fetch served when clean.
+    assert kept == {("attach", phase) for phase in LOADED} | {("fetch", CLEAN)}
+    assert answered == {(event, phase) for event in REQUEST_EVENTS for phase in LOADED}
+
+
+def test_the_table_is_the_declared_transitions() -> None:
+    """The fast path's table, read again from python-statemachine's declarations: per phase and
+    event, the transitions in their declared order, each with its guards, target and action."""
+    expected: dict[tuple[str, str], list[tuple[list[str], str, str]]] = {}
+    for state in DaemonMachine.states:
+        for transition in state.transitions:
+            for event in (str(e) for e in transition.events):
+                if event.startswith("loaded_"):
+                    continue
+                guards = [str(c.func) if c.expected_value else f"not {c.func}" for c in transition.cond]
+                (action,) = [str(c.func) for c in transition.on if not c.is_convention]
+                expected.setdefault((state.value, event), []).append((guards, transition.target.value, action))
+    table = {
+        key: [([str(g) for g in t.guards], t.target, t.action) for t in transitions]
+        for key, transitions in DaemonMachine.table().items()
+    }
+    assert table == expected
+    # Each accepting transition's guards are its ladder's conjuncts, in precedence order; the
+    # answering self-loop comes after it and has none.
+    for (phase, event), transitions in table.items():
+        *accepting, answering = transitions
+        assert answering == ([], phase, "answer")
+        assert all(t == (LADDERS[event].guards, t[1], "accept") for t in accepting)
 
 
 def test_a_daemon_loads_once() -> None:
@@ -65,173 +118,225 @@ def test_a_daemon_loads_once() -> None:
 def test_no_request_is_taken_before_the_weights_are_loaded() -> None:
     machine = DaemonMachine(RECORD)
     machine.model.view = None  # back to loading, as a daemon is before its weights are loaded
-    assert machine.phase == "loading"
-    for event, kwargs in (
-        ("begin", {"request": BeginRequest("A", "sA", 3, (0,)), "engine_id": "A", "session": "sA"}),
-        ("commit", {"request": CommitRequest("A", "sA", (0,), ((1, 0),)), "engine_id": "A", "session": "sA"}),
-        ("abort", {"request": AbortRequest("A", "sA"), "engine_id": "A", "session": "sA"}),
-        ("detach", {"engine_id": "A", "session": "sA"}),
+    assert machine.phase == LOADING
+    for step in (
+        lambda: machine.attach_engine(AttachRequest("A"), "sA"),
+        lambda: machine.fetch_check(None),
+        lambda: machine.begin_move(BeginRequest("A", "sA", 3, (0,))),
+        lambda: machine.commit_move(CommitRequest("A", "sA", (0,), ((1, 0),))),
+        lambda: machine.abort_move(AbortRequest("A", "sA")),
+        lambda: machine.detach_engine("A", "sA"),
     ):
         with pytest.raises(TransitionNotAllowed):
-            machine.send(event, **kwargs)
+            step()
 
 
-def test_a_reply_that_accepts_where_the_machine_has_no_transition_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A dirty daemon has no begin transition out of dirty: a reply function claiming ok is a defect."""
-    dirty = DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version))
-    machine = DaemonMachine(RECORD)
-    machine.restore(dirty)
-    monkeypatch.setattr(daemon_module, "begin_reply", lambda view, req: daemon_module.ok(Reason.BEGUN, "forged"))
-    with pytest.raises(MachineDisagrees):
-        machine.begin_move(BeginRequest("A", "sA", RECORD.version, (0,)))
-    assert machine.view() == dirty
+# -- the fast path against python-statemachine's own event loop --------------------------------
+
+VIEWS = {
+    "no_record": DaemonView(None, {"A": "sA"}),
+    "clean": DaemonView(RECORD, {"A": "sA"}),
+    "clean, initial": DaemonView(INITIAL, {"A": "sA"}),
+    "clean, two engines": DaemonView(RECORD, {"A": "sA", "B": "sB"}),
+    "clean, non-following seen": DaemonView(RECORD, {"A": "sA"}, non_following_seen=True),
+    "pending, A's": DaemonView(RECORD, {"A": "sA"}, pending=MOVE),
+    "pending, B's": DaemonView(RECORD, {"A": "sA", "B": "sB"}, pending=replace(MOVE, engine_id="B", session="sB")),
+    "dirty": DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version)),
+    "full": DaemonView(RECORD, {f"E{i}": f"s{i}" for i in range(MAX_ATTACHMENTS)}),
+}
+REQUESTS: dict[str, list[Any]] = {
+    "attach": [Attach("A", "sA2"), Attach("C", "sC")],
+    "fetch": [Fetch(None), Fetch(_claim()), Fetch(_claim(record=INITIAL)), Fetch(_claim("C", "sC"))],
+    "begin": [
+        BeginRequest("A", "sA", RECORD.version, (0,)),
+        BeginRequest("A", "old", RECORD.version, (0,)),
+        BeginRequest("A", "sA", RECORD.version, (0, 0)),
+        BeginRequest("A", "sA", RECORD.version - 1, (1,)),
+        BeginRequest("A", "sA", 0, (0,)),
+    ],
+    "commit": [
+        CommitRequest("A", "sA", (0,), ((1, 1),)),
+        CommitRequest("A", "old", (0,), ((1, 1),)),
+        CommitRequest("A", "sA", (1,), ((1, 1),)),
+        CommitRequest("A", "sA", (0,), ((1, 5),)),
+    ],
+    "abort": [AbortRequest("A", "sA"), AbortRequest("A", "old"), AbortRequest("B", "sB")],
+    "detach": [Detach("A", "sA"), Detach("A", "old"), Detach("B", "sB")],
+}
+ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
+    "attach": lambda m, r: m.attach_engine(AttachRequest(r.engine_id), r.session),
+    "fetch": lambda m, r: m.fetch_check(r.claim, r.gap),
+    "begin": DaemonMachine.begin_move,
+    "commit": DaemonMachine.commit_move,
+    "abort": DaemonMachine.abort_move,
+    "detach": lambda m, r: m.detach_engine(r.engine_id, r.session),
+}
+CASES = [
+    (view_name, event, request)
+    for view_name, event in itertools.product(VIEWS, REQUEST_EVENTS)
+    for request in REQUESTS[event]
+]
 
 
-def test_an_action_that_misses_its_target_phase_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The phase is the view's: a transition whose action leaves another phase cannot complete."""
-    monkeypatch.setattr(DaemonMachine, "take_move", lambda self, request: None)  # forgets the move
-    machine = DaemonMachine(RECORD)  # python-statemachine binds the actions when a machine is made
-    machine.restore(DaemonView(RECORD, {"A": "sA"}))
-    with pytest.raises(MachineDisagrees):
-        machine.begin_move(BeginRequest("A", "sA", RECORD.version, (0,)))
+def _event_arguments(request: Any) -> dict[str, Any]:
+    """The request and its fields, as python-statemachine passes them to the guards that name them."""
+    arguments = {"request": request}
+    for f in dataclasses.fields(request):
+        arguments[f.name] = getattr(request, f.name)
+    if isinstance(request, Fetch) and request.claim is not None:
+        arguments.update(engine_id=request.engine_id, session=request.session, digest=request.digest)
+    return arguments
 
 
-# -- each guard decides by its conjunct ------------------------------------------------------
+@pytest.fixture(scope="module")
+def machines() -> tuple[DaemonMachine, DaemonMachine]:
+    return DaemonMachine(RECORD), DaemonMachine(RECORD)
+
+
+@pytest.mark.parametrize(("view_name", "event", "request_"), CASES)
+def test_the_fast_path_answers_as_python_statemachine_does(
+    machines: tuple[DaemonMachine, DaemonMachine], view_name: str, event: str, request_: Any
+) -> None:
+    fast, reference = machines
+    view = VIEWS[view_name]
+    fast.restore(view)
+    answer = ENTRY[event](fast, request_)
+    reference.restore(view)
+    assert reference.send(event, **_event_arguments(request_)) == answer
+    assert reference.view() == fast.view()
+    # The pure ladder gives the same answer, and the transition taken lands in its target.
+    assert LADDERS[event].reply(view, request_) == answer
+    taken = next(t for t in DaemonMachine.table()[(view.phase, event)] if all(g(view, request_) for g in t.guards))
+    assert fast.phase == taken.target
+
+
+# -- each conjunct decides by itself --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Conjunct:
-    guard: str  # the DaemonMachine guard
-    breaks: Callable[[DaemonView, dict[str, Any]], tuple[DaemonView, dict[str, Any]]]
+class Break:
+    """A case where ``conjunct`` is the first of its ladder to fail, and what the daemon answers."""
+
+    event: str
+    conjunct: str
+    view: DaemonView
+    request: Any
+    answer: Reason | tuple[bool, bool]  # a reply's reason, or a detach's (dropped, dirty)
 
 
-def _request(kwargs: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    request = replace(kwargs["request"], **changes)
-    return {**kwargs, "request": request, "engine_id": request.engine_id, "session": request.session}
-
-
-def _begin() -> tuple[DaemonView, dict[str, Any]]:
-    request = BeginRequest("A", "sA", RECORD.version, (0,))
-    return DaemonView(RECORD, {"A": "sA"}), {"request": request, "engine_id": "A", "session": "sA"}
-
-
-def _commit() -> tuple[DaemonView, dict[str, Any]]:
-    request = CommitRequest("A", "sA", (0,), ((1, 1),))
-    return PENDING_VIEW, {"request": request, "engine_id": "A", "session": "sA"}
-
-
-def _abort() -> tuple[DaemonView, dict[str, Any]]:
-    return PENDING_VIEW, {"request": AbortRequest("A", "sA"), "engine_id": "A", "session": "sA"}
-
-
-def _detach() -> tuple[DaemonView, dict[str, Any]]:
-    return PENDING_VIEW, {"engine_id": "A", "session": "sA"}
-
-
-def _other_session(view: DaemonView, kwargs: dict[str, Any]) -> tuple[DaemonView, dict[str, Any]]:
-    """The engine re-attached: its live session is no longer the request's (or the move's)."""
-    return replace(view, attachments={**view.attachments, "A": "sA2"}), kwargs
-
-
-def _moved_by_other(view: DaemonView, kwargs: dict[str, Any]) -> tuple[DaemonView, dict[str, Any]]:
-    assert view.pending is not None
-    moved_by_b = replace(view.pending, engine_id="B")
-    return replace(view, attachments={**view.attachments, "B": "sB"}, pending=moved_by_b), kwargs
-
-
-EVENTS: dict[str, tuple[Callable[[], tuple[DaemonView, dict[str, Any]]], str, list[Conjunct]]] = {
-    "begin": (
-        _begin,
-        PENDING,
-        [
-            Conjunct("attached", _other_session),
-            Conjunct("layers_valid", lambda v, k: (v, _request(k, layers=(0, 7)))),
-            Conjunct("non_following_seen", lambda v, k: (replace(v, non_following_seen=True), k)),
-            Conjunct("base_version_current", lambda v, k: (v, _request(k, base_version=RECORD.version - 1))),
-            Conjunct("alone", lambda v, k: (replace(v, attachments={**v.attachments, "B": "sB"}), k)),
-        ],
-    ),
-    "commit": (
-        _commit,
-        CLEAN,
-        [
-            Conjunct("attached", _other_session),
-            Conjunct("mover", _moved_by_other),
-            Conjunct("same_layers", lambda v, k: (v, _request(k, layers=(1,)))),
-            Conjunct("rows_fit", lambda v, k: (v, _request(k, rows=((1, 5),)))),
-        ],
-    ),
-    "abort": (_abort, CLEAN, [Conjunct("attached", _other_session), Conjunct("mover", _moved_by_other)]),
-    "detach": (_detach, DIRTY, [Conjunct("attached", _other_session), Conjunct("mover", _moved_by_other)]),
+BEGIN = BeginRequest("A", "sA", RECORD.version, (0,))
+COMMIT = CommitRequest("A", "sA", (0,), ((1, 1),))
+CLEAN_VIEW, PENDING_VIEW = VIEWS["clean"], VIEWS["pending, A's"]
+OTHER_SESSION = {"A": "sA2"}  # the engine re-attached: its live session is no longer the request's
+B_MOVES = VIEWS["pending, B's"]
+ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
+    "attach": (CLEAN_VIEW, Attach("C", "sC"), Reason.ATTACHED, CLEAN),
+    "fetch": (CLEAN_VIEW, Fetch(_claim()), Reason.SERVED_FOLLOWING, CLEAN),
+    "begin": (CLEAN_VIEW, BEGIN, Reason.BEGUN, PENDING),
+    "commit": (PENDING_VIEW, COMMIT, Reason.COMMITTED, CLEAN),
+    "abort": (PENDING_VIEW, AbortRequest("A", "sA"), Reason.ABORTED, CLEAN),
+    "detach": (PENDING_VIEW, Detach("A", "sA"), (True, True), DIRTY),
 }
-CASES = [(event, c) for event, (_, _, conjuncts) in EVENTS.items() for c in conjuncts]
+BREAKS = [
+    Break("attach", "engine_id_free", CLEAN_VIEW, Attach("A", "sA2"), Reason.ENGINE_ID_IN_USE),
+    Break("attach", "has_room", VIEWS["full"], Attach("C", "sC"), Reason.TOO_MANY_ATTACHMENTS),
+    Break("fetch", "has_record", VIEWS["no_record"], Fetch(_claim()), Reason.SERVED_NO_RECORD),
+    Break("fetch", "is_dirty", VIEWS["dirty"], Fetch(_claim()), Reason.DIRTY),
+    Break("fetch", "move_pending", PENDING_VIEW, Fetch(_claim()), Reason.MOVE_PENDING),
+    Break("fetch", "plugin_complete", CLEAN_VIEW, Fetch(None, "startup_hook_missing"), Reason.PLUGIN_INCOMPLETE),
+    Break("fetch", "claims_or_initial", CLEAN_VIEW, Fetch(None), Reason.OLDER_ENGINE_AFTER_MOVE),
+    Break("fetch", "claims", VIEWS["clean, initial"], Fetch(None), Reason.SERVED_OLDER_ENGINE),
+    Break("fetch", "digest_is_current", CLEAN_VIEW, Fetch(_claim(record=INITIAL)), Reason.DIGEST_MISMATCH),
+    Break("fetch", "holds", CLEAN_VIEW, Fetch(_claim("C", "sC")), Reason.SERVED_NON_FOLLOWING),
+    Break("begin", "holds", replace(CLEAN_VIEW, attachments=OTHER_SESSION), BEGIN, Reason.NOT_ATTACHED),
+    Break("begin", "layers_valid", CLEAN_VIEW, replace(BEGIN, layers=(0, 7)), Reason.INVALID_LAYERS),
+    Break("begin", "own_move_pending", PENDING_VIEW, BEGIN, Reason.OWN_MOVE_PENDING),
+    Break("begin", "has_record", VIEWS["no_record"], BEGIN, Reason.NO_RECORD),
+    Break("begin", "is_dirty", VIEWS["dirty"], BEGIN, Reason.DIRTY),
+    Break("begin", "saw_non_following", VIEWS["clean, non-following seen"], BEGIN, Reason.NON_FOLLOWING_SEEN),
+    Break("begin", "base_is_current", CLEAN_VIEW, replace(BEGIN, base_version=2), Reason.STALE_BASE_VERSION),
+    Break("begin", "foreign_pending", B_MOVES, BEGIN, Reason.MOVE_PENDING),
+    Break("begin", "alone", VIEWS["clean, two engines"], BEGIN, Reason.OTHER_ENGINE_ATTACHED),
+    Break("commit", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), COMMIT, Reason.NOT_ATTACHED),
+    Break("commit", "is_dirty", VIEWS["dirty"], COMMIT, Reason.DIRTY),
+    Break("commit", "moved_by", B_MOVES, COMMIT, Reason.NO_PENDING_MOVE),
+    Break("commit", "pending_layers_are", PENDING_VIEW, replace(COMMIT, layers=(1,)), Reason.LAYERS_MISMATCH),
+    Break("commit", "rows_fit", PENDING_VIEW, replace(COMMIT, rows=((1, 5),)), Reason.BAD_ROWS),
+    Break(
+        "abort", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), AbortRequest("A", "sA"), Reason.NOT_ATTACHED
+    ),
+    Break("abort", "moved_by", B_MOVES, AbortRequest("A", "sA"), Reason.NOTHING_TO_ABORT),
+    Break("detach", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), Detach("A", "sA"), (False, False)),
+    Break("detach", "moved_by", B_MOVES, Detach("A", "sA"), (True, False)),
+]
 
 
-def _guard_values(machine: DaemonMachine, guards: list[str], kwargs: dict[str, Any]) -> dict[str, bool]:
-    """Each guard asked as python-statemachine asks it: with the arguments it names."""
-    out = {}
-    for name in guards:
-        method = getattr(machine, name)
-        wanted = method.__code__.co_varnames[1 : method.__code__.co_argcount]
-        out[name] = bool(method(**{k: kwargs[k] for k in wanted}))
-    return out
+def _answer_of(answer: Reply | DetachEffect) -> Reason | tuple[bool, bool]:
+    return (answer.dropped, answer.dirty is not None) if isinstance(answer, DetachEffect) else answer.reason
 
 
-def _send(machine: DaemonMachine, event: str, kwargs: dict[str, Any]) -> None:
-    machine.send(event, **kwargs)
-
-
-@pytest.mark.parametrize("event", sorted(EVENTS))
-def test_all_conjuncts_hold_and_the_phase_changes(event: str) -> None:
-    base, target, conjuncts = EVENTS[event]
-    view, kwargs = base()
+@pytest.mark.parametrize("event", REQUEST_EVENTS)
+def test_all_conjuncts_hold_and_the_request_is_accepted(event: str) -> None:
+    view, request, answer, target = ACCEPTED[event]
+    assert all(r.conjunct(view, request) for r in LADDERS[event].rungs)
     machine = DaemonMachine(RECORD)
     machine.restore(view)
-    names = [c.guard for c in conjuncts]
-    expected = {name: name != "non_following_seen" for name in names}  # the one guard that is negated
-    assert _guard_values(machine, names, kwargs) == expected
-    _send(machine, event, kwargs)
+    assert _answer_of(ENTRY[event](machine, request)) == answer
     assert machine.phase == target
 
 
-@pytest.mark.parametrize(("event", "conjunct"), CASES, ids=[f"{e}-{c.guard}" for e, c in CASES])
-def test_one_conjunct_false_keeps_the_phase(event: str, conjunct: Conjunct) -> None:
-    """Break one conjunct: its guard alone turns, and the request is answered without a phase change."""
-    base, _, conjuncts = EVENTS[event]
-    view, kwargs = conjunct.breaks(*base())
+def test_every_rung_is_broken_once() -> None:
+    assert {(b.event, b.conjunct) for b in BREAKS} == {
+        (event, r.conjunct.method) for event, ladder in LADDERS.items() for r in ladder.rungs
+    }
+
+
+@pytest.mark.parametrize("case", BREAKS, ids=[f"{b.event}-{b.conjunct}" for b in BREAKS])
+def test_the_first_failing_conjunct_makes_the_answer_and_keeps_the_phase(case: Break) -> None:
+    failing = LADDERS[case.event].first_failing(case.view, case.request)
+    assert failing is not None and failing.conjunct.method == case.conjunct
     machine = DaemonMachine(RECORD)
-    machine.restore(view)
-    names = [c.guard for c in conjuncts]
-    holds = {name: name != "non_following_seen" for name in names}
-    holds[conjunct.guard] = not holds[conjunct.guard]
-    assert _guard_values(machine, names, kwargs) == holds
-    phase = machine.phase
-    _send(machine, event, kwargs)
-    assert machine.phase == phase
-    if event == "detach":
-        assert machine.view().pending == view.pending  # a stale or non-mover EOF keeps the move
-    else:
-        assert machine.view().pending == view.pending and machine.view().record == view.record
+    machine.restore(case.view)
+    assert _answer_of(ENTRY[case.event](machine, case.request)) == case.answer
+    assert machine.phase == case.view.phase
+    assert machine.view().pending == case.view.pending and machine.view().record == case.view.record
+
+
+# -- a declaration broken on purpose --------------------------------------------------------------
+
+
+def test_a_guard_dropped_from_the_declaration_changes_what_the_fast_path_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fast path runs the declared transitions: with ``alone`` dropped from begin's declared
+    guards, a daemon with two engines attached takes a move (the spec's BeginsAlone broken)."""
+    machine = DaemonMachine(RECORD)
+    machine.restore(VIEWS["clean, two engines"])
+    assert machine.begin_move(BEGIN).reason is Reason.OTHER_ENGINE_ATTACHED
+    without_guard(monkeypatch, "begin", CLEAN, "alone")
+    machine.restore(VIEWS["clean, two engines"])
+    assert machine.begin_move(BEGIN).reason is Reason.BEGUN
+    assert machine.phase == PENDING
 
 
 def test_a_half_installed_plugin_is_refused_at_every_version_and_the_text_names_the_case() -> None:
-    from layout_sm.daemon import fetch_reply
     from layout_sm.messages import FETCH_HOOK_MISSING, STARTUP_HOOK_MISSING, parse_plugin_gap
 
+    fetch_reply = LADDERS["fetch"].reply
     for version in (0, 3):
         view = DaemonView(LayoutRecord.build([[0, 1], [1, 0]], 2, version=version), {"A": "sA"})
-        startup = fetch_reply(view, None, STARTUP_HOOK_MISSING)
+        startup = fetch_reply(view, Fetch(None, STARTUP_HOOK_MISSING))
         assert startup.reason is Reason.PLUGIN_INCOMPLETE and not startup.ok
         assert "startup hook never ran" in startup.message and "install the" not in startup.message.lower()
-        fetch = fetch_reply(view, None, FETCH_HOOK_MISSING)
+        fetch = fetch_reply(view, Fetch(None, FETCH_HOOK_MISSING))
         assert fetch.reason is Reason.PLUGIN_INCOMPLETE and "sends no expert layout" in fetch.message
         machine = DaemonMachine(view.record)
         machine.restore(view)
         machine.fetch_check(None, STARTUP_HOOK_MISSING)
         assert not machine.view().non_following_seen  # refused, so it never maps these weights
     # without a gap, the older engine's replies are unchanged
-    assert fetch_reply(DaemonView(RECORD), None).reason is Reason.OLDER_ENGINE_AFTER_MOVE
+    assert fetch_reply(DaemonView(RECORD), Fetch(None)).reason is Reason.OLDER_ENGINE_AFTER_MOVE
     assert parse_plugin_gap("something_else") is None and parse_plugin_gap(STARTUP_HOOK_MISSING)
     # dirty outranks: the operator must restart the daemons first
     dirty = DaemonView(RECORD, dirty=DirtyInfo("A", (0,), 3))
-    assert fetch_reply(dirty, None, FETCH_HOOK_MISSING).reason is Reason.DIRTY
+    assert fetch_reply(dirty, Fetch(None, FETCH_HOOK_MISSING)).reason is Reason.DIRTY

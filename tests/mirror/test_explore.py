@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from statemachine import State, StateMachine
+from tests.layout_sm.broken_declaration import without_guard
 from tools.mirror.compare import compare_graphs
 from tools.mirror.compare import main as compare_main
 from tools.mirror.dot import StateGraph, escape, load_dot
@@ -19,6 +20,7 @@ from tools.mirror.explore import explore
 from tools.mirror.render import one_line, pretty, state_vars
 
 import layout_sm.daemon as daemon_module
+from layout_sm.daemon import CLEAN
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 
@@ -69,8 +71,22 @@ def test_explorer_passes_on_mcchunks() -> None:
 
 def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant of layout_sm: begin ignores the other attached engines (the conjunct ``alone``, which
-    the daemon machine's begin guard and begin_reply both ask, always holds)."""
+    the daemon machine's begin guard and begin's ladder both ask, always holds)."""
     monkeypatch.setattr(daemon_module.DaemonView, "alone", lambda self, engine_id: True)
+    spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
+    res = explore(spec, "MCSmall", None, progress=None)
+    assert not res.ok
+    assert any("BeginsAlone" in v or "SafeRouting" in v for v in res.violations), res.violations[:1]
+
+
+def test_explorer_finds_a_guard_dropped_from_the_daemon_machines_declaration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror's daemons run the transitions that ``DaemonMachine`` declares (the table its fast
+    path derives from the class): with ``alone`` dropped from begin's declared guards, a daemon
+    takes a move while another engine is attached, as the fast path's own test shows
+    (tests/layout_sm/test_daemon_machine.py), and the explorer finds the spec's rule broken."""
+    without_guard(monkeypatch, "begin", CLEAN, "alone")
     spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
     res = explore(spec, "MCSmall", None, progress=None)
     assert not res.ok

@@ -5,13 +5,12 @@ Python process that has `LAYOUT_MUTANT=<name>` in its environment: the test proc
 daemon processes it spawns alike. Source files are never edited (others work in this tree).
 
 Each patch wraps or replaces one module attribute (or one method of a class, such as a conjunct
-of `layout_sm.daemon.DaemonView` that the daemon machine's guards and the reply functions both
-ask, or a guard of the engine machines on `layout_sm.engine_machines.EngineState`, which the declared
-tables and python-statemachine both look up by name); the rest of the code calls it by that
-name, so the break reaches every caller.
-`module.__layout_mutant__` records what was applied. A reply function broken alone, so that it
-accepts what the machine's guards refuse (or the reverse), is caught by the machine itself: the
-request raises `layout_sm.daemon.MachineDisagrees` instead of being answered.
+of `layout_sm.daemon.DaemonView` that the daemon machine's guards and ladders both ask, or one
+ladder of `layout_sm.daemon.LADDERS`, which the machine's actions look up when they run); the
+rest of the code calls it by that name, so the break reaches every caller.
+`module.__layout_mutant__` records what was applied. A ladder broken alone, so that every one
+of its conjuncts holds in a phase from which the machine declares no acceptance, is caught by
+the machine itself: the request raises (`DaemonMachine.answer`) instead of being answered.
 """
 
 from __future__ import annotations
@@ -63,169 +62,153 @@ def _wrap(mod: ModuleType, attr: str, make: Callable[[Callable[..., Any]], Calla
 D = "layout_sm.daemon"
 
 
+def _as_if(mod: ModuleType, method: str, field: str) -> None:
+    """``DaemonMachine.<method>`` decides as if the view's ``field`` were None, and puts it back after."""
+    orig = getattr(mod.DaemonMachine, method)
+
+    def decided_without(self: Any, *args: Any) -> Any:
+        kept = getattr(self._view, field)
+        if kept is None:
+            return orig(self, *args)
+        self._view = replace(self._view, **{field: None})
+        try:
+            return orig(self, *args)
+        finally:
+            self._view = replace(self._view, **{field: kept})
+
+    setattr(mod.DaemonMachine, method, decided_without)
+
+
 @mutant("no_dirty_on_mover_detach", D, "a mover that detaches mid-move leaves the daemon dirty")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def detach_effect(view: Any, engine_id: str, session: str) -> Any:
-            eff = orig(view, engine_id, session)
-            return mod.DetachEffect(eff.dropped, None, eff.message) if eff.dirty is not None else eff
+    # the detach ladder's accepted step drops the mover's attachment and move, and keeps the daemon clean
+    def answer(view: Any, req: Any) -> Any:
+        return mod.DetachEffect(True, None, f"engine {req.engine_id!r} detached")
 
-        return detach_effect
+    def change(view: Any, req: Any) -> Any:
+        return replace(view, attachments=mod._without(view, req.engine_id), pending=None)
 
-    _wrap(mod, "detach_effect", make)
+    mod.LADDERS["detach"] = replace(mod.LADDERS["detach"], accepted=mod.Step(answer, change))
 
 
 @mutant("begin_ignores_other_attached", D, "begin is busy while another engine is attached")
 def _(mod: ModuleType) -> None:
-    # the conjunct itself (spec: datt[r] \ {e} = {}), asked by the begin guard and begin_reply alike
+    # the conjunct itself (spec: datt[r] \ {e} = {}), asked by the begin guard and ladder alike
     mod.DaemonView.alone = lambda self, engine_id: True
 
 
 @mutant("busy_before_permanent", D, "begin: permanent refusals come before transient busy")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            if view.holds(req.engine_id, req.session) and view.record is not None:
-                if view.pending is not None and view.pending.engine_id != req.engine_id:
-                    return mod.busy(mod.Reason.MOVE_PENDING, "mutant: busy first")
-                if any(e != req.engine_id for e in view.attachments):
-                    return mod.busy(mod.Reason.OTHER_ENGINE_ATTACHED, "mutant: busy first")
-            return orig(view, req)
-
-        return begin_reply
-
-    _wrap(mod, "begin_reply", make)
+    # the begin ladder asks the transient conjuncts right after the attachment
+    ladder = mod.LADDERS["begin"]
+    transient = [r for r in ladder.rungs if r.conjunct.method in ("foreign_pending", "alone")]
+    permanent = [r for r in ladder.rungs if r not in transient]
+    mod.LADDERS["begin"] = replace(ladder, rungs=(permanent[0], *transient, *permanent[1:]))
 
 
 @mutant("stale_base_accepted", D, "begin is refused when base_version is not the current version", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    # the conjunct itself (spec: ever[e] = dver[r]), asked by the begin guard and begin_reply alike
+    # the conjunct itself (spec: ever[e] = dver[r]), asked by the begin guard and ladder alike
     mod.DaemonView.base_is_current = lambda self, base_version: self.record is not None
 
 
 @mutant("begin_when_dirty", D, "a dirty daemon refuses begin until restarted", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            return orig(replace(view, dirty=None), req)
-
-        return begin_reply
-
-    _wrap(mod, "begin_reply", make)
+    # the begin ladder without its dirty rung: a begin that finds every other conjunct holding on a
+    # dirty daemon raises (the machine declares no begin accepted from dirty)
+    ladder = mod.LADDERS["begin"]
+    mod.LADDERS["begin"] = replace(ladder, rungs=tuple(r for r in ladder.rungs if r.conjunct.method != "is_dirty"))
 
 
 @mutant("begin_despite_non_following", D, "begin is refused once a non-following engine was served")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            return orig(replace(view, non_following_seen=False), req)
-
-        return begin_reply
-
-    _wrap(mod, "begin_reply", make)
+    # the conjunct itself (spec: dnf[r]), asked by the begin guard and ladder alike
+    mod.DaemonView.saw_non_following = lambda self: False
 
 
 @mutant("begin_without_attachment", D, "begin is honoured only for the session a live attachment holds", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def begin_reply(view: Any, req: Any) -> Any:
-            if not view.holds(req.engine_id, req.session):
-                view = replace(view, attachments={**view.attachments, req.engine_id: req.session})
-            return orig(view, req)
+    # begin decides as if the request's session were attached
+    orig = mod.DaemonMachine.begin_move
 
-        return begin_reply
+    def begin_move(self: Any, request: Any) -> Any:
+        view = self._view
+        if view.holds(request.engine_id, request.session):
+            return orig(self, request)
+        self._view = replace(view, attachments={**view.attachments, request.engine_id: request.session})
+        try:
+            return orig(self, request)
+        finally:
+            self._view = replace(self._view, attachments=view.attachments)
 
-    _wrap(mod, "begin_reply", make)
+    mod.DaemonMachine.begin_move = begin_move
 
 
 @mutant("abort_clears_other_session", D, "abort clears only this session's move", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def abort_reply(view: Any, req: Any) -> Any:
-            if view.holds(req.engine_id, req.session) and view.pending is not None:
-                return mod.ok(mod.Reason.ABORTED, "mutant: aborted whoever's move")
-            return orig(view, req)
+    orig = mod.DaemonMachine.abort_move
 
-        return abort_reply
+    def abort_move(self: Any, request: Any) -> Any:
+        view = self._view
+        if view.holds(request.engine_id, request.session) and view.pending is not None:
+            self._view = replace(view, pending=None)
+            return mod.ok(mod.Reason.ABORTED, "mutant: aborted whoever's move")
+        return orig(self, request)
 
-    _wrap(mod, "abort_reply", make)
+    mod.DaemonMachine.abort_move = abort_move
 
 
 @mutant("commit_any_layers", D, "commit needs the same layer list as the pending move", tests=UNIT)
 def _(mod: ModuleType) -> None:
     # the conjunct itself (spec: dpend[r].layers = reb[e].chunk), asked by the commit guard and
-    # commit_decision alike
+    # ladder alike
     mod.DaemonView.pending_layers_are = lambda self, layers: self.pending is not None
 
 
 @mutant("commit_other_session", D, "commit is honoured only for the mover's own live session", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def commit_decision(view: Any, req: Any, built: Any = None) -> Any:
-            if view.pending is not None and view.holds(req.engine_id, req.session):
-                view = replace(view, pending=replace(view.pending, engine_id=req.engine_id, session=req.session))
-            return orig(view, req, built)
+    # commit decides as if the pending move were the requester's
+    orig = mod.DaemonMachine.commit_move
 
-        return commit_decision
+    def commit_move(self: Any, request: Any) -> Any:
+        view = self._view
+        if view.pending is not None and view.holds(request.engine_id, request.session):
+            mover = replace(view.pending, engine_id=request.engine_id, session=request.session)
+            self._view = replace(view, pending=mover)
+        return orig(self, request)
 
-    _wrap(mod, "commit_decision", make)
+    mod.DaemonMachine.commit_move = commit_move
 
 
 @mutant("fetch_skips_digest", D, "fetch_state with the field is refused when the digest differs", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
-            if claim is not None and view.record is not None:
-                claim = replace(claim, digest=view.record.digest)
-            return orig(view, claim, *gap)
-
-        return fetch_reply
-
-    _wrap(mod, "fetch_reply", make)
+    # the conjunct itself (spec: eroute[e] = dmap[r]), asked by the fetch guard and ladder alike
+    mod.DaemonView.digest_is_current = lambda self, digest: self.record is not None
 
 
 @mutant("fetch_while_pending", D, "fetch_state is refused while a move is pending")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
-            return orig(replace(view, pending=None), claim, *gap)
-
-        return fetch_reply
-
-    _wrap(mod, "fetch_reply", make)
+    _as_if(mod, "fetch_check", "pending")
 
 
 @mutant("fetch_when_dirty", D, "a dirty daemon refuses fetch_state until restarted", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
-            return orig(replace(view, dirty=None), claim, *gap)
-
-        return fetch_reply
-
-    _wrap(mod, "fetch_reply", make)
+    _as_if(mod, "fetch_check", "dirty")
 
 
 @mutant("older_engine_served_after_move", D, "an engine without the field is served only at version 0")
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def fetch_reply(view: Any, claim: Any, *gap: Any) -> Any:
-            if claim is None and view.record is not None and view.record.version != 0:
-                record = mod.LayoutRecord.build(view.record.rows, view.record.num_logical, 0)
-                return orig(replace(view, record=record), claim, *gap)
-            return orig(view, claim, *gap)
-
-        return fetch_reply
-
-    _wrap(mod, "fetch_reply", make)
+    # the conjunct itself (spec: FetchServes for older engines, dver[r] = 0)
+    mod.DaemonView.claims_or_initial = lambda self, claim: True
 
 
 @mutant("non_following_never_set", D, "serving without a live attachment sets the sticky flag")
 def _(mod: ModuleType) -> None:
-    def fetch_check(self: Any, claim: Any) -> Any:
-        return mod.fetch_reply(self._view, claim)  # the reply, without setting the flag
-
-    mod.DaemonMachine.fetch_check = fetch_check
+    # the fetch ladder's steps serve without setting the flag
+    ladder = mod.LADDERS["fetch"]
+    mod.LADDERS["fetch"] = replace(
+        ladder, rungs=tuple(replace(r, fails=replace(r.fails, change=None)) for r in ladder.rungs)
+    )
 
 
 @mutant("dirty_cleared_when_all_detach", D, "dirty is sticky: only a daemon restart clears it")
@@ -237,7 +220,6 @@ def _(mod: ModuleType) -> None:
         effect = orig(self, engine_id, session)
         if self._view.dirty is not None and not self._view.attachments and effect.dirty is None:
             self._view = replace(self._view, dirty=None)
-            self.current_state_value = self._view.phase
         return effect
 
     mod.DaemonMachine.detach_engine = detach_engine
@@ -245,15 +227,13 @@ def _(mod: ModuleType) -> None:
 
 @mutant("stale_detach_drops_attachment", D, "the EOF of a stale session does not drop a live attachment", tests=UNIT)
 def _(mod: ModuleType) -> None:
-    def make(orig: Callable[..., Any]) -> Callable[..., Any]:
-        def detach_effect(view: Any, engine_id: str, session: str) -> Any:
-            if engine_id in view.attachments:
-                session = view.attachments[engine_id]
-            return orig(view, engine_id, session)
+    # a detach is taken for the engine's live session, whichever session's EOF it is
+    orig = mod.DaemonMachine.detach_engine
 
-        return detach_effect
+    def detach_engine(self: Any, engine_id: str, session: str) -> Any:
+        return orig(self, engine_id, self._view.attachments.get(engine_id, session))
 
-    _wrap(mod, "detach_effect", make)
+    mod.DaemonMachine.detach_engine = detach_engine
 
 
 # -- the record (layout_sm.record) --------------------------------------------------------------
