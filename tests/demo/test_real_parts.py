@@ -121,3 +121,21 @@ def test_model_families_and_the_first_familys_folder_name_is_unchanged() -> None
     assert type(model._config(model.TinyMoeRecipe())).__name__ == "Qwen3MoeConfig"
     with pytest.raises(ValueError, match="unknown MoE family 'mixtral'"):
         model._config(model.TinyMoeRecipe(family="mixtral"))
+
+
+def test_the_demo_shows_the_plugins_series_per_rank_and_reason() -> None:
+    from tools.demo.real.lab import _metric_summary
+
+    samples = [
+        ("sglang:expert_layout_record_version", {"tp_rank": "0", "pid": "7"}, 6.0),
+        ("sglang:expert_layout_record_version", {"tp_rank": "1", "pid": "8"}, 6.0),
+        ("sglang:expert_layout_chunks_committed_total", {"tp_rank": "0"}, 2.0),
+        ("sglang:expert_layout_rebalances_paused_total", {"tp_rank": "0", "reason": "other_engine_attached"}, 1.0),
+        ("sglang:expert_layout_rebalances_paused_total", {"tp_rank": "0", "reason": "other_engine_attached"}, 1.0),
+        ("sglang:other_series", {"tp_rank": "0"}, 99.0),
+    ]
+    assert _metric_summary(samples) == [
+        "version rank 0=6, rank 1=6",
+        "chunks committed rank 0=2",
+        "paused rank 0 other_engine_attached=2",
+    ]

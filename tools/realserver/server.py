@@ -259,6 +259,19 @@ class RealServer:
         except urllib.error.HTTPError as error:
             return int(error.code)
 
+    def metrics(self, prefix: str = "sglang:expert_layout_") -> list[tuple[str, dict[str, str], float]]:
+        """The samples of sglang's ``/metrics`` (``--enable-metrics``) whose name starts with ``prefix``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
+            text = response.read().decode()
+        return [
+            (sample.name, dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name.startswith(prefix)
+        ]
+
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.05) -> float:
         """Seconds from start until ``/health`` answers 200, to within ``poll_s`` (a refused connection
         returns at once). ServerFailed, with the log tail, if the server exits first (a startup

@@ -223,7 +223,7 @@ def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Ro
     lab.stop(a)
     # 1-B is the mover of cases 2 and 3a: its 3rd commit (the first chunk of its 2nd rebalance,
     # after case 2's) is where it is parked and SIGKILLed, between two chunks.
-    b = lab.server("1-B", chain, stop_at=StopPoint("after_commit", 3))
+    b = lab.server("1-B", chain, stop_at=StopPoint("after_commit", 3), metrics=True)
     ev["1-B"] = b
     adopted = startups(b, "adopt")
     b_believed = believed_map(b.beliefs())
@@ -314,11 +314,13 @@ def case2_standby(lab: Lab, chain: Chain, b: Launched) -> Row:
     st_c = lab.status(chain, "case 2: standby 2-C attached next to 1-B")
     paused = lab.until(b, PAUSED, 1)
     st_busy = lab.status(chain, f"case 2: 1-B's rebalance paused {paused} times (busy)")
+    lab.metrics(b, "case 2: 1-B while 2-C is attached")
     unchanged = same_record(st_busy) and st_busy[0].get("digest") == st_c[0].get("digest")
     lab.stop(c)
     lab.status(chain, "case 2: 2-C stopped")
     again = lab.rebalance(b, 1)
     st_again = lab.status(chain, f"case 2: 1-B rebalanced {again} times after 2-C stopped")
+    lab.metrics(b, "case 2: 1-B after its rebalance")
     v_before, v_after = st_busy[0].get("version"), st_again[0].get("version")
     return Row(
         "2",

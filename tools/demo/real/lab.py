@@ -57,6 +57,27 @@ class Chain:
         return [self.run.socket_path(rank) for rank in range(WORLD)]
 
 
+# The series the demo's steps show, each summed per rank (sglang's tp_rank label) and per reason.
+SHOWN_METRICS = (
+    ("sglang:expert_layout_record_version", "version"),
+    ("sglang:expert_layout_chunks_committed_total", "chunks committed"),
+    ("sglang:expert_layout_rebalances_paused_total", "paused"),
+)
+
+
+def _metric_summary(samples: Sequence[tuple[str, dict[str, str], float]]) -> list[str]:
+    out = []
+    for name, label in SHOWN_METRICS:
+        values: dict[str, float] = {}
+        for sample, labels, value in samples:
+            if sample == name:
+                key = f"rank {labels.get('tp_rank', '?')}" + (f" {labels['reason']}" if "reason" in labels else "")
+                values[key] = values.get(key, 0.0) + value
+        if values:
+            out.append(f"{label} " + ", ".join(f"{k}={v:g}" for k, v in sorted(values.items())))
+    return out
+
+
 @dataclass
 class Launched:
     """A server the demo started: ready, or the reason it failed."""
@@ -149,11 +170,13 @@ class Lab:
         stop_at: StopPoint | None = None,
         expect_ready: bool = True,
         rebalance: bool = True,
+        metrics: bool = False,
     ) -> Launched:
         """Start ``python -m sglang.launch_server`` and wait until it serves or fails.
 
         ``chain=None``: a reference loaded from disk (no weight cache, no rebalance).
         ``rebalance=False``: EPLB on, but its interval is never reached.
+        ``metrics``: sglang's ``--enable-metrics`` (``/metrics`` carries the plugin's series).
         """
         run = chain.run if chain is not None else rs.RunDir(self.logs / "reference")
         init = None
@@ -167,6 +190,7 @@ class Lab:
             init_expert_location=init,
             plugins=None if plugin else rs.PROTOCOL_OFF,
             stop_at=stop_at,
+            extra_args=("--enable-metrics",) if metrics else (),
             extra_env=dict(NO_CRASH_DIAGNOSTICS),
         )
         launched = Launched(name, rs.RealServer(run, self.topology(), spec).start())
@@ -183,6 +207,17 @@ class Lab:
             if expect_ready:
                 raise
         return launched
+
+    def metrics(self, launched: Launched, what: str) -> str:
+        """A few of the plugin's series on the server's ``/metrics``, per rank, as one step line."""
+        try:
+            samples = launched.server.metrics()
+        except OSError as error:
+            line = f"/metrics unreadable: {error!r}"
+        else:
+            line = "; ".join(_metric_summary(samples)) or "no expert-layout series"
+        self.step(f"{what} | /metrics: {line}")
+        return line
 
     def rounds(self, launched: Launched, count: int) -> None:
         """``count`` rounds of the prompts: forward passes that count toward EPLB's interval."""
