@@ -176,6 +176,11 @@ WITNESSES = (
     Witness("KillMidMoveNextFails", "MCSmall", "a SIGKILL mid-move leaves the daemons dirty; the next engine fails"),
     Witness("OlderRefusedAfterMove", "MCFull", "an older engine is refused after a move"),
     Witness("SeveralChunksMoved", "MCChunks", "a rebalance of several chunks moves every layer"),
+    Witness(
+        "KillMidMoveRepairedThenAdopted",
+        "MCRepair",
+        "a SIGKILL mid-move; the daemons repair; the next engine adopts the base version and serves",
+    ),
 )
 
 
