@@ -592,11 +592,13 @@ RepairEnds ==
     \A r \in Ranks : (dphase[r] = "repairing") ~> (dphase[r] \in {"clean", "dirty"})
 
 (* Liveness, the purpose of the repair: with auto repair on and repairs     *)
-(* that do not fail, a move whose mover is gone ends clean: no operator,    *)
-(* no restart.  Holds only where Repairs /\ ~RepairMayFail (MCRepair.cfg).  *)
+(* that do not fail, a move whose mover is gone ends clean at its base      *)
+(* version: no operator, no restart.  Holds only where Repairs /\           *)
+(* ~RepairMayFail (MCRepair.cfg).                                           *)
 TornMoveRepaired ==
-    \A r \in Ranks :
-        (dphase[r] = "pending" /\ Gone(dpend[r].mover)) ~> (dphase[r] = "clean")
+    \A r \in Ranks, v \in 0..MaxMoves :
+        (dphase[r] = "pending" /\ Gone(dpend[r].mover) /\ dpend[r].base = v)
+            ~> (dphase[r] = "clean" /\ dver[r] = v)
 
 (* Liveness: a waiting engine ends started or failed.                       *)
 WaitEnds ==

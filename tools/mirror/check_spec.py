@@ -43,7 +43,7 @@ from pathlib import Path
 VERSION = "v1.7.4"
 RELEASE_URL = f"https://github.com/tlaplus/tlaplus/releases/download/{VERSION}/tla2tools.jar"
 CACHE = Path.home() / ".cache" / "tla2tools" / VERSION / "tla2tools.jar"
-MODELS = ("MCSmall", "MCFull", "MCChunks")
+MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
 
 
 @dataclass
