@@ -527,7 +527,7 @@ def killed_by(text: str) -> str | None:
     """The property TLC reports violated, or None (a parse or run error is not a kill)."""
     m = re.search(
         r"^Error: (Invariant \w+ is violated|Action property \w+ is violated"
-        r"|Temporal property \w+ was violated|Temporal properties were violated)",
+        r"|Temporal property \w+ was violated|Temporal properties (?:[\w, ]+ )?were violated)",
         text,
         re.M,
     )
