@@ -100,6 +100,8 @@ class Model:
     chunks: tuple[frozenset[int], ...]
     max_moves: int
     daemon_restarts: bool
+    repairs: bool = False  # Repairs: the daemons start with auto repair
+    repair_may_fail: bool = False  # RepairMayFail
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -152,6 +154,8 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         chunks=chunks,
         max_moves=int(const("MaxMoves")),
         daemon_restarts=const("DaemonRestarts") == "TRUE",
+        repairs=const("Repairs") == "TRUE",
+        repair_may_fail=const("RepairMayFail") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )
@@ -221,7 +225,7 @@ class System:
         )
         # One reused machine per daemon and one reused session per engine: states are loaded into
         # them (``restore``), never rebuilt.
-        self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
+        self.machines = [DaemonMachine(self.initial_record, auto_repair=model.repairs) for _ in model.ranks]
         self.sessions = {
             e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine) for e in model.newer
         }
@@ -287,7 +291,9 @@ class System:
         engines = tuple(OlderEngine("load") if e in m.older else EngineView.fresh(e, self.R) for e in m.engines)
         for mask in range(1 << len(lack)):
             without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
-            daemons = tuple(DaemonView(None if r in without else self.initial_record) for r in m.ranks)
+            daemons = tuple(
+                DaemonView(None if r in without else self.initial_record, auto_repair=m.repairs) for r in m.ranks
+            )
             out.append(SysState(daemons, tuple(self.initial_perms for _ in m.ranks), engines, 0))
         return out
 
@@ -469,7 +475,8 @@ class System:
             return None
         truth = list(s.truth)
         truth[r - 1] = self.initial_perms
-        return replace(s, daemons=self._set_daemon(s, r, DaemonView(self.initial_record)), truth=tuple(truth))
+        restarted = DaemonView(self.initial_record, auto_repair=self.model.repairs)
+        return replace(s, daemons=self._set_daemon(s, r, restarted), truth=tuple(truth))
 
     # -- successor enumeration (the spec's Next, in order) --------------------------------
 
