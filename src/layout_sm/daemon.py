@@ -981,7 +981,8 @@ def _repair_is_of_other_layers(view: DaemonView, req: RepairEnded) -> Reply:
 
 def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
     record = _record(view)
-    return ok(Reason.REPAIRED, req.message, **{**req.data, "version": record.version, "digest": record.digest})
+    data = {**req.data, "layers": list(req.layers), "version": record.version, "digest": record.digest}
+    return ok(Reason.REPAIRED, req.message, **data)
 
 
 # The repair ended well (spec: RepairDone): memory holds the record again, so the daemon is clean

@@ -415,4 +415,4 @@ def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> N
     assert machine.begin_repair().reason is Reason.REPAIR_BEGUN and machine.view().repair_failure is None
     done = machine.repair_ended((0,), "reloaded", seconds=1.5)
     assert machine.phase == CLEAN and machine.view().record == RECORD
-    assert done.data == {"seconds": 1.5, "version": RECORD.version, "digest": RECORD.digest}
+    assert done.data == {"seconds": 1.5, "layers": [0], "version": RECORD.version, "digest": RECORD.digest}
