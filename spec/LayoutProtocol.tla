@@ -4,12 +4,13 @@
 (* (docs/protocol.md §3-§7).                                              *)
 (*                                                                         *)
 (* One daemon per rank keeps the layout record of the weights it serves:   *)
-(* no record, clean (map + version), pending (a move in flight) or dirty   *)
-(* (the mover went away mid-move).  Engines span every rank: they attach,  *)
-(* agree at startup on the layout to route with, fetch the weights, and    *)
-(* may rebalance experts chunk by chunk (begin, move layer by layer,       *)
-(* commit or abort).  Any engine may crash at any point; a daemon notices  *)
-(* the EOF of the attach connection later, as a separate step.             *)
+(* no record, clean (map + version), pending (a move in flight), dirty    *)
+(* (the mover went away mid-move) or repairing (reloading the torn move's *)
+(* layers at the base version's rows).  Engines span every rank: they     *)
+(* attach, agree at startup on the layout to route with, fetch the       *)
+(* weights, and may rebalance experts chunk by chunk (begin, move layer by *)
+(* layer, commit or abort).  Any engine may crash at any point; a daemon  *)
+(* notices the EOF of the attach connection later, as a separate step.     *)
 (*                                                                         *)
 (* The map is abstracted: each layer's row is one of two permutations,     *)
 (* written 0 (the initial one) and 1.  A rebalance flips the rows of the   *)
@@ -40,6 +41,8 @@ CONSTANTS
     Chunks,          \* the layer sets a rebalance moves in one chunk
     MaxMoves,        \* bound on the chunks begun in a behaviour
     DaemonRestarts,  \* whether an operator may restart a dirty daemon
+    Repairs,         \* the daemons repair a torn move (started with auto repair on)
+    RepairMayFail,   \* a repair can fail (a read error, a missing file)
     NONE             \* model value: no pending move
 
 ASSUME /\ NumRanks \in Nat \ {0}
@@ -49,6 +52,8 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ Chunks \subseteq (SUBSET (1..NumLayers)) \ {{}}
        /\ MaxMoves \in Nat
        /\ DaemonRestarts \in BOOLEAN
+       /\ Repairs \in BOOLEAN
+       /\ RepairMayFail \in BOOLEAN
 
 Ranks == 1..NumRanks
 Layers == 1..NumLayers
@@ -64,7 +69,7 @@ Rebalances == [step : {"idle", "begin", "abort", "move", "commit"},
                                     "committed", "commit_refused"}]]
 
 VARIABLES
-    dphase,   \* daemon record phase: "no_record", "clean", "pending", "dirty"
+    dphase,   \* daemon record phase: "no_record", "clean", "pending", "dirty", "repairing"
     dver,     \* daemon record version
     dmap,     \* daemon record map (per layer: which permutation)
     dpend,    \* the pending move, kept as the dirty information once dirty; or NONE
@@ -117,6 +122,10 @@ Snapshot(r) ==
 
 ForeignPending(e, r) == dphase[r] = "pending" /\ dpend[r].mover # e
 
+(* A rank that attaches to daemon r waits (and polls) while another        *)
+(* engine's move is pending there or while the daemon repairs a torn move. *)
+MustWait(e, r) == ForeignPending(e, r) \/ dphase[r] = "repairing"
+
 -----------------------------------------------------------------------------
 (* Startup (docs/protocol.md §5).                                          *)
 
@@ -139,26 +148,27 @@ Init ==
     /\ moves = 0
 
 (* Rank r of engine e attaches to daemon r; the reply is the finding.       *)
-(* Another engine's pending move makes the rank wait (it polls), keeping    *)
-(* the record the attach reply carried.                                     *)
+(* Another engine's pending move, or a repair, makes the rank wait (it     *)
+(* polls), keeping the record the attach reply carried.                     *)
 Attach(e, r) ==
     /\ e \in Newer
     /\ ephase[e] = "start"
     /\ efind[e][r].found = "nothing"
     /\ \A q \in 1..(r - 1) : efind[e][q].found # "nothing"
     /\ datt' = [datt EXCEPT ![r] = @ \cup {e}]
-    /\ efind' = [efind EXCEPT ![e][r] = IF ForeignPending(e, r)
+    /\ efind' = [efind EXCEPT ![e][r] = IF MustWait(e, r)
                                          THEN [Snapshot(r) EXCEPT !.found = "wait"]
                                          ELSE Snapshot(r)]
     /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves>>
 
 (* A waiting rank polls its daemon (a query with the map) and sees the     *)
-(* move ended: aborted, committed (a new record) or dirty.                  *)
+(* move ended: aborted, committed (a new record), dirty, or repaired (the   *)
+(* base version's record again).                                            *)
 Poll(e, r) ==
     /\ ephase[e] = "start"
     /\ efind[e][r].found = "wait"
-    /\ ~ForeignPending(e, r)
+    /\ ~MustWait(e, r)
     /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves>>
@@ -237,7 +247,7 @@ BeginChunk(e, c) ==
 BeginReply(e, r) ==
     CASE e \notin datt[r]                                   -> "refused"
       [] dphase[r] = "pending" /\ dpend[r].mover = e        -> "refused"
-      [] dphase[r] \in {"no_record", "dirty"}               -> "refused"
+      [] dphase[r] \in {"no_record", "dirty", "repairing"}  -> "refused"
       [] dnf[r]                                             -> "refused"
       [] ever[e] # dver[r]                                  -> "refused"
       [] dphase[r] = "pending"                              -> "busy"
@@ -348,13 +358,14 @@ Crash(e) ==
     /\ UNCHANGED <<daemonVars, moves>>
 
 (* Daemon r notices the EOF of engine e's attach connection.  A move of     *)
-(* that engine still pending makes the daemon dirty.                        *)
+(* that engine still pending makes the daemon dirty; with auto repair on    *)
+(* the repair starts at once, in the same step of the daemon's watcher.     *)
 Detach(r, e) ==
     /\ e \in datt[r]
     /\ Gone(e)
     /\ datt' = [datt EXCEPT ![r] = @ \ {e}]
     /\ IF dphase[r] = "pending" /\ dpend[r].mover = e
-         THEN dphase' = [dphase EXCEPT ![r] = "dirty"]
+         THEN dphase' = [dphase EXCEPT ![r] = IF Repairs THEN "repairing" ELSE "dirty"]
          ELSE UNCHANGED dphase
     /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, engineVars, moves>>
 
@@ -373,6 +384,44 @@ Restart(r) ==
     /\ truth' = [truth EXCEPT ![r] = InitialMap]
     /\ UNCHANGED <<datt, engineVars, moves>>
 
+(* The repair of a torn move (docs/protocol.md §4): the daemon reloads from *)
+(* the checkpoint only the layers of the interrupted move (dpend[r].layers), *)
+(* slotted by the rows of the record, which still holds the base version's   *)
+(* map (the move never committed).  It then is clean again at that version,  *)
+(* with that map: dver and dmap are unchanged.                               *)
+(* Going back to the base version is no ABA hazard: a version names a map,   *)
+(* and after the repair the memory holds exactly that version's map (the     *)
+(* other layers were never touched: the record was their truth throughout), *)
+(* whose digest is the record's digest.  Every claim of that version (an     *)
+(* engine's adopted version and digest) is true again, so a check that       *)
+(* passes on it is right; the torn rows themselves never got a version.      *)
+RepairedTruth(r) ==
+    [l \in Layers |-> IF l \in dpend[r].layers THEN dmap[r][l] ELSE truth[r][l]]
+
+RepairDone(r) ==
+    /\ Repairs
+    /\ dphase[r] = "repairing"
+    /\ truth' = [truth EXCEPT ![r] = RepairedTruth(r)]
+    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves>>
+
+(* The repair fails (a read error, a missing file): the daemon is dirty,     *)
+(* and keeps the torn move's information for the message.                  *)
+RepairFails(r) ==
+    /\ Repairs
+    /\ RepairMayFail
+    /\ dphase[r] = "repairing"
+    /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+
+(* The operator's `expert-layout repair` on a dirty daemon.                  *)
+RepairAgain(r) ==
+    /\ Repairs
+    /\ dphase[r] = "dirty"
+    /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+
 Next ==
     \/ \E e \in Engines, r \in Ranks : Attach(e, r)
     \/ \E e \in Engines, r \in Ranks : Poll(e, r)
@@ -389,6 +438,9 @@ Next ==
     \/ \E e \in Engines : Crash(e)
     \/ \E r \in Ranks, e \in Engines : Detach(r, e)
     \/ \E r \in Ranks : Restart(r)
+    \/ \E r \in Ranks : RepairDone(r)
+    \/ \E r \in Ranks : RepairFails(r)
+    \/ \E r \in Ranks : RepairAgain(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -412,9 +464,17 @@ EngineSteps(e) ==
 (*    verification) run to their end: weak fairness on EngineSteps(e).  The *)
 (*    ranks of an engine step in rank order in this spec, so one condition  *)
 (*    per engine is the guarantee of all its rank processes.                *)
+(*  - A repair that has started runs to its end on the daemon's own        *)
+(*    thread (reading the checkpoint's files of a few layers): weak         *)
+(*    fairness on each RepairDone(r).  Where a repair may fail it ends      *)
+(*    clean or dirty: RepairDone stays enabled as long as the daemon        *)
+(*    repairs, so a fair behaviour cannot stay repairing.                   *)
 (*  - Nothing else is fair: an engine may never start a rebalance (EPLB     *)
 (*    decides; BeginChunk), may crash at any time or never (Crash), and an  *)
-(*    operator may never restart a dirty daemon (Restart).                  *)
+(*    operator may never restart a dirty daemon (Restart) nor ask for a     *)
+(*    repair again (RepairAgain): a person acts, or does not.  RepairFails *)
+(*    is not fair either: nothing in the system makes a read error happen,  *)
+(*    and RepairDone's fairness alone already ends every repair.            *)
 (*  - The spec has no clock: a waiting rank's Timeout stays enabled after   *)
 (*    the move it waits for has ended (in the code the timeout and the poll *)
 (*    race at the 300 s mark).  The properties about waiting therefore      *)
@@ -423,6 +483,7 @@ EngineSteps(e) ==
 Fairness ==
     /\ \A r \in Ranks, e \in Engines : WF_vars(Detach(r, e))
     /\ \A e \in Engines : WF_vars(EngineSteps(e))
+    /\ \A r \in Ranks : WF_vars(RepairDone(r))
 
 FairSpec == Spec /\ Fairness
 
@@ -432,7 +493,7 @@ FairSpec == Spec /\ Fairness
 Moving(e) == reb[e].step \in {"move", "commit"}
 
 TypeOK ==
-    /\ dphase \in [Ranks -> {"no_record", "clean", "pending", "dirty"}]
+    /\ dphase \in [Ranks -> {"no_record", "clean", "pending", "dirty", "repairing"}]
     /\ dver \in [Ranks -> 0..MaxMoves]
     /\ dmap \in [Ranks -> [Layers -> {0, 1}]]
     /\ dpend \in [Ranks -> PendingMoves \cup {NONE}]
@@ -499,9 +560,11 @@ SharesOnlyAdopted ==
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
 
-(* Dirty is sticky until the daemon restarts.                               *)
+(* Dirty is sticky until the daemon restarts or the operator asks for a     *)
+(* repair again.                                                            *)
 DirtySticky ==
-    [][\A r \in Ranks : dphase[r] = "dirty" => (dphase'[r] = "dirty" \/ Restart(r))]_vars
+    [][\A r \in Ranks : dphase[r] = "dirty" =>
+         (dphase'[r] = "dirty" \/ Restart(r) \/ RepairAgain(r))]_vars
 
 (* Versions never decrease, except by a restart (and a gone engine's        *)
 (* memory, which is lost).                                                  *)
@@ -518,10 +581,24 @@ BeginsAlone ==
              /\ datt[r] = {dpend'[r].mover}
              /\ \A e \in Engines : r \in eserv[e] => e = dpend'[r].mover]_vars
 
-(* Liveness: a move whose engine died ends with the daemon dirty.           *)
+(* Liveness: a move whose engine died ends with the daemon dirty (with      *)
+(* auto repair on: repairing, the dirty daemon's first step).               *)
 DeadMoverEndsDirty ==
     \A r \in Ranks :
-        (dphase[r] = "pending" /\ Gone(dpend[r].mover)) ~> (dphase[r] = "dirty")
+        (dphase[r] = "pending" /\ Gone(dpend[r].mover)) ~> (dphase[r] \in {"dirty", "repairing"})
+
+(* Liveness: a repair ends, clean (repaired) or dirty (it failed).          *)
+RepairEnds ==
+    \A r \in Ranks : (dphase[r] = "repairing") ~> (dphase[r] \in {"clean", "dirty"})
+
+(* Liveness, the purpose of the repair: with auto repair on and repairs     *)
+(* that do not fail, a move whose mover is gone ends clean at its base      *)
+(* version: no operator, no restart.  Holds only where Repairs /\           *)
+(* ~RepairMayFail (MCRepair.cfg).                                           *)
+TornMoveRepaired ==
+    \A r \in Ranks, v \in 0..MaxMoves :
+        (dphase[r] = "pending" /\ Gone(dpend[r].mover) /\ dpend[r].base = v)
+            ~> (dphase[r] = "clean" /\ dver[r] = v)
 
 (* Liveness: a waiting engine ends started or failed.                       *)
 WaitEnds ==

@@ -17,7 +17,7 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, NONE
+          DaemonRestarts, Repairs, RepairMayFail, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
           eserv, eshare, reb, moves,
@@ -40,11 +40,14 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"moved_after_standby", m, s>>: after that, with s gone, m verified a   *)
 (*     committed chunk;                                                      *)
 (* <<"killed_mid_move", m>>: m crashed while moving or committing;          *)
+(* <<"killed_torn", m>>: m crashed mid-move with some layer of some daemon  *)
+(*     already rewritten (the memory differs from the record);              *)
 (* <<"killed_between_chunks", m>>: m crashed idle, its last chunk verified, *)
 (*     with the daemons' map moved in only some layers;                      *)
 (* <<"failed_on_dirty", n>>: n's startup failed on a dirty daemon;          *)
 (* <<"older_refused", o>>: an older engine's fetch was refused by a clean   *)
-(*     daemon after a move.                                                  *)
+(*     daemon after a move;                                                  *)
+(* <<"repaired", r, v>>: daemon r's repair ended clean, at version v.        *)
 Events ==
     {<<"started_alone", e>> :
         e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
@@ -68,6 +71,10 @@ Events ==
     {<<"killed_mid_move", m>> :
         m \in {e \in Newer : ephase'[e] = "dead" /\ reb[e].step \in {"move", "commit"}}}
     \cup
+    {<<"killed_torn", m>> :
+        m \in {e \in Newer : /\ ephase'[e] = "dead" /\ reb[e].step \in {"move", "commit"}
+                             /\ \E r \in Ranks : truth[r] # dmap[r]}}
+    \cup
     {<<"killed_between_chunks", m>> :
         m \in {e \in Newer : /\ ephase[e] = "run" /\ ephase'[e] = "dead"
                              /\ reb[e].step = "idle" /\ ever[e] > 0
@@ -80,6 +87,8 @@ Events ==
     {<<"older_refused", o>> :
         o \in {e \in Older : /\ ephase[e] = "load" /\ ephase'[e] = "failed"
                              /\ \A r \in Ranks : dphase[r] = "clean" /\ dver[r] > 0}}
+    \cup
+    {<<"repaired", r, dver[r]>> : r \in {q \in Ranks : dphase[q] = "repairing" /\ dphase'[q] = "clean"}}
 
 Track == seen' = seen \cup Events
 
@@ -98,6 +107,9 @@ Verify(e) == P!Verify(e) /\ Track
 Crash(e) == P!Crash(e) /\ Track
 Detach(r, e) == P!Detach(r, e) /\ Track
 Restart(r) == P!Restart(r) /\ Track
+RepairDone(r) == P!RepairDone(r) /\ Track
+RepairFails(r) == P!RepairFails(r) /\ Track
+RepairAgain(r) == P!RepairAgain(r) /\ Track
 
 (* The same disjuncts, in the same order, as LayoutProtocol's Next.        *)
 ScenarioInit == P!Init /\ seen = {}
@@ -117,6 +129,9 @@ ScenarioNext ==
     \/ \E e \in Engines : Crash(e)
     \/ \E r \in Ranks, e \in Engines : Detach(r, e)
     \/ \E r \in Ranks : Restart(r)
+    \/ \E r \in Ranks : RepairDone(r)
+    \/ \E r \in Ranks : RepairFails(r)
+    \/ \E r \in Ranks : RepairAgain(r)
 
 -----------------------------------------------------------------------------
 (* The scenarios.                                                           *)
@@ -174,6 +189,24 @@ SeveralChunksMoved ==
         /\ \A l \in Layers : eroute[m][l] = 1
         /\ \A r \in Ranks : dphase[r] = "clean" /\ dver[r] = ever[m]
 
+(* A SIGKILL mid-move (some layer already rewritten), and the daemons      *)
+(* repair the torn move: each is clean again at the base version, and the  *)
+(* next engine, started after the kill, adopts that version on every       *)
+(* daemon and serves.                                                       *)
+KillMidMoveRepairedThenAdopted ==
+    \E m, n \in Newer :
+        /\ <<"killed_torn", m>> \in seen
+        /\ <<"started_alone", n>> \in seen
+        /\ ephase[n] = "run"
+        /\ eserv[n] = Ranks
+        /\ \A r \in Ranks :
+              /\ <<"repaired", r, efind[n][r].fver>> \in seen
+              /\ efind[n][r].found = "record"
+              /\ dphase[r] = "clean"
+              /\ dver[r] = efind[n][r].fver
+        /\ eroute[n] = efind[n][1].fmap
+        /\ ever[n] = efind[n][1].fver
+
 (* The witness invariants: each expected to be violated.                   *)
 NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout
 NoStandbyBusyThenMoverMoves == ~StandbyBusyThenMoverMoves
@@ -181,4 +214,5 @@ NoKillBetweenChunksAdopted == ~KillBetweenChunksAdopted
 NoKillMidMoveNextFails == ~KillMidMoveNextFails
 NoOlderRefusedAfterMove == ~OlderRefusedAfterMove
 NoSeveralChunksMoved == ~SeveralChunksMoved
+NoKillMidMoveRepairedThenAdopted == ~KillMidMoveRepairedThenAdopted
 =============================================================================

@@ -5,6 +5,11 @@ two modes: one daemon for ``--gpu-id``/``--tp-rank``, or all local ranks. The da
 sglang's own code with ``LayoutAwareDaemon`` in place of ``WeightCacheDaemon`` (see
 ``daemon_adapter.hooks``); with ``--enable-eplb`` they keep the expert-layout record.
 
+One option of this package: ``--expert-layout-no-auto-repair`` (a daemon whose mover was killed
+mid-move stays dirty, for an operator who wants to look first, and repairs on ``expert-layout
+repair``). It is taken out of the arguments before sglang's parsers see them, and reaches every
+daemon, the spawned ones included, as ``SGLANG_EXPERT_LAYOUT_AUTO_REPAIR=0`` in the environment.
+
 Options must be spelled out: argparse would read ``--tp 2`` as ``--tp-rank 2`` (the daemon's
 own option, parsed first) where ``--tp-size 2`` was meant. sglang's own
 ``python -m sglang.srt.weight_cache.daemon`` still has that trap.
@@ -13,10 +18,22 @@ own option, parsed first) where ``--tp-size 2`` was meant. sglang's own
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 
 PROG = "python -m daemon_adapter"
+NO_AUTO_REPAIR = "--expert-layout-no-auto-repair"
+
+
+def take_own_options(argv: list[str]) -> list[str]:
+    """Apply this package's options (``NO_AUTO_REPAIR``) and return the arguments for sglang's parsers."""
+    from daemon_adapter.daemon import AUTO_REPAIR_ENV
+
+    if NO_AUTO_REPAIR in argv[: argv.index("--") if "--" in argv else len(argv)]:
+        os.environ[AUTO_REPAIR_ENV] = "0"  # inherited by the daemon children sglang spawns
+        argv = [arg for arg in argv if arg != NO_AUTO_REPAIR]
+    return argv
 
 
 def refuse_abbreviations(argv: Iterable[str], parsers: Iterable[argparse.ArgumentParser]) -> None:
@@ -49,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
 
     apply_daemon_hooks()
 
-    argv = sys.argv[1:] if argv is None else argv
+    argv = take_own_options(sys.argv[1:] if argv is None else argv)
     worker_parser = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
     sglang_daemon.WeightCacheDaemonArgs.add_cli_args(worker_parser)
     server_parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=False)

@@ -32,10 +32,12 @@ How it binds to sglang, without copying sglang code:
 - ``serve``: sglang's, under umask 0o077, so its ``.ready`` file is owner-only like its socket.
 - The record comes from the initial ``ExpertLocationMetadata`` that
   ``_initialize_eplb_expert_location_metadata`` computes with ``--enable-eplb``.
-- ``expert_layout_repair`` (issue 19): answered in the connection's own thread, after the reload.
-  ``layout_sm.repair`` decides what to reload; ``daemon_adapter.repair`` reloads it into
-  ``self.model`` with sglang's loading; then the daemon is clean at the base version
-  (``_mark_repaired``).
+- The repair of a torn move (issue 19): the machine decides when a repair starts (the mover's EOF
+  with auto repair, ``AUTO_REPAIR_ENV``; the operator's ``expert_layout_repair`` on a dirty daemon)
+  and how it ends; ``layout_sm.repair`` what to reload; ``daemon_adapter.repair`` reloads it into
+  ``self.model`` with sglang's loading, on a worker thread (auto repair) or in the operator's
+  connection thread, whose reply then says what was done. The reload's end is the machine's
+  ``repair_done`` (clean at the base version) or ``repair_failed`` (dirty, the reason kept).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sglang.srt.utils.common import SafeUnpickler
@@ -60,7 +62,7 @@ from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
 from daemon_adapter.client import FRAME_HEADER, recv_exact
-from layout_sm.daemon import DaemonMachine, DirtyInfo
+from layout_sm.daemon import REPAIRING, DaemonMachine
 from layout_sm.messages import (
     ATTACH,
     FETCH_CLAIMS_FIELD,
@@ -78,7 +80,7 @@ from layout_sm.messages import (
     parse_plugin_gap,
     parse_request,
 )
-from layout_sm.reasons import Reason, Reply, ok, refused
+from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord, rows_of
 from layout_sm.repair import RepairPlan, repair_plan
 
@@ -88,6 +90,15 @@ logger = logging.getLogger(__name__)
 FETCH_STATE = "fetch_state"
 # Session tokens: 32 hex characters (128 bits) from the OS's CSPRNG.
 SESSION_TOKEN_BYTES = 16
+# Auto repair (issue 19) is on unless this is "0" (``python -m daemon_adapter
+# --expert-layout-no-auto-repair`` sets it; an environment variable reaches the daemon children that
+# sglang spawns, which get no options of ours).
+AUTO_REPAIR_ENV = "SGLANG_EXPERT_LAYOUT_AUTO_REPAIR"
+
+
+def auto_repair_enabled() -> bool:
+    """Whether daemons started now repair a torn move by themselves (``AUTO_REPAIR_ENV``)."""
+    return os.environ.get(AUTO_REPAIR_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def peer_pid(conn: socket.socket) -> int | None:
@@ -320,7 +331,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # fetch without a claim from one of them comes from an engine whose plugin attached but whose
         # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
         self._attached_pids: dict[str, int] = {}  # session -> pid
-        self._repair_running = False  # under _layout_lock
+        self._auto_repair = auto_repair_enabled()
         self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
         super().__init__(*args, **kwargs)
 
@@ -345,7 +356,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         if physical_to_logical_map is not None:
             record = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
         with self._layout_lock:
-            self._layout_machine = DaemonMachine(record)
+            self._layout_machine = DaemonMachine(record, auto_repair=self._auto_repair)
         if record is None:
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
         else:
@@ -543,45 +554,70 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             machine, lock = self._machine()
             with lock:
                 effect = machine.detach_engine(engine_id, session)
+                repairing = effect.dirty is not None and machine.phase == REPAIRING
             level = logging.WARNING if effect.dirty is not None else logging.INFO
             logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
+            if repairing:  # auto repair: the machine turned repairing; reload off this watcher thread
+                threading.Thread(target=self._run_repair, name="expert-layout-repair", daemon=True).start()
 
     # -- repair (issue 19) --------------------------------------------------------------
 
     def _repair(self) -> Reply:
-        """Reload the interrupted move's layers, in this (the connection's) thread; the reply says
-        what was done. Meanwhile the daemon stays dirty: fetch_state and begin are refused."""
+        """The operator's ``expert-layout repair``: the machine's ``repair`` (a dirty daemon turns
+        repairing, or the refusal), then the reload in this (the connection's) thread; the reply
+        says what was done."""
         machine, lock = self._machine()
         with lock:
-            plan = repair_plan(machine.view(), repair_running=self._repair_running)
-            if isinstance(plan, Reply):
-                return plan
-            dirty = machine.view().dirty
-            assert dirty is not None  # repair_plan plans only for a dirty daemon
-            self._repair_running = True
-        logger.warning(
-            "[LayoutAwareDaemon gpu=%s] repairing layers %s back to version %d",
-            self.gpu_id,
-            list(plan.layers),
-            plan.base_version,
-        )
-        try:
-            reply = self._reload(plan, dirty)
-        finally:
-            with lock:
-                self._repair_running = False
+            begun = machine.begin_repair()
+        if not begun.ok:
+            return begun
+        return self._run_repair()
+
+    def _run_repair(self) -> Reply:
+        """Reload the torn move's layers of a repairing daemon, then end the repair through the
+        machine: ``repair_done`` (clean at the base version) or ``repair_failed`` (dirty)."""
+        machine, lock = self._machine()
+        with lock:
+            plan = repair_plan(machine.view())
+        if isinstance(plan, Reply):
+            outcome: RepairPlanOutcome = (plan.reason, plan.message)
+        else:
+            logger.warning(
+                "[LayoutAwareDaemon gpu=%s] repairing layers %s back to version %d",
+                self.gpu_id,
+                list(plan.layers),
+                plan.base_version,
+            )
+            try:
+                outcome = self._reload_layers(plan)
+            except Exception as error:  # the daemon must not stay repairing: it ends dirty, with why
+                outcome = (Reason.REPAIR_FAILED, f"{type(error).__name__}: {error}")
+        with lock:
+            if isinstance(outcome, tuple):
+                reply = machine.repair_fails(*outcome)
+            else:
+                assert isinstance(plan, RepairPlan)  # a reload ran: there was a plan
+                report = {k: v for k, v in outcome.items() if k != "layers"}
+                message = (
+                    f"layers {list(plan.layers)} reloaded from the checkpoint in {report.get('seconds', 0):.2f} s "
+                    f"({report.get('bytes_read')} of {report.get('checkpoint_bytes')} checkpoint bytes); clean at "
+                    f"version {plan.base_version}"
+                )
+                reply = machine.repair_ended(plan.layers, message, **report)
         level = logging.INFO if reply.ok else logging.WARNING
         logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, reply)
         return reply
 
-    def _reload(self, plan: RepairPlan, dirty: DirtyInfo) -> Reply:
+    def _reload_layers(self, plan: RepairPlan) -> RepairPlanOutcome:
+        """sglang's loading of the plan's layers into ``self.model``: the reload's report (wire
+        form), or (reason, why) when it was refused or failed. Nothing here decides the phase."""
         from sglang.srt.configs.load_config import LoadConfig
         from sglang.srt.runtime_context import get_parallel
 
         from daemon_adapter.repair import RepairFailed, RepairRefused, reload_routed_experts
 
         if self.model is None or self._model_config is None:
-            return refused(Reason.REPAIR_FAILED, "the daemon's model is not loaded; it stays dirty.")
+            return (Reason.REPAIR_FAILED, "the daemon's model is not loaded")
         # The LoadConfig the daemon's load() builds (sglang daemon.py), for the loader's file discovery.
         load_config = LoadConfig(
             load_format=self.load_format, model_loader_extra_config=self.model_loader_extra_config, tp_rank=self.tp_rank
@@ -596,30 +632,11 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 get_parallel().moe_ep_rank,
             )
         except RepairRefused as error:
-            return refused(
-                Reason.REPAIR_UNSUPPORTED,
-                f"repair refused: {error}. Nothing was written; the daemon stays dirty ({dirty.describe()}).",
-            )
+            return (Reason.REPAIR_UNSUPPORTED, f"repair refused: {error}; nothing was written")
         except RepairFailed as error:
-            return refused(Reason.REPAIR_FAILED, f"repair failed: {error}. The daemon stays dirty.")
-        machine, lock = self._machine()
-        with lock:
-            self._mark_repaired(machine, dirty, plan)
-        return ok(
-            Reason.REPAIRED,
-            f"layers {list(plan.layers)} reloaded from the checkpoint in {report.seconds:.2f} s "
-            f"({report.bytes_read} of {report.checkpoint_bytes} checkpoint bytes); clean at version "
-            f"{plan.base_version}",
-            version=plan.base_version,
-            digest=plan.record.digest,
-            **report.to_wire(),
-        )
+            return (Reason.REPAIR_FAILED, str(error))
+        return report.to_wire()
 
-    @staticmethod
-    def _mark_repaired(machine: DaemonMachine, dirty: DirtyInfo, plan: RepairPlan) -> None:
-        """INTEGRATOR: the one place a repaired daemon turns clean, by replacing the machine's view;
-        to become the machine's ``repairing -> clean`` transition. The record is the base version's,
-        unchanged (memory now holds it); attachments made meanwhile are kept."""
-        view = machine.view()
-        assert view.dirty == dirty and view.record == plan.record, "the view changed during the repair"
-        machine.restore(replace(view, dirty=None))
+
+# The end of a reload: its report (``RepairReport.to_wire()``), or (reason, why) it did not happen.
+RepairPlanOutcome = dict[str, Any] | tuple[Reason, str]

@@ -130,17 +130,24 @@ def _row(status: DaemonStatus) -> list[str]:
     if state is None:
         return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", status.detail]
     digest = state.get("digest")
-    dirty = state.get("dirty")
+    dirty, repairing, failure = state.get("dirty"), state.get("repairing"), state.get("repair_failure")
+    if repairing:
+        torn = (
+            f"repairing: {_describe_move(repairing)} left mid-move; reloading layers {repairing.get('layers')} "
+            f"back to v{repairing.get('base_version')}"
+        )
+    else:
+        torn = "-" if not dirty else f"yes: {_describe_move(dirty)} left mid-move"
     return [
         status.socket_path,
         str(state.get("phase")),
         "-" if state.get("version") is None else str(state.get("version")),
         "-" if digest is None else str(digest)[:16],
         _describe_move(state.get("pending")),
-        "-" if not dirty else f"yes: {_describe_move(dirty)} left mid-move",
+        torn,
         ",".join(state.get("attached") or []) or "-",
         "yes" if state.get("non_following_seen") else "no",
-        "",
+        "" if not failure else f"repair failed: {failure}",
     ]
 
 
@@ -167,7 +174,9 @@ def render_prometheus(statuses: Sequence[DaemonStatus]) -> str:
 
     found = GaugeMetricFamily(f"{PROMETHEUS_PREFIX}found", "Weight cache daemon sockets found.", value=len(statuses))
     up = family("up", "1 when a layout-aware daemon answered the query.")
-    phase = family("phase", "1 for the daemon's phase (no_record, clean, pending, dirty).", ("socket", "phase"))
+    phase = family(
+        "phase", "1 for the daemon's phase (no_record, clean, pending, dirty, repairing).", ("socket", "phase")
+    )
     version = family("record_version", "The version of the daemon's layout record.")
     attached = family("attached_engines", "Engines attached to the daemon.")
     pending = family("pending", "1 while a move is pending.")

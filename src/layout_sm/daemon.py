@@ -48,6 +48,7 @@ from layout_sm.messages import (
     FetchLayoutField,
     LayoutRequest,
     QueryRequest,
+    RepairRequest,
 )
 from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
 from layout_sm.record import LayoutError, LayoutRecord
@@ -57,10 +58,13 @@ NO_RECORD = "no_record"
 CLEAN = "clean"
 PENDING = "pending"
 DIRTY = "dirty"
+REPAIRING = "repairing"
 # Live attachments a daemon keeps at once. Each costs the daemon a thread and a descriptor; an
 # engine has one per daemon, so 64 is far beyond any deployment (the protocol lets only an engine
 # alone on its daemons move experts) and far below the descriptor limit (1,024 by default).
 MAX_ATTACHMENTS = 64
+# The operator's remedies for a dirty daemon: the repair (issue 19), or the restart.
+REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,25 @@ class Fetch:
         return cast(FetchLayoutField, self.claim).digest
 
 
+@dataclass(frozen=True)
+class RepairEnded:
+    """The adapter's reload of the torn move's ``layers`` ended well; ``message`` and ``data`` say
+    what it did (seconds, bytes read), for the operator's reply."""
+
+    layers: tuple[int, ...]
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RepairFailed:
+    """The adapter's reload failed (a read error, a missing file) or was refused (a model or
+    quantization it cannot repair layer by layer): ``reason`` and ``why``."""
+
+    reason: Reason
+    why: str
+
+
 def _invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str | None:
     if not layers:
         return "the layer list is empty"
@@ -158,8 +181,14 @@ class DaemonView:
     record: LayoutRecord | None
     attachments: Mapping[str, str] = field(default_factory=dict)  # engine_id -> session
     pending: Move | None = None
+    # The torn move: the mover left mid-move. Kept while the daemon repairs it (``repairing``), and
+    # after a failed repair (``repair_failure``, why), until a repair ends clean or the daemon restarts.
     dirty: DirtyInfo | None = None
     non_following_seen: bool = False
+    repairing: bool = False  # the daemon reloads the torn move's layers (spec: dphase = "repairing")
+    repair_failure: str | None = None  # why the last repair failed (the daemon is dirty)
+    # Started with auto repair (spec: the constant Repairs): the mover's EOF starts the repair at once.
+    auto_repair: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attachments", dict(sorted(self.attachments.items())))
@@ -169,7 +198,7 @@ class DaemonView:
         if self.record is None:
             return NO_RECORD
         if self.dirty is not None:
-            return DIRTY
+            return REPAIRING if self.repairing else DIRTY
         if self.pending is not None:
             return PENDING
         return CLEAN
@@ -203,8 +232,20 @@ class DaemonView:
         return self.record is not None
 
     def is_dirty(self) -> bool:
-        """A mover left mid-move (spec: ``dphase[r] = "dirty"``)."""
-        return self.dirty is not None
+        """A mover left mid-move and no repair runs (spec: ``dphase[r] = "dirty"``)."""
+        return self.dirty is not None and not self.repairing
+
+    def is_repairing(self) -> bool:
+        """The daemon reloads the torn move's layers (spec: ``dphase[r] = "repairing"``)."""
+        return self.dirty is not None and self.repairing
+
+    def repairs_automatically(self) -> bool:
+        """The daemon was started with auto repair (spec: the constant ``Repairs``)."""
+        return self.auto_repair
+
+    def repair_is_of(self, layers: tuple[int, ...]) -> bool:
+        """The repair that ended is of the torn move's layers (outside the spec: its repair is one step)."""
+        return self.dirty is not None and tuple(sorted(self.dirty.layers)) == tuple(sorted(layers))
 
     def move_pending(self) -> bool:
         """Some engine's move is pending (spec: ``dphase[r] = "pending"``)."""
@@ -256,7 +297,18 @@ class DaemonView:
         return self.record is not None and digest == self.record.digest
 
     def __hash__(self) -> int:
-        return hash((self.record, tuple(self.attachments.items()), self.pending, self.dirty, self.non_following_seen))
+        return hash(
+            (
+                self.record,
+                tuple(self.attachments.items()),
+                self.pending,
+                self.dirty,
+                self.non_following_seen,
+                self.repairing,
+                self.repair_failure,
+                self.auto_repair,
+            )
+        )
 
     def state_wire(self, include_map: bool = False) -> dict[str, Any]:
         """The daemon's state as ``expert_layout_query`` reports it."""
@@ -270,7 +322,11 @@ class DaemonView:
             "num_logical": None if record is None else record.num_logical,
             "map": [list(r) for r in record.rows] if (record is not None and include_map) else None,
             "pending": None if self.pending is None else self.pending.to_wire(),
-            "dirty": None if self.dirty is None else self.dirty.to_wire(),
+            # A repairing daemon's torn move is under "repairing", not "dirty": an engine waits on it.
+            "dirty": None if self.dirty is None or self.repairing else self.dirty.to_wire(),
+            "repairing": self.dirty.to_wire() if self.dirty is not None and self.repairing else None,
+            "repair_failure": self.repair_failure,
+            "auto_repair": self.auto_repair,
             "attached": sorted(self.attachments),
             "non_following_seen": self.non_following_seen,
         }
@@ -355,17 +411,48 @@ def rung(
 
 
 @dataclass(frozen=True)
+class Branch:
+    """Once a ladder's rungs all hold: the step taken when ``conjunct`` holds too."""
+
+    conjunct: Conjunct
+    taken: Step
+
+
+def branch(
+    conjunct: str,
+    answer: Callable[[DaemonView, Request], Answer],
+    change: Callable[[DaemonView, Request], DaemonView] | None = None,
+) -> Branch:
+    return Branch(Conjunct.named(conjunct), Step(answer, change))
+
+
+@dataclass(frozen=True)
 class Ladder:
     """One request, declared once: its conjuncts in precedence order, each with its refusal, and
     the step taken when all of them hold."""
 
     rungs: tuple[Rung, ...]
     accepted: Step
+    # Once every rung holds, the first branch whose conjunct holds is taken instead of ``accepted``
+    # (a detach of the mover: repairing with auto repair, else dirty). Each branch is its own
+    # accepting transition, declared before the plain one.
+    branches: tuple[Branch, ...] = ()
 
     @property
     def guards(self) -> list[str]:
         """The accepting transition's guards: every conjunct, in precedence order."""
         return [str(r.conjunct) for r in self.rungs]
+
+    def branch_guards(self, index: int) -> list[str]:
+        """The guards of the accepting transition of branch ``index``: the rungs, then its conjunct."""
+        return [*self.guards, str(self.branches[index].conjunct)]
+
+    def accepting(self, view: DaemonView, request: Request) -> Step:
+        """The step taken once every rung holds: the first branch that holds, else ``accepted``."""
+        for branch in self.branches:
+            if branch.conjunct(view, request):
+                return branch.taken
+        return self.accepted
 
     def first_failing(self, view: DaemonView, request: Request) -> Rung | None:
         for r in self.rungs:
@@ -376,7 +463,7 @@ class Ladder:
     def reply(self, view: DaemonView, request: Request) -> Answer:
         """The answer alone, as a pure function of the view (what the machine answers there)."""
         failing = self.first_failing(view, request)
-        return (self.accepted if failing is None else failing.fails).answer(view, request)
+        return (self.accepting(view, request) if failing is None else failing.fails).answer(view, request)
 
 
 def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
@@ -424,6 +511,7 @@ def _attached(view: DaemonView, req: Attach) -> Reply:
         record=None if view.record is None else view.record.to_wire(include_map=True),
         pending=state["pending"],
         dirty=state["dirty"],
+        repairing=state["repairing"],
         phase=state["phase"],
         non_following_seen=view.non_following_seen,
     )
@@ -449,8 +537,22 @@ def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
 def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
     info = cast(DirtyInfo, view.dirty)
     return layout_refused(
-        Reason.DIRTY, f"fetch_state refused: the layout is unknown: {info.describe()}; {RESTART_DAEMONS}."
+        Reason.DIRTY,
+        f"fetch_state refused: the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.",
     )
+
+
+def _being_repaired(view: DaemonView) -> str:
+    info = cast(DirtyInfo, view.dirty)
+    return (
+        f"the daemon is being repaired: it reloads layers {list(info.layers)} from the checkpoint, back to "
+        f"version {info.base_version} ({info.describe()}); retry when the repair ends (`expert-layout status` "
+        f"shows it), usually within seconds"
+    )
+
+
+def _fetch_repairing(view: DaemonView, req: Fetch) -> Reply:
+    return layout_refused(Reason.REPAIRING, f"fetch_state refused: {_being_repaired(view)}.")
 
 
 def _fetch_move_pending(view: DaemonView, req: Fetch) -> Reply:
@@ -541,6 +643,7 @@ FETCH = Ladder(
     (
         rung("has_record", _served_no_record),
         rung("not is_dirty", _fetch_dirty),
+        rung("not is_repairing", _fetch_repairing),
         rung("not move_pending", _fetch_move_pending),
         rung("plugin_complete", _plugin_incomplete),
         rung("claims_or_initial", _older_engine_after_move),
@@ -587,7 +690,15 @@ def _no_record(view: DaemonView, req: BeginRequest) -> Reply:
 
 def _dirty(view: DaemonView, req: BeginRequest | CommitRequest) -> Reply:
     info = cast(DirtyInfo, view.dirty)
-    return refused(Reason.DIRTY, f"the layout is unknown: {info.describe()}; {RESTART_DAEMONS}.")
+    return refused(Reason.DIRTY, f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.")
+
+
+def _failure(view: DaemonView) -> str:
+    return "" if view.repair_failure is None else f"; its repair failed: {view.repair_failure}"
+
+
+def _begin_repairing(view: DaemonView, req: BeginRequest) -> Reply:
+    return refused(Reason.REPAIRING, f"begin refused: {_being_repaired(view)}.")
 
 
 def _non_following_seen(view: DaemonView, req: BeginRequest) -> Reply:
@@ -650,6 +761,7 @@ BEGIN = Ladder(
         rung("not own_move_pending", _own_move_pending),
         rung("has_record", _no_record),
         rung("not is_dirty", _dirty),
+        rung("not is_repairing", _begin_repairing),
         rung("not saw_non_following", _non_following_seen),
         rung("base_is_current", _stale_base_version),
         rung("not foreign_pending", _move_pending),
@@ -777,14 +889,125 @@ def _mark_dirty(view: DaemonView, req: Detach) -> DaemonView:
     return replace(view, attachments=_without(view, req.engine_id), pending=None, dirty=_dirty_info(view))
 
 
+def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
+    info = _dirty_info(view)
+    return DetachEffect(
+        True,
+        info,
+        f"daemon is now REPAIRING: {info.describe()}; it reloads layers {list(info.layers)} from the checkpoint, "
+        f"back to version {info.base_version}",
+    )
+
+
+def _mark_repairing(view: DaemonView, req: Detach) -> DaemonView:
+    return replace(_mark_dirty(view, req), repairing=True, repair_failure=None)
+
+
 # Detach (spec: Detach), the EOF of an attach connection: a mover that leaves makes the daemon
-# dirty, any other live attachment is dropped, and the EOF of a stale session changes nothing.
+# dirty, or with auto repair starts the repair at once (repairing); any other live attachment is
+# dropped, and the EOF of a stale session changes nothing.
 DETACH = Ladder(
     (
         rung("holds", _stale_detach),
         rung("moved_by", _detached, lambda view, req: replace(view, attachments=_without(view, req.engine_id))),
     ),
     Step(_went_dirty, _mark_dirty),
+    branches=(branch("repairs_automatically", _went_repairing, _mark_repairing),),
+)
+
+
+# -- repair (issue 19; spec: RepairAgain, RepairDone, RepairFails) -------------------------------
+
+
+def _repair_no_record(view: DaemonView, req: RepairRequest) -> Reply:
+    return refused(
+        Reason.NO_RECORD,
+        "this daemon keeps no expert-layout record (started without --enable-eplb), so it never "
+        "moves experts and has nothing to repair.",
+    )
+
+
+def _repair_running(view: DaemonView, req: RepairRequest) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return busy(
+        Reason.REPAIR_RUNNING,
+        f"a repair of layers {list(info.layers)} is already under way; wait for it to end "
+        f"(`expert-layout status` shows it).",
+    )
+
+
+def _not_dirty(view: DaemonView, req: RepairRequest) -> Reply:
+    version = _record(view).version
+    return refused(
+        Reason.NOT_DIRTY,
+        f"the daemon is {view.phase} at version {version}: its memory is its record, nothing to repair.",
+        version=version,
+    )
+
+
+def _repair_begun(view: DaemonView, req: RepairRequest) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return ok(
+        Reason.REPAIR_BEGUN,
+        f"repairing layers {list(info.layers)} back to version {info.base_version}",
+        layers=list(info.layers),
+        base_version=info.base_version,
+    )
+
+
+# The operator's `expert-layout repair` (spec: RepairAgain): a dirty daemon repairs again.
+REPAIR = Ladder(
+    (
+        rung("has_record", _repair_no_record),
+        rung("not is_repairing", _repair_running),
+        rung("is_dirty", _not_dirty),
+    ),
+    Step(_repair_begun, lambda view, req: replace(view, repairing=True, repair_failure=None)),
+)
+
+
+def _no_repair_running(view: DaemonView, req: RepairEnded | RepairFailed) -> Reply:
+    return refused(Reason.NOT_DIRTY, f"no repair of this daemon is under way (it is {view.phase}); nothing changed.")
+
+
+def _repair_is_of_other_layers(view: DaemonView, req: RepairEnded) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return refused(
+        Reason.REPAIR_UNSAFE,
+        f"the repair reloaded layers {list(req.layers)} but the torn move is of layers {list(info.layers)}; "
+        f"the daemon stays repairing.",
+    )
+
+
+def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
+    record = _record(view)
+    data = {**req.data, "layers": list(req.layers), "version": record.version, "digest": record.digest}
+    return ok(Reason.REPAIRED, req.message, **data)
+
+
+# The repair ended well (spec: RepairDone): memory holds the record again, so the daemon is clean
+# at the base version (the record never changed while dirty: only a commit changes it).
+REPAIR_DONE = Ladder(
+    (
+        rung("is_repairing", _no_repair_running),
+        rung("repair_is_of", _repair_is_of_other_layers),
+    ),
+    Step(_repaired, lambda view, req: replace(view, dirty=None, repairing=False, repair_failure=None)),
+)
+
+
+def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
+    info = cast(DirtyInfo, view.dirty)
+    return refused(
+        req.reason,
+        f"repair of layers {list(info.layers)} failed: {req.why}. The daemon stays dirty; {REPAIR_OR_RESTART}.",
+    )
+
+
+# The repair failed (spec: RepairFails): dirty, with the reason kept for every refusal.
+REPAIR_FAILED = Ladder(
+    (rung("is_repairing", _no_repair_running),),
+    Step(_repair_failed, lambda view, req: replace(view, repairing=False, repair_failure=req.why)),
 )
 
 
@@ -797,6 +1020,9 @@ LADDERS: dict[str, Ladder] = {
     "commit": COMMIT,
     "abort": ABORT,
     "detach": DETACH,
+    "repair": REPAIR,
+    "repair_done": REPAIR_DONE,
+    "repair_failed": REPAIR_FAILED,
 }
 
 
@@ -840,7 +1066,7 @@ def _asked_of_the_view(name: str) -> Callable[..., bool]:
     return asked
 
 
-for _name in sorted({r.conjunct.method for ladder in LADDERS.values() for r in ladder.rungs}):
+for _name in sorted({r.conjunct.method for ladder in LADDERS.values() for r in (*ladder.rungs, *ladder.branches)}):
     setattr(DaemonState, _name, _asked_of_the_view(_name))
 
 
@@ -911,29 +1137,42 @@ class DaemonMachine(StateMachine):
     clean = State(CLEAN)
     pending = State(PENDING)
     dirty = State(DIRTY)
+    repairing = State(REPAIRING)
+
+    _LOADED = (no_record, clean, pending, dirty, repairing)
 
     loaded_with_record = loading.to(clean, cond="record_loaded", on="load")
     loaded_without_record = loading.to(no_record, unless="record_loaded", on="load")
 
     # Attach and the fetch check never change the phase (the spec's Attach and Fetch leave dphase).
-    attach = _kept(no_record, clean, pending, dirty, cond=ATTACH.guards) | _answered(no_record, clean, pending, dirty)
-    fetch = clean.to.itself(internal=True, cond=FETCH.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    attach = _kept(*_LOADED, cond=ATTACH.guards) | _answered(*_LOADED)
+    fetch = clean.to.itself(internal=True, cond=FETCH.guards, on="accept") | _answered(*_LOADED)
     # Begin: only a clean daemon takes a move (the ladder's conjuncts about the phase hold nowhere
     # else); refused or busy otherwise, in every phase.
-    begin = clean.to(pending, cond=BEGIN.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    begin = clean.to(pending, cond=BEGIN.guards, on="accept") | _answered(*_LOADED)
     # Commit: the pending move's rows are stored; refused otherwise, and a pending move stays pending.
-    commit = pending.to(clean, cond=COMMIT.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    commit = pending.to(clean, cond=COMMIT.guards, on="accept") | _answered(*_LOADED)
     # Abort: the mover's own session clears its move; otherwise nothing to abort, or refused.
-    abort = pending.to(clean, cond=ABORT.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    abort = pending.to(clean, cond=ABORT.guards, on="accept") | _answered(*_LOADED)
     # Detach: the mover leaving mid-move makes the daemon dirty; otherwise the attachment is
     # dropped, or a stale EOF ignored.
-    detach = pending.to(dirty, cond=DETACH.guards, on="accept") | _answered(no_record, clean, pending, dirty)
+    detach = (
+        pending.to(repairing, cond=DETACH.branch_guards(0), on="accept")
+        | pending.to(dirty, cond=DETACH.guards, on="accept")
+        | _answered(*_LOADED)
+    )
+    # The repair of a torn move: the operator's (dirty -> repairing), its end (clean at the base
+    # version), its failure (dirty again, the reason kept).
+    repair = dirty.to(repairing, cond=REPAIR.guards, on="accept") | _answered(*_LOADED)
+    repair_done = repairing.to(clean, cond=REPAIR_DONE.guards, on="accept") | _answered(*_LOADED)
+    repair_failed = repairing.to(dirty, cond=REPAIR_FAILED.guards, on="accept") | _answered(*_LOADED)
 
     _tables: ClassVar[dict[type, dict[tuple[str, str], tuple[DeclaredTransition, ...]]]] = {}
 
-    def __init__(self, record: LayoutRecord | None) -> None:
+    def __init__(self, record: LayoutRecord | None, auto_repair: bool = True) -> None:
         super().__init__(model=DaemonState(), state_field="phase")
-        self.send("loaded_with_record" if record is not None else "loaded_without_record", record=record)
+        event = "loaded_with_record" if record is not None else "loaded_without_record"
+        self.send(event, record=record, auto_repair=auto_repair)
 
     @classmethod
     def table(cls) -> dict[tuple[str, str], tuple[DeclaredTransition, ...]]:
@@ -948,8 +1187,8 @@ class DaemonMachine(StateMachine):
     def record_loaded(self, record: LayoutRecord | None) -> bool:
         return record is not None
 
-    def load(self, record: LayoutRecord | None) -> None:
-        self.model.view = DaemonView(record)
+    def load(self, record: LayoutRecord | None, auto_repair: bool) -> None:
+        self.model.view = DaemonView(record, auto_repair=auto_repair)
 
     # -- taking a step: the declared transitions, run without python-statemachine's event loop --
 
@@ -969,7 +1208,7 @@ class DaemonMachine(StateMachine):
 
     def accept(self, event: Any, request: Request) -> Answer:
         """The accepting transition's action: the ladder's accepted step."""
-        return self._apply(LADDERS[str(event)].accepted, request)
+        return self._apply(LADDERS[str(event)].accepting(self._view, request), request)
 
     def answer(self, event: Any, request: Request) -> Answer:
         """The answering self-loop's action: the step of the ladder's first failing conjunct."""
@@ -1027,6 +1266,8 @@ class DaemonMachine(StateMachine):
             return self.commit_move(request)
         if isinstance(request, AbortRequest):
             return self.abort_move(request)
+        if isinstance(request, RepairRequest):
+            return self.begin_repair()
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
@@ -1049,6 +1290,18 @@ class DaemonMachine(StateMachine):
     def detach_engine(self, engine_id: str, session: str) -> DetachEffect:
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
         return cast(DetachEffect, self._take("detach", Detach(engine_id, session)))
+
+    def begin_repair(self) -> Reply:
+        """The operator's ``expert-layout repair``: a dirty daemon turns repairing (the adapter then reloads)."""
+        return cast(Reply, self._take("repair", RepairRequest()))
+
+    def repair_ended(self, layers: tuple[int, ...], message: str, **data: Any) -> Reply:
+        """The adapter's reload of ``layers`` ended well: clean at the base version."""
+        return cast(Reply, self._take("repair_done", RepairEnded(layers, message, data)))
+
+    def repair_fails(self, reason: Reason, why: str) -> Reply:
+        """The adapter's reload failed or was refused: dirty, ``why`` kept."""
+        return cast(Reply, self._take("repair_failed", RepairFailed(reason, why)))
 
     def query_state(self, include_map: bool = False) -> Reply:
         return self.handle(QueryRequest(include_map))

@@ -107,6 +107,8 @@ class RankFinding:
             record = LayoutRecord.from_wire(reply.data["record"])
         except LayoutError as error:
             return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
+        if reply.data.get("repairing"):  # spec: MustWait, the daemon repairs a torn move
+            return cls(rank, "pending", record, _describe_repair(reply.data["repairing"]))
         if reply.data.get("pending"):
             pending = reply.data["pending"]
             return cls(rank, "pending", record, _describe_move("is moving", pending))
@@ -141,6 +143,8 @@ class RankFinding:
             record = LayoutRecord.from_wire(wire)
         except LayoutError as error:
             return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
+        if wire.get("repairing"):  # still repairing: the rank keeps waiting (spec: Poll needs ~MustWait)
+            return cls(rank, "pending", record, _describe_repair(wire["repairing"]))
         if wire.get("pending"):
             pending = wire["pending"]
             return cls(rank, "pending", record, _describe_move("is moving", pending))
@@ -194,8 +198,16 @@ def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
     )
 
 
+def _describe_repair(move: Mapping[str, Any]) -> str:
+    return (
+        f"the daemon is repairing layers {move.get('layers')} back to version {move.get('base_version')} "
+        f"(engine {move.get('engine_id')!r} went away mid-move)"
+    )
+
+
 def needs_wait(finding: RankFinding) -> bool:
-    """A rank waits (polling, up to the timeout) only while another engine's move is pending."""
+    """A rank waits (polling, up to the timeout) only while another engine's move is pending or its
+    daemon repairs a torn move (spec: MustWait)."""
     return finding.kind == "pending"
 
 

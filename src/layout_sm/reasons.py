@@ -39,6 +39,7 @@ class Reason(StrEnum):
     SERVED_OLDER_ENGINE = "served_older_engine"
     SERVED_NO_RECORD = "served_no_record"
     REPAIRED = "repaired"
+    REPAIR_BEGUN = "repair_begun"
     # refused: the request itself
     MALFORMED = "malformed"
     NOT_ATTACHED = "not_attached"
@@ -53,6 +54,7 @@ class Reason(StrEnum):
     DIRTY = "dirty"
     NON_FOLLOWING_SEEN = "non_following_seen"
     STALE_BASE_VERSION = "stale_base_version"
+    REPAIRING = "repairing"  # until the repair ends (seconds): retry then
     # refused: a repair (issue 19)
     NOT_DIRTY = "not_dirty"
     REPAIR_UNSAFE = "repair_unsafe"

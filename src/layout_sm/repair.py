@@ -1,11 +1,12 @@
 """What a dirty daemon repairs (issue 19): a pure decision from the daemon's view, no I/O.
 
-A daemon turns dirty when its mover leaves mid-move (``DaemonMachine.mark_dirty``). The record is
-then still the base version's: only ``store_rows`` (a commit) changes it, commit is refused while
-dirty, and ``mark_dirty`` changes the attachments, the pending move and the dirty info, never the
-record. So the layers of the interrupted move are the only unknown ones, and the record's rows for
-them are the base version's rows: reloading those layers' routed experts from the checkpoint into
-the slots those rows give makes memory equal the record again, every layer of it.
+A daemon turns dirty when its mover leaves mid-move (the machine's ``detach``; repairing at once
+with auto repair). The record is then still the base version's: only ``store_rows`` (a commit)
+changes it, commit is refused while dirty, and the detach changes the attachments, the pending move
+and the dirty info, never the record. So the layers of the interrupted move are the only unknown
+ones, and the record's rows for them are the base version's rows: reloading those layers' routed
+experts from the checkpoint into the slots those rows give makes memory equal the record again,
+every layer of it.
 
 Going back to the base version is no ABA hazard: the map after the repair *is* that version's map
 (the same digest), so whatever an engine was told about that version is true again.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from layout_sm.daemon import DaemonView
-from layout_sm.reasons import Reason, Reply, busy, refused
+from layout_sm.reasons import Reason, Reply, refused
 from layout_sm.record import LayoutRecord, Rows
 
 
@@ -34,9 +35,10 @@ class RepairPlan:
         return {"layers": list(self.layers), "base_version": self.base_version, "digest": self.record.digest}
 
 
-def repair_plan(view: DaemonView, repair_running: bool = False) -> RepairPlan | Reply:
-    """The layers to reload and their rows, or the refusal (``repair_running``: the adapter has
-    a repair of this daemon under way)."""
+def repair_plan(view: DaemonView) -> RepairPlan | Reply:
+    """The layers to reload and their rows for the torn move of a repairing (or dirty) daemon, or
+    the refusal. Whether a repair may start is the machine's (``DaemonMachine.begin_repair``, the
+    mover's detach with auto repair); this reads only what to reload."""
     record, dirty = view.record, view.dirty
     if record is None:
         return refused(
@@ -44,8 +46,6 @@ def repair_plan(view: DaemonView, repair_running: bool = False) -> RepairPlan | 
             "this daemon keeps no expert-layout record (started without --enable-eplb), so it never "
             "moves experts and has nothing to repair.",
         )
-    if repair_running:
-        return busy(Reason.REPAIR_RUNNING, "a repair of this daemon is already under way; wait for it to end.")
     if dirty is None:
         return refused(
             Reason.NOT_DIRTY,

@@ -1,4 +1,4 @@
-"""Issue 19 on a real standalone daemon set: a dirty daemon reloads the interrupted layer from disk.
+"""Issue 19 on a real standalone daemon set: a torn move's layer is reloaded from disk.
 
 One set of layout-aware daemons (``python -m daemon_adapter``, TP2/EP2 like the demo: each rank
 holds 5 of the 10 physical slots, so the reload must put experts on the right rank and local slot)
@@ -9,8 +9,10 @@ through ``fetch_state`` with sglang's client transport, as an engine does; then
    that differs from the one the daemons loaded with, so a reload that ignored the record's rows
    would put the experts back where they started, and fail here;
 2. begins a second move of layer 0, writes garbage into layer 0's routed experts, and closes its
-   attach connections mid-move (EOF: both daemons turn dirty);
-3. runs ``expert-layout repair``, and checks with ``tools.demo.memory_probe`` (a fresh mapping) that
+   attach connections mid-move (EOF). With auto repair (the default) both daemons turn repairing
+   and repair by themselves; with ``--expert-layout-no-auto-repair`` they turn dirty and stay so
+   (a dirty daemon serves no ``fetch_state``) until
+3. ``expert-layout repair``. Then it checks with ``tools.demo.memory_probe`` (a fresh mapping) that
    every slot of every layer holds the logical expert the record says, that the mapping it kept
    all along sees the repaired values (the repair wrote into the exported tensors), equal to what
    layer 0 held at version 1, and that the daemons are clean at version 1 with its digest.
@@ -49,13 +51,15 @@ LAYER = 0
 TP = 2
 
 
-@pytest.fixture
-def daemon_set() -> Iterator[tuple[StandaloneDaemons, float]]:
+@pytest.fixture(params=[True, False], ids=["auto-repair", "no-auto-repair"])
+def daemon_set(request: pytest.FixtureRequest) -> Iterator[tuple[StandaloneDaemons, float]]:
     model = build_tiny_qwen3_moe(REPO / "build" / "models")
     root = tempfile.mkdtemp(prefix="rep-", dir="/tmp")  # AF_UNIX paths: at most 107 bytes
+    extra_args = [] if request.param else ["--expert-layout-no-auto-repair"]
     try:
         with hold_lock(LOCK_PATH):
-            daemons = StandaloneDaemons(RunDir(Path(root) / "run"), Topology(model, tp_size=TP, ep_size=TP)).start()
+            topology = Topology(model, tp_size=TP, ep_size=TP)
+            daemons = StandaloneDaemons(RunDir(Path(root) / "run"), topology, extra_args=extra_args).start()
             try:
                 yield daemons, daemons.wait_ready(START_TIMEOUT_S)
             finally:
@@ -135,13 +139,25 @@ def _repair(daemons: StandaloneDaemons) -> tuple[subprocess.CompletedProcess[str
     return done, time.monotonic() - started
 
 
+def _logged_repairs(daemons: StandaloneDaemons) -> list[dict[str, Any]]:
+    """The auto repairs' ends, as each daemon logged them (``ok(repaired): layers [0] reloaded ... in S s
+    (R of C checkpoint bytes)``): seconds, bytes read, checkpoint bytes."""
+    pattern = (
+        r"ok\(repaired\): layers \[(\d+)\] reloaded from the checkpoint in ([0-9.]+) s \((\d+) of (\d+) checkpoint"
+    )
+    found = re.findall(pattern, daemons.tree.log_path.read_text(errors="replace"))
+    return [
+        {"layers": [int(layer)], "seconds": float(sec), "bytes_read": int(read), "checkpoint_bytes": int(whole)}
+        for layer, sec, read, whole in found
+    ]
+
+
 @pytest.mark.timeout(1800)
-def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_version(
-    daemon_set: tuple[StandaloneDaemons, float],
-) -> None:
+def test_a_torn_move_is_repaired_back_to_the_base_version(daemon_set: tuple[StandaloneDaemons, float]) -> None:
     import torch
 
     daemons, start_s = daemon_set
+    auto_repair = "--expert-layout-no-auto-repair" not in daemons.tree.argv
     model_dir = str(daemons.topology.model_path)
     sockets = [daemons.run.socket_path(rank) for rank in range(TP)]
     num_layers = len(_states(daemons)[0]["map"])
@@ -162,26 +178,36 @@ def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_versi
         for kind in ("w13_weight", "w2_weight"):
             engine.experts[(LAYER, kind)].fill_(7.0)
         engine.conn.close()
-    dirty = _wait_phase(daemons, "dirty")
-    assert all(s["dirty"] == {"engine_id": ENGINE_ID, "layers": [LAYER], "base_version": 1} for s in dirty), dirty
-    with pytest.raises(memory_probe.ProbeRefused, match="unknown"):  # a dirty daemon serves no fetch_state
-        memory_probe.held_map(sockets, model_dir)
-
-    # 3. The repair, then memory is the record at version 1 again.
-    done, repair_wall_s = _repair(daemons)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{daemons.tree.log_tail()}"
-    replies = [d["reply"] for d in json.loads(done.stdout)["daemons"]]
+    torn = {"engine_id": ENGINE_ID, "layers": [LAYER], "base_version": 1}
     local = len(moved_row) // TP
-    for rank, reply in enumerate(replies):
-        assert (reply["reason"], reply["layers"], reply["version"]) == ("repaired", [LAYER], 1), reply
-        # Only layer 0's routed experts, and of those only the ones with a slot on this rank
-        # (gate, up and down each): the repair reads no other tensor of the checkpoint.
-        assert reply["checkpoint_tensors_read"] == 3 * len(set(moved_row[rank * local : (rank + 1) * local]))
-        assert sorted(reply["params_touched"]) == [
-            f"model.layers.{LAYER}.mlp.experts.w13_weight",
-            f"model.layers.{LAYER}.mlp.experts.w2_weight",
-        ]
-        assert 0 < reply["bytes_read"] < reply["checkpoint_bytes"]
+    if auto_repair:
+        # 3a. The daemons repair by themselves: repairing on the EOF, then clean.
+        clean = _wait_phase(daemons, "clean", timeout_s=300.0)
+        log = daemons.tree.log_path.read_text(errors="replace")
+        assert log.count("daemon is now REPAIRING") == TP, daemons.tree.log_tail()
+        replies = _logged_repairs(daemons)
+        assert len(replies) == TP, daemons.tree.log_tail()
+        repair_wall_s = max(r["seconds"] for r in replies)
+    else:
+        dirty = _wait_phase(daemons, "dirty")
+        assert all(s["dirty"] == torn and s["repairing"] is None for s in dirty), dirty
+        with pytest.raises(memory_probe.ProbeRefused, match="unknown"):  # a dirty daemon serves no fetch_state
+            memory_probe.held_map(sockets, model_dir)
+        # 3b. The operator's repair.
+        done, repair_wall_s = _repair(daemons)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{daemons.tree.log_tail()}"
+        replies = [d["reply"] for d in json.loads(done.stdout)["daemons"]]
+        for rank, reply in enumerate(replies):
+            assert (reply["reason"], reply["layers"], reply["version"]) == ("repaired", [LAYER], 1), reply
+            # Only layer 0's routed experts, and of those only the ones with a slot on this rank
+            # (gate, up and down each): the repair reads no other tensor of the checkpoint.
+            assert reply["checkpoint_tensors_read"] == 3 * len(set(moved_row[rank * local : (rank + 1) * local]))
+            assert sorted(reply["params_touched"]) == [
+                f"model.layers.{LAYER}.mlp.experts.w13_weight",
+                f"model.layers.{LAYER}.mlp.experts.w2_weight",
+            ]
+    for reply in replies:
+        assert reply["layers"] == [LAYER] and 0 < reply["bytes_read"] < reply["checkpoint_bytes"], reply
     clean = _wait_phase(daemons, "clean")
     assert [(s["version"], s["digest"], s["map"]) for s in clean] == [
         (1, committed[0]["digest"], committed[0]["map"])
@@ -201,10 +227,11 @@ def test_a_dirty_daemon_set_repairs_the_interrupted_layer_back_to_the_base_versi
     # sglang's own measure of the load from disk, in each daemon's log: the part a repair replaces.
     loads = re.findall(r"Model loaded from disk in ([0-9.]+)s", daemons.tree.log_path.read_text(errors="replace"))
     print(
-        f"\n[repair] daemon set (TP{TP}) start {start_s:.1f} s (sglang's load from disk: {loads} s); "
+        f"\n[repair, {'auto' if auto_repair else 'on demand'}] daemon set (TP{TP}) start {start_s:.1f} s "
+        f"(sglang's load from disk: {loads} s); "
         f"repair {seconds:.3f} s in the daemons, "
-        f"{repair_wall_s:.1f} s for `expert-layout repair`; bytes read per rank "
+        f"{repair_wall_s:.1f} s for the repair as seen outside; bytes read per rank "
         f"{[r['bytes_read'] for r in replies]} ({read} in all, {read / whole:.1%} of one {whole}-byte "
-        f"checkpoint), checkpoint tensors per rank {[r['checkpoint_tensors_read'] for r in replies]}"
+        f"checkpoint)"
     )
     assert seconds < start_s

@@ -31,3 +31,39 @@ def test_a_failed_repair_leaves_the_daemon_dirty_with_the_reason(daemon):
     assert state["phase"] == "dirty" and state["dirty"]["layers"] == [1]
     # and the daemon still serves: a second repair gets the same answer, not a busy one
     assert status_reason(request(daemon.socket_path, repair_request())) == ("refused", "repair_failed")
+
+
+def test_auto_repair_starts_at_the_movers_eof_and_its_end_is_the_machines(tmp_path):
+    """With auto repair the daemon turns repairing on the mover's EOF, refuses begin and fetch_state
+    meanwhile, takes an attach (the engine waits), and its reload's end makes it clean at the base
+    version (a failed one: dirty with the reason; the operator's repair then repairs). The reload
+    is a ``FakeReload`` (this daemon has no model); everything else is the adapter's."""
+    from tests.model_based.daemon_hosts import InProcessHost
+
+    rows = [[0, 1], [1, 0]]
+    handle = InProcessHost(tmp_path, repairs=True).start("d", rows, 2)
+    path = handle.socket_path
+    try:
+        a = Engine(path, "A")
+        a.attach()
+        assert status_reason(a.begin([1])) == ("ok", "begun")
+        a.detach()
+        wait_for(lambda: query(path)["phase"] == "repairing", what="repairing")
+        state = query(path)
+        assert state["repairing"] == {"engine_id": "A", "layers": [1], "base_version": 0} and state["dirty"] is None
+        b = Engine(path, "B")
+        attached = b.attach()
+        assert attached["phase"] == "repairing" and attached["repairing"]["layers"] == [1]
+        assert status_reason(b.begin([0])) == ("refused", "repairing")
+        assert status_reason(request(path, repair_request())) == ("busy", "repair_running")
+        handle.end_repair(False)
+        wait_for(lambda: query(path)["phase"] == "dirty", what="dirty after the failed reload")
+        assert "read error" in query(path)["repair_failure"]
+        handle.end_repair(True)  # the operator's repair, below, ends well
+        reply = request(path, repair_request())
+        assert status_reason(reply) == ("ok", "repaired") and reply["version"] == 0 and reply["layers"] == [1]
+        state = query(path)
+        assert state["phase"] == "clean" and state["version"] == 0 and state["repair_failure"] is None
+        assert status_reason(b.begin([0])) == ("ok", "begun")
+    finally:
+        handle.stop()

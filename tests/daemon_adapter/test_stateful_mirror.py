@@ -72,7 +72,8 @@ class DaemonAgainstMirror(RuleBasedStateMachine):
         self.daemon = shared_daemon()
         self.daemon.restart()
         self.path = self.daemon.socket_path
-        self.mirror = DaemonMachine(LayoutRecord.initial(INITIAL_MAP, NUM_LOGICAL))
+        # The daemon process has no model to repair from: auto repair is off (FakeLoadedLayoutAwareDaemon).
+        self.mirror = DaemonMachine(LayoutRecord.initial(INITIAL_MAP, NUM_LOGICAL), auto_repair=False)
         self.conns: dict[str, socket.socket] = {}
         self.sessions: dict[str, str] = {}  # the last session each engine got (maybe stale)
 

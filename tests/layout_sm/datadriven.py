@@ -26,7 +26,7 @@ from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
-from layout_sm.reasons import Reply, Status
+from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord
 
 SEPARATOR = "----"
@@ -52,7 +52,7 @@ class ScenarioRunner:
         args = {k: _literal(v) for k, v in (w.split("=", 1) for w in words[1:] if "=" in w)}
         if command == "daemon":
             self.initial = None if positional == ["none"] else LayoutRecord.initial(args["map"], args["logical"])
-            self.daemon = DaemonMachine(self.initial)
+            self.daemon = DaemonMachine(self.initial, auto_repair=args.get("auto_repair", "on") == "on")
             self.sessions = {}
             return _render_state(self.daemon.view())
         daemon = self.daemon
@@ -78,6 +78,12 @@ class ScenarioRunner:
             out = _render_reply(daemon.abort_move(AbortRequest(engine, self._session(engine, args))))
         elif command == "fetch":
             out = _render_reply(daemon.fetch_check(self._claim(engine, args)))
+        elif command == "repair":
+            out = _render_reply(daemon.begin_repair())
+        elif command == "repair_done":
+            out = _render_reply(daemon.repair_ended(tuple(args["layers"]), "reloaded"))
+        elif command == "repair_failed":
+            out = _render_reply(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
         elif command == "query":
             out = _render_reply(daemon.query_state())
         else:
@@ -122,6 +128,7 @@ def _render_state(view: DaemonView) -> str:
     return (
         f"state: {view.phase} {version} pending={pending} dirty={dirty} "
         f"attached={sorted(view.attachments)} non_following={'yes' if view.non_following_seen else 'no'}"
+        + ("" if view.repair_failure is None else f" repair_failure={view.repair_failure!r}")
     )
 
 

@@ -8,9 +8,11 @@ message``) or the error it raised, then the session's state.
 Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rotated;
 ``narrow``, in a session with a redundant slot, is a map without it):
   session ranks=2 [static] [redundant=1]   a new engine E (static: it routes by the static layout)
-  attach R record [version=N] [map=moved] | no_record [no_eplb] | pending | dirty | unreadable | none
-                                           what rank R found (none: no daemon at its socket)
-  poll R record [version=N] [map=moved] | pending | dirty | lost   a waiting rank's poll (lost: not sent)
+  attach R record [version=N] [map=moved] | no_record [no_eplb] | pending | repairing | dirty | unreadable | none
+                                           what rank R found (none: no daemon at its socket; repairing:
+                                           a daemon machine's own attach reply while it repairs layer 0)
+  poll R record [version=N] [map=moved] | pending | repairing | dirty | lost
+                                           a waiting rank's poll (lost: not sent)
   timeout R                                the wait of rank R ran out
   gather                                   the ranks' findings, all-gathered
   agree
@@ -32,7 +34,9 @@ import ast
 import shlex
 from typing import Any
 
+from layout_sm.daemon import DaemonMachine
 from layout_sm.engine import EngineLayout, RankFinding, Step
+from layout_sm.messages import AttachRequest, BeginRequest
 from layout_sm.reasons import Reason, busy, ok, refused
 from layout_sm.record import LayoutRecord, layout_digest
 from layout_sm.session import EngineSession
@@ -123,6 +127,9 @@ class SessionRunner:
         if kind in ("record", "pending"):
             detail = "engine 'X' is moving layers [0] from version 0" if kind == "pending" else ""
             return RankFinding(rank, kind, self._record(args), detail)  # type: ignore[arg-type]
+        if kind == "repairing":
+            reply = _repairing_daemon(self._record(args)).attach_engine(AttachRequest("E"), "sE")
+            return RankFinding.from_attach_reply(rank, reply.to_wire())
         if kind == "no_record":
             return RankFinding(rank, "no_record", detail="no record", without_eplb="no_eplb" in positional)
         if kind == "dirty":
@@ -135,6 +142,8 @@ class SessionRunner:
         reply: dict[str, Any] = {"status": "ok", "reason": "queried", "message": "", "has_record": True}
         if what == "dirty":
             return {**reply, "dirty": {"engine_id": "X", "layers": [0], "base_version": 0}}
+        if what == "repairing":
+            return _repairing_daemon(self._record(args)).query_state(include_map=True).to_wire()
         reply.update(self._record(args).to_wire(include_map=True))
         if what == "pending":
             reply["pending"] = {"engine_id": "X", "layers": [0], "base_version": 0}
@@ -148,6 +157,16 @@ class SessionRunner:
         version = int(args.get("version", session.view().version + 1))
         digest = layout_digest(self.maps[str(args.get("map", "moved"))])
         return ok(Reason.COMMITTED, f"recorded version {version}", version=version, digest=digest).to_wire()
+
+
+def _repairing_daemon(record: LayoutRecord) -> DaemonMachine:
+    """A daemon whose mover X left mid-move of layer 0: it repairs it (auto repair)."""
+    daemon = DaemonMachine(record)
+    daemon.attach_engine(AttachRequest("X"), "sX")
+    daemon.begin_move(BeginRequest("X", "sX", record.version, (0,)))
+    daemon.detach_engine("X", "sX")
+    assert daemon.phase == "repairing"
+    return daemon
 
 
 def _fetch_reply(what: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from layout_sm.daemon import (
     MAX_ATTACHMENTS,
     NO_RECORD,
     PENDING,
+    REPAIRING,
     Attach,
     DaemonMachine,
     DaemonView,
@@ -34,8 +35,10 @@ from layout_sm.daemon import (
     DirtyInfo,
     Fetch,
     Move,
+    RepairEnded,
+    RepairFailed,
 )
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
+from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, RepairRequest
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord
 
@@ -44,8 +47,8 @@ from .broken_declaration import without_guard
 RECORD = LayoutRecord.build([[0, 1], [1, 0]], 2, version=3)
 INITIAL = LayoutRecord.initial([[1, 0], [0, 1]], 2)  # another map: another digest
 MOVE = Move("A", "sA", (0,), RECORD.version)
-LOADED = (NO_RECORD, CLEAN, PENDING, DIRTY)
-REQUEST_EVENTS = ("attach", "fetch", "begin", "commit", "abort", "detach")
+LOADED = (NO_RECORD, CLEAN, PENDING, DIRTY, REPAIRING)
+REQUEST_EVENTS = ("attach", "fetch", "begin", "commit", "abort", "detach", "repair", "repair_done", "repair_failed")
 
 
 def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> FetchLayoutField:
@@ -74,7 +77,11 @@ def test_each_event_changes_the_phase_only_where_the_spec_does() -> None:
         ("begin", CLEAN, PENDING),  # Begin: ok
         ("commit", PENDING, CLEAN),  # Commit: CommitOk
         ("abort", PENDING, CLEAN),  # Abort
-        ("detach", PENDING, DIRTY),  # Detach of the mover
+        ("detach", PENDING, DIRTY),  # Detach of the mover, auto repair off
+        ("detach", PENDING, REPAIRING),  # Detach of the mover, auto repair on (Repairs)
+        ("repair", DIRTY, REPAIRING),  # RepairAgain (the operator's)
+        ("repair_done", REPAIRING, CLEAN),  # RepairDone
+        ("repair_failed", REPAIRING, DIRTY),  # RepairFails
     }
     # Attach and Fetch leave dphase: attach is taken in every loaded phase, fetch served when clean.
     assert kept == {("attach", phase) for phase in LOADED} | {("fetch", CLEAN)}
@@ -98,12 +105,16 @@ def test_the_table_is_the_declared_transitions() -> None:
         for key, transitions in DaemonMachine.table().items()
     }
     assert table == expected
-    # Each accepting transition's guards are its ladder's conjuncts, in precedence order; the
-    # answering self-loop comes after it and has none.
+    # Each accepting transition's guards are its ladder's conjuncts, in precedence order, then its
+    # branch's conjunct (the branches first, in order); the answering self-loop comes last and has none.
     for (phase, event), transitions in table.items():
         *accepting, answering = transitions
         assert answering == ([], phase, "answer")
-        assert all(t == (LADDERS[event].guards, t[1], "accept") for t in accepting)
+        ladder = LADDERS[event]
+        if accepting:
+            branches = [ladder.branch_guards(i) for i in range(len(ladder.branches))]
+            assert [t[0] for t in accepting] in ([*branches, ladder.guards], [ladder.guards])
+            assert all(t[2] == "accept" for t in accepting)
 
 
 def test_a_daemon_loads_once() -> None:
@@ -126,6 +137,9 @@ def test_no_request_is_taken_before_the_weights_are_loaded() -> None:
         lambda: machine.commit_move(CommitRequest("A", "sA", (0,), ((1, 0),))),
         lambda: machine.abort_move(AbortRequest("A", "sA")),
         lambda: machine.detach_engine("A", "sA"),
+        lambda: machine.begin_repair(),
+        lambda: machine.repair_ended((0,), "reloaded"),
+        lambda: machine.repair_fails(Reason.REPAIR_FAILED, "a read error"),
     ):
         with pytest.raises(TransitionNotAllowed):
             step()
@@ -142,6 +156,8 @@ VIEWS = {
     "pending, A's": DaemonView(RECORD, {"A": "sA"}, pending=MOVE),
     "pending, B's": DaemonView(RECORD, {"A": "sA", "B": "sB"}, pending=replace(MOVE, engine_id="B", session="sB")),
     "dirty": DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version)),
+    "repairing": DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version), repairing=True),
+    "pending, A's, no auto repair": DaemonView(RECORD, {"A": "sA"}, pending=MOVE, auto_repair=False),
     "full": DaemonView(RECORD, {f"E{i}": f"s{i}" for i in range(MAX_ATTACHMENTS)}),
 }
 REQUESTS: dict[str, list[Any]] = {
@@ -162,6 +178,9 @@ REQUESTS: dict[str, list[Any]] = {
     ],
     "abort": [AbortRequest("A", "sA"), AbortRequest("A", "old"), AbortRequest("B", "sB")],
     "detach": [Detach("A", "sA"), Detach("A", "old"), Detach("B", "sB")],
+    "repair": [RepairRequest()],
+    "repair_done": [RepairEnded((0,), "reloaded"), RepairEnded((1,), "reloaded")],
+    "repair_failed": [RepairFailed(Reason.REPAIR_FAILED, "a read error")],
 }
 ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "attach": lambda m, r: m.attach_engine(AttachRequest(r.engine_id), r.session),
@@ -170,6 +189,9 @@ ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "commit": DaemonMachine.commit_move,
     "abort": DaemonMachine.abort_move,
     "detach": lambda m, r: m.detach_engine(r.engine_id, r.session),
+    "repair": lambda m, r: m.begin_repair(),
+    "repair_done": lambda m, r: m.repair_ended(r.layers, r.message, **r.data),
+    "repair_failed": lambda m, r: m.repair_fails(r.reason, r.why),
 }
 CASES = [
     (view_name, event, request)
@@ -183,6 +205,8 @@ def _event_arguments(request: Any) -> dict[str, Any]:
     arguments = {"request": request}
     for f in dataclasses.fields(request):
         arguments[f.name] = getattr(request, f.name)
+    if isinstance(request, RepairEnded):
+        arguments["data"] = dict(request.data)
     if isinstance(request, Fetch) and request.claim is not None:
         arguments.update(engine_id=request.engine_id, session=request.session, digest=request.digest)
     return arguments
@@ -235,13 +259,22 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
     "begin": (CLEAN_VIEW, BEGIN, Reason.BEGUN, PENDING),
     "commit": (PENDING_VIEW, COMMIT, Reason.COMMITTED, CLEAN),
     "abort": (PENDING_VIEW, AbortRequest("A", "sA"), Reason.ABORTED, CLEAN),
-    "detach": (PENDING_VIEW, Detach("A", "sA"), (True, True), DIRTY),
+    "detach": (PENDING_VIEW, Detach("A", "sA"), (True, True), REPAIRING),
+    "repair": (VIEWS["dirty"], RepairRequest(), Reason.REPAIR_BEGUN, REPAIRING),
+    "repair_done": (VIEWS["repairing"], RepairEnded((0,), "reloaded"), Reason.REPAIRED, CLEAN),
+    "repair_failed": (
+        VIEWS["repairing"],
+        RepairFailed(Reason.REPAIR_FAILED, "a read error"),
+        Reason.REPAIR_FAILED,
+        DIRTY,
+    ),
 }
 BREAKS = [
     Break("attach", "engine_id_free", CLEAN_VIEW, Attach("A", "sA2"), Reason.ENGINE_ID_IN_USE),
     Break("attach", "has_room", VIEWS["full"], Attach("C", "sC"), Reason.TOO_MANY_ATTACHMENTS),
     Break("fetch", "has_record", VIEWS["no_record"], Fetch(_claim()), Reason.SERVED_NO_RECORD),
     Break("fetch", "is_dirty", VIEWS["dirty"], Fetch(_claim()), Reason.DIRTY),
+    Break("fetch", "is_repairing", VIEWS["repairing"], Fetch(_claim()), Reason.REPAIRING),
     Break("fetch", "move_pending", PENDING_VIEW, Fetch(_claim()), Reason.MOVE_PENDING),
     Break("fetch", "plugin_complete", CLEAN_VIEW, Fetch(None, "startup_hook_missing"), Reason.PLUGIN_INCOMPLETE),
     Break("fetch", "claims_or_initial", CLEAN_VIEW, Fetch(None), Reason.OLDER_ENGINE_AFTER_MOVE),
@@ -253,6 +286,7 @@ BREAKS = [
     Break("begin", "own_move_pending", PENDING_VIEW, BEGIN, Reason.OWN_MOVE_PENDING),
     Break("begin", "has_record", VIEWS["no_record"], BEGIN, Reason.NO_RECORD),
     Break("begin", "is_dirty", VIEWS["dirty"], BEGIN, Reason.DIRTY),
+    Break("begin", "is_repairing", VIEWS["repairing"], BEGIN, Reason.REPAIRING),
     Break("begin", "saw_non_following", VIEWS["clean, non-following seen"], BEGIN, Reason.NON_FOLLOWING_SEEN),
     Break("begin", "base_is_current", CLEAN_VIEW, replace(BEGIN, base_version=2), Reason.STALE_BASE_VERSION),
     Break("begin", "foreign_pending", B_MOVES, BEGIN, Reason.MOVE_PENDING),
@@ -268,6 +302,12 @@ BREAKS = [
     Break("abort", "moved_by", B_MOVES, AbortRequest("A", "sA"), Reason.NOTHING_TO_ABORT),
     Break("detach", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), Detach("A", "sA"), (False, False)),
     Break("detach", "moved_by", B_MOVES, Detach("A", "sA"), (True, False)),
+    Break("repair", "has_record", VIEWS["no_record"], RepairRequest(), Reason.NO_RECORD),
+    Break("repair", "is_repairing", VIEWS["repairing"], RepairRequest(), Reason.REPAIR_RUNNING),
+    Break("repair", "is_dirty", CLEAN_VIEW, RepairRequest(), Reason.NOT_DIRTY),
+    Break("repair_done", "is_repairing", VIEWS["dirty"], RepairEnded((0,), "reloaded"), Reason.NOT_DIRTY),
+    Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairEnded((1,), "reloaded"), Reason.REPAIR_UNSAFE),
+    Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailed(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
 ]
 
 
@@ -340,3 +380,39 @@ def test_a_half_installed_plugin_is_refused_at_every_version_and_the_text_names_
     # dirty outranks: the operator must restart the daemons first
     dirty = DaemonView(RECORD, dirty=DirtyInfo("A", (0,), 3))
     assert fetch_reply(dirty, Fetch(None, FETCH_HOOK_MISSING)).reason is Reason.DIRTY
+
+
+# -- the repair (issue 19) -------------------------------------------------------------------------
+
+
+def test_the_movers_detach_repairs_with_auto_repair_and_stays_dirty_without() -> None:
+    """The detach's one branch: with auto repair (spec: Repairs) the mover's EOF starts the repair,
+    without it the daemon is dirty (the branch's conjunct broken)."""
+    assert {(event, b.conjunct.method) for event, ladder in LADDERS.items() for b in ladder.branches} == {
+        ("detach", "repairs_automatically")
+    }
+    for view, phase in ((PENDING_VIEW, REPAIRING), (VIEWS["pending, A's, no auto repair"], DIRTY)):
+        machine = DaemonMachine(RECORD)
+        machine.restore(view)
+        effect = machine.detach_engine("A", "sA")
+        assert machine.phase == phase and effect.dirty == DirtyInfo("A", (0,), RECORD.version)
+        assert ("REPAIRING" if phase == REPAIRING else "DIRTY") in effect.message
+    assert DaemonMachine(RECORD).view().auto_repair and not DaemonMachine(RECORD, auto_repair=False).view().auto_repair
+
+
+def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> None:
+    machine = DaemonMachine(RECORD)
+    machine.restore(VIEWS["repairing"])
+    state = machine.query_state().data
+    assert state["phase"] == REPAIRING and state["dirty"] is None
+    assert state["repairing"] == {"engine_id": "B", "layers": [0], "base_version": RECORD.version}
+    attach = machine.attach_engine(AttachRequest("C"), "sC")
+    assert attach.ok and attach.data["phase"] == REPAIRING and attach.data["dirty"] is None
+    failed = machine.repair_fails(Reason.REPAIR_FAILED, "no such file: model-00001.safetensors")
+    assert machine.phase == DIRTY and "no such file" in failed.message
+    assert "no such file" in machine.fetch_check(_claim()).message  # every refusal says why
+    assert machine.query_state().data["repair_failure"] == "no such file: model-00001.safetensors"
+    assert machine.begin_repair().reason is Reason.REPAIR_BEGUN and machine.view().repair_failure is None
+    done = machine.repair_ended((0,), "reloaded", seconds=1.5)
+    assert machine.phase == CLEAN and machine.view().record == RECORD
+    assert done.data == {"seconds": 1.5, "layers": [0], "version": RECORD.version, "digest": RECORD.digest}

@@ -38,7 +38,7 @@ def startup_decision(findings: list[RankFinding], engine: EngineLayout) -> Start
 
 
 def test_findings_come_from_attach_replies() -> None:
-    daemon = DaemonMachine(V0)
+    daemon = DaemonMachine(V0, auto_repair=False)
     reply = daemon.attach_engine(AttachRequest("A"), "sA")
     finding = RankFinding.from_attach_reply(0, reply.to_wire())
     assert finding.kind == "record" and finding.record == V0 and not needs_wait(finding)
@@ -48,6 +48,17 @@ def test_findings_come_from_attach_replies() -> None:
     daemon.detach_engine("A", "sA")
     dirty = RankFinding.from_attach_reply(1, daemon.attach_engine(AttachRequest("C"), "sC").to_wire())
     assert dirty.kind == "dirty" and "[0]" in dirty.detail
+    # A repairing daemon makes the rank wait like a pending move, with the base version's record;
+    # its poll after the repair finds the record (spec: MustWait, Poll).
+    daemon.begin_repair()
+    repairing = RankFinding.from_attach_reply(1, daemon.attach_engine(AttachRequest("D"), "sD").to_wire())
+    assert repairing.kind == "pending" and needs_wait(repairing) and repairing.record == V0
+    assert "repairing layers [0]" in repairing.detail
+    polled = RankFinding.from_query_reply(1, daemon.query_state(include_map=True).to_wire())
+    assert polled.kind == "pending" and polled.record == V0
+    daemon.repair_ended((0,), "reloaded")
+    polled = RankFinding.from_query_reply(1, daemon.query_state(include_map=True).to_wire())
+    assert polled.kind == "record" and polled.record == V0 and not needs_wait(polled)
     assert (
         RankFinding.from_attach_reply(0, DaemonMachine(None).attach_engine(AttachRequest("A"), "s").to_wire()).kind
         == "no_record"
@@ -75,7 +86,7 @@ def test_findings_round_trip_for_the_all_gather_without_their_maps() -> None:
 
 
 def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
-    daemon = DaemonMachine(V0)
+    daemon = DaemonMachine(V0, auto_repair=False)
     daemon.attach_engine(AttachRequest("A"), "sA")
     daemon.begin_move(BeginRequest("A", "sA", 0, (0,)))
     waiting = RankFinding.from_attach_reply(0, daemon.attach_engine(AttachRequest("B"), "sB").to_wire())

@@ -26,7 +26,7 @@ MOVED = ((3, 2, 1, 0),)
 def _dirty_machine(committed_first: bool) -> DaemonMachine:
     """A machine driven through its own events: optionally a committed move of layer 1, then a
     move of layers 2 and 1 whose mover leaves before committing."""
-    machine = DaemonMachine(INITIAL)
+    machine = DaemonMachine(INITIAL, auto_repair=False)
     assert machine.attach_engine(parse_request({"type": "expert_layout_attach", "engine_id": "A"}), "sA").ok  # type: ignore[arg-type]
     version = 0
     if committed_first:
@@ -65,11 +65,6 @@ def test_a_clean_or_pending_daemon_has_nothing_to_repair() -> None:
 def test_a_daemon_without_a_record_has_nothing_to_repair() -> None:
     reply = repair_plan(DaemonView(None, dirty=DirtyInfo("A", (0,), 0)))
     assert isinstance(reply, Reply) and reply.reason is Reason.NO_RECORD
-
-
-def test_a_second_repair_waits_for_the_first() -> None:
-    reply = repair_plan(_dirty_machine(False).view(), repair_running=True)
-    assert isinstance(reply, Reply) and (reply.status, reply.reason) == (Status.BUSY, Reason.REPAIR_RUNNING)
 
 
 @pytest.mark.parametrize(

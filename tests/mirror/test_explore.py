@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from statemachine import State, StateMachine
@@ -67,6 +68,31 @@ def test_explorer_passes_on_mcchunks() -> None:
     res = explore(SPEC, "MCChunks", None, progress=None)
     assert res.ok, res.violations[0]
     assert (res.states, res.edges, res.depth) == (27647, 87486, 41)
+
+
+@pytest.mark.parametrize(("model", "counts"), [("MCRepair", (6702, 22296)), ("MCRepairFails", (12795, 51408))])
+def test_explorer_passes_on_the_repair_models(model: str, counts: tuple[int, int]) -> None:
+    """The repair of a torn move (issue 19): TLC's graphs have these states and edges (spec/README.md),
+    and the mirror's graphs equal them (tools.mirror.compare against TLC's dump, issue 19 phase 2)."""
+    res = explore(SPEC, model, None, progress=None)
+    assert res.ok, res.violations[0]
+    assert (res.states, res.edges) == counts
+
+
+def test_explorer_finds_a_repair_that_forgets_the_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant of the mirror's environment: the reload restores nothing, so the repaired daemon's
+    clean record is not its memory (CleanRecordIsTruth)."""
+    from tools.mirror import system as system_module
+
+    original = system_module.System.RepairDone
+
+    def repair_done_without_reload(self: Any, s: Any, r: int) -> Any:
+        nxt = original(self, s, r)
+        return None if nxt is None else system_module.replace(nxt, truth=s.truth)
+
+    monkeypatch.setattr(system_module.System, "RepairDone", repair_done_without_reload)
+    res = explore(SPEC, "MCRepair", None, progress=None)
+    assert not res.ok and any("CleanRecordIsTruth" in v for v in res.violations), res.violations[:1]
 
 
 def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

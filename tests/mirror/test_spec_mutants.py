@@ -96,3 +96,10 @@ def test_verdicts_table_and_exit_without_tlc(monkeypatch: pytest.MonkeyPatch, tm
     text = doc.read_text()
     assert f"| `{m.name}` | {m.rule} | MCSmall | killed | MCSmall: Invariant X \\| y is violated |" in text
     assert "1 mutants, 1 killed, 0 defence in depth" in text
+
+
+def test_several_temporal_properties_violated_at_once_are_a_kill() -> None:
+    # TLC's line when one behaviour violates several properties (a mutant of RepairDone's fairness
+    # on MCRepair); the old pattern read it as a run error.
+    line = "Error: Temporal properties PendingEnds, RepairEnds, and TornMoveRepaired were violated.\n"
+    assert spec_mutants.killed_by(line) == line.removeprefix("Error: ").rstrip(".\n")

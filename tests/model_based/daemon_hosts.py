@@ -99,18 +99,25 @@ class _Thread:
 
     def __init__(self, host: InProcessHost, name: str, rows: list[list[int]] | None, num_logical: int | None) -> None:
         self.host, self.name, self.rows, self.num_logical = host, name, rows, num_logical
+        self.reload: Any = None  # the daemon's FakeReload: the test ends each repair (end_repair)
         self.daemon: Any = None
         self.socket_path = ""
         self._start()
 
     def _start(self) -> None:
         import torch
-        from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon
+        from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon, FakeReload
 
         torch.multiprocessing.set_sharing_strategy("file_system")
         # a fresh path per start: a stopped serve loop unlinks its own socket up to 1 s later
         self.socket_path = str(self.host.workdir / f"{self.name}.{next(self._ids)}.sock")
-        d = FakeLoadedLayoutAwareDaemon(socket_path=self.socket_path, config=daemon_proc.default_cache_config())
+        self.reload = FakeReload()
+        d = FakeLoadedLayoutAwareDaemon(
+            socket_path=self.socket_path,
+            config=daemon_proc.default_cache_config(),
+            auto_repair=self.host.repairs,
+            fake_reload=self.reload,
+        )
         d.set_initial_layout(self.rows, self.num_logical if self.rows is not None else None)
         self.daemon = d
         threading.Thread(target=d.serve, name=f"daemon-{self.name}", daemon=True).start()
@@ -121,6 +128,10 @@ class _Thread:
                     return
             time.sleep(0.001)
         raise TimeoutError(f"in-process daemon {self.name} not serving on {self.socket_path}")
+
+    def end_repair(self, ok: bool) -> None:
+        """Let the daemon's running repair end: its reload done (``ok``) or failed."""
+        self.reload.end(ok)
 
     def restart(self) -> _Thread:
         self.stop()
@@ -136,9 +147,12 @@ class _Thread:
 class InProcessHost:
     """sglang's serve loop of each daemon in a thread of this process, on a real Unix socket."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, repairs: bool = False) -> None:
+        """``repairs``: the daemons start with auto repair (the spec's ``Repairs``); their reload is a
+        ``FakeReload`` that the test ends (a daemon without a model has nothing to reload from)."""
         _allow_serve_off_main_thread()
         self.workdir = workdir
+        self.repairs = repairs
 
     def start(self, name: str, rows: list[list[int]] | None, num_logical: int | None) -> _Thread:
         return _Thread(self, name, rows, num_logical)

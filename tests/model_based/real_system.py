@@ -26,6 +26,7 @@ state, and every reply must be the one the spec's action implies.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,6 +285,36 @@ class RealSystem:
         self.touched.add(r)
         self.daemons[r] = self.daemons[r].restart()
 
+    def do_RepairDone(self, before: Record, after: Record, r: int) -> None:
+        self._end_repair(r, ok=True, phase="clean")
+
+    def do_RepairFails(self, before: Record, after: Record, r: int) -> None:
+        self._end_repair(r, ok=False, phase="dirty")
+
+    def do_RepairAgain(self, before: Record, after: Record, r: int) -> None:
+        """The operator's `expert-layout repair`: its reply comes when the reload ends (a later step)."""
+        self.touched.add(r)
+        path = self.daemons[r].socket_path
+        self.log.append(f"  d{r} <- expert_layout_repair")
+        threading.Thread(target=client.request, args=(path, messages.repair_request()), daemon=True).start()
+        self._wait_phase(r, "repairing", "RepairAgain")
+
+    def _end_repair(self, r: int, ok: bool, phase: str) -> None:
+        self.touched.add(r)
+        end_repair = getattr(self.daemons[r], "end_repair", None)
+        if end_repair is None:
+            raise Mismatch(f"daemon {r}'s host cannot end a repair (daemon processes have no fake reload)")
+        end_repair(ok)
+        self._wait_phase(r, phase, "RepairDone" if ok else "RepairFails")
+
+    def _wait_phase(self, r: int, phase: str, where: str) -> None:
+        deadline = time.monotonic() + NOTICE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.query(r).get("phase") == phase:
+                return
+            time.sleep(0.002)
+        raise Mismatch(f"{where}({r}): daemon {r} is not {phase} within {NOTICE_TIMEOUT_S} s")
+
     def _target(self, state: Record, e: Any) -> tuple[tuple[int, ...], ...]:
         chunk = state["reb"][e]["chunk"]
         route = state["eroute"][e]
@@ -338,6 +369,7 @@ def expected_query(state: Record, r: int) -> dict[str, Any]:
         "map": [list(row) for row in rows] if has_record else None,
         "pending": move if phase == "pending" else None,
         "dirty": move if phase == "dirty" else None,
+        "repairing": move if phase == "repairing" else None,
         "attached": sorted(_name(x) for x in _at(state["datt"], r)),
         "non_following_seen": _at(state["dnf"], r),
     }

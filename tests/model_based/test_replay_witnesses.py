@@ -69,13 +69,15 @@ def replay(name: str, host: DaemonHost) -> list[str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_witness_replays_on_inprocess_daemons(name: str) -> None:
     with tempfile.TemporaryDirectory(prefix="witness-") as tmp:
-        log = replay(name, InProcessHost(Path(tmp)))
+        log = replay(name, InProcessHost(Path(tmp), repairs=load_model(SPEC, witness(name).model).repairs))
     assert any(line.startswith("  d") for line in log), "nothing was sent to the daemons"
 
 
 @pytest.mark.skipif(not FULL, reason="daemon processes: make replay-full (REPLAY_FULL=1)")
 @pytest.mark.parametrize("name", NAMES)
 def test_witness_replays_on_daemon_processes(name: str) -> None:
+    if load_model(SPEC, witness(name).model).repairs:
+        pytest.skip("a repair needs the fake reload of in-process daemons (daemon processes have none yet)")
     with tempfile.TemporaryDirectory(prefix="witness-") as tmp:
         log = replay(name, ProcessHost(Path(tmp)))
     assert any(line.startswith("  d") for line in log), "nothing was sent to the daemons"

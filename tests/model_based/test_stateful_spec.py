@@ -124,6 +124,10 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     Crash = _action_rule("Crash")
     Detach = _action_rule("Detach")
     Restart = _action_rule("Restart")
+    # never enabled on MCSmall (Repairs = FALSE); the witness KillMidMoveRepairedThenAdopted replays them
+    RepairDone = _action_rule("RepairDone")
+    RepairFails = _action_rule("RepairFails")
+    RepairAgain = _action_rule("RepairAgain")
 
     @precondition(lambda self: self.state is not None and not any(True for _ in system().successors(self.state)))
     @rule()

@@ -14,8 +14,8 @@ import tla
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()
-MODULES = ("LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks")
-MODELS = ("MCSmall", "MCFull", "MCChunks")
+MODULES = ("LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
+MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -13,6 +13,7 @@ requests). Importing this module imports sglang and torch.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -23,6 +24,32 @@ from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
 from daemon_adapter.daemon import LayoutAwareDaemon
 from layout_sm.daemon import DaemonView
+from layout_sm.reasons import Reason
+from layout_sm.repair import RepairPlan
+
+
+class FakeReload:
+    """Stands in for the reload of a torn move (which needs a model): each reload waits until the
+    test lets one end (``end``), well or failed, so that the test decides when a repair ends."""
+
+    def __init__(self) -> None:
+        self._ends: list[bool] = []
+        self._ready = threading.Condition()
+
+    def end(self, ok: bool = True) -> None:
+        """Let one reload end: ``ok`` (the layers are back) or failed (a read error)."""
+        with self._ready:
+            self._ends.append(ok)
+            self._ready.notify_all()
+
+    def run(self, plan: RepairPlan, timeout: float = 60.0) -> Any:
+        with self._ready:
+            if not self._ready.wait_for(lambda: bool(self._ends), timeout=timeout):
+                return (Reason.REPAIR_FAILED, f"the fake reload was not ended within {timeout} s")
+            ok = self._ends.pop(0)
+        if not ok:
+            return (Reason.REPAIR_FAILED, "a read error (the fake reload failed)")
+        return {"layers": list(plan.layers), "seconds": 0.0, "bytes_read": 0, "checkpoint_bytes": 0}
 
 
 class FakeLoadedDaemon(WeightCacheDaemon):
@@ -56,7 +83,21 @@ class FakeLoadedDaemon(WeightCacheDaemon):
 
 
 class FakeLoadedLayoutAwareDaemon(LayoutAwareDaemon, FakeLoadedDaemon):
-    """``LayoutAwareDaemon`` on ``FakeLoadedDaemon``; ``set_initial_layout`` gives it a record."""
+    """``LayoutAwareDaemon`` on ``FakeLoadedDaemon``; ``set_initial_layout`` gives it a record.
+
+    It has no model to reload a torn move from, so auto repair is off unless asked for
+    (``auto_repair``), and a repair fails ("the daemon's model is not loaded") unless the test
+    stands in for the reload with ``FakeReload`` (``fake_reload``)."""
+
+    def __init__(self, *args: Any, auto_repair: bool = False, fake_reload: FakeReload | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._auto_repair = auto_repair
+        self.fake_reload = fake_reload
+
+    def _reload_layers(self, plan: RepairPlan) -> Any:
+        if self.fake_reload is None:
+            return super()._reload_layers(plan)
+        return self.fake_reload.run(plan)
 
     def layout_view(self) -> DaemonView:
         """A snapshot of the layout state, read as the daemon's own threads read it."""

@@ -43,7 +43,7 @@ from pathlib import Path
 VERSION = "v1.7.4"
 RELEASE_URL = f"https://github.com/tlaplus/tlaplus/releases/download/{VERSION}/tla2tools.jar"
 CACHE = Path.home() / ".cache" / "tla2tools" / VERSION / "tla2tools.jar"
-MODELS = ("MCSmall", "MCFull", "MCChunks")
+MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
 
 
 @dataclass
@@ -176,6 +176,11 @@ WITNESSES = (
     Witness("KillMidMoveNextFails", "MCSmall", "a SIGKILL mid-move leaves the daemons dirty; the next engine fails"),
     Witness("OlderRefusedAfterMove", "MCFull", "an older engine is refused after a move"),
     Witness("SeveralChunksMoved", "MCChunks", "a rebalance of several chunks moves every layer"),
+    Witness(
+        "KillMidMoveRepairedThenAdopted",
+        "MCRepair",
+        "a SIGKILL mid-move; the daemons repair; the next engine adopts the base version and serves",
+    ),
 )
 
 

@@ -30,7 +30,7 @@ class Vars:
 def TypeOK(m: Model, s: Vars) -> bool:
     bits = {0, 1}
     ranks = range(m.num_ranks)
-    ok = all(s.dphase[r] in ("no_record", "clean", "pending", "dirty") for r in ranks)
+    ok = all(s.dphase[r] in ("no_record", "clean", "pending", "dirty", "repairing") for r in ranks)
     ok &= all(0 <= s.dver[r] <= m.max_moves for r in ranks)
     ok &= all(len(s.dmap[r]) == m.num_layers and set(s.dmap[r]) <= bits for r in ranks)
     ok &= all(s.dpend[r] == NONE or isinstance(s.dpend[r], Record) for r in ranks)
@@ -124,7 +124,11 @@ StepView = tuple[Any, ...]
 
 
 def DirtySticky(m: Model, s: StepView, t: StepView, action: str) -> bool:
-    return all(t[0][r - 1] == "dirty" or action == f"Restart({r})" for r in m.ranks if s[0][r - 1] == "dirty")
+    return all(
+        t[0][r - 1] == "dirty" or action in (f"Restart({r})", f"RepairAgain({r})")
+        for r in m.ranks
+        if s[0][r - 1] == "dirty"
+    )
 
 
 def VersionMonotonic(m: Model, s: StepView, t: StepView, action: str) -> bool:
@@ -157,4 +161,6 @@ LIVENESS = (
     "FindingsAgreedServes",
     "PendingEnds",
     "LiveMoveFreesDaemon",
+    "RepairEnds",
+    "TornMoveRepaired",
 )

@@ -41,6 +41,9 @@ ACTION_PROPERTIES = ("DirtySticky", "VersionMonotonic", "BeginsAlone")  # checke
 # Liveness is checked on the smallest model only: with FairSpec, TLC needs minutes on MCSmall and
 # tens of minutes on MCChunks and MCFull on 2 shared cores.
 LIVENESS_MODELS = ("MCSmall",)
+# The repair models are small (under a minute with FairSpec): a mutant of the repair is judged on its
+# own models' liveness too.
+SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails")
 BASELINE_CACHE = Path("build") / "spec-mutants-baseline.json"
 
 
@@ -83,14 +86,14 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "attach_ignores_foreign_pending",
         "a rank that finds another engine's move pending waits",
-        "IF ForeignPending(e, r)\n                                         THEN",
-        "IF FALSE\n                                         THEN",
+        "IF MustWait(e, r)\n                                         THEN",
+        'IF dphase[r] = "repairing"\n                                         THEN',
     ),
     _m(
         "poll_while_pending",
         "a poll ends the wait only once the move has ended",
-        '    /\\ efind[e][r].found = "wait"\n    /\\ ~ForeignPending(e, r)\n',
-        '    /\\ efind[e][r].found = "wait"\n',
+        '    /\\ efind[e][r].found = "wait"\n    /\\ ~MustWait(e, r)\n',
+        '    /\\ efind[e][r].found = "wait"\n    /\\ dphase[r] # "repairing"\n',
     ),
     _m(
         "poll_keeps_old_record",
@@ -243,13 +246,14 @@ CATALOG: tuple[SpecMutant, ...] = (
     ),
     _m(
         "begin_on_dirty_or_no_record",
-        "begin is refused on a daemon without a record or dirty",
-        '      [] dphase[r] \\in {"no_record", "dirty"}               -> "refused"\n',
+        "begin is refused on a daemon without a record, dirty or repairing",
+        '      [] dphase[r] \\in {"no_record", "dirty", "repairing"}  -> "refused"\n',
         "",
-        ("MCSmall", "MCFull"),
+        ("MCSmall", "MCFull", "MCRepair"),
         defence="an engine that shares weights adopted a record on every daemon, and a daemon it is attached "
-        "to cannot go dirty (only a gone mover's pending move does, and the engine's attachment makes that "
-        f"begin busy): {_T_BEGIN}[no_record] and [dirty]",
+        "to cannot go dirty or repairing (only a gone mover's pending move does, and the engine's attachment "
+        f"makes that begin busy): {_T_BEGIN}[no_record] and [dirty] (repairing: with the daemon machine's "
+        "repairing phase, issue 19 phase 2)",
     ),
     _m(
         "begin_ignores_nonfollowing",
@@ -383,8 +387,72 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "detach_pending_not_dirty",
         "the EOF of a mover with a move pending makes the daemon dirty",
-        '         THEN dphase\' = [dphase EXCEPT ![r] = "dirty"]\n         ELSE UNCHANGED dphase',
+        '         THEN dphase\' = [dphase EXCEPT ![r] = IF Repairs THEN "repairing" ELSE "dirty"]\n'
+        "         ELSE UNCHANGED dphase",
         "         THEN UNCHANGED dphase\n         ELSE UNCHANGED dphase",
+    ),
+    _m(
+        "detach_repairs_when_off",
+        "with auto repair off the daemon of a torn move stays dirty",
+        'IF Repairs THEN "repairing" ELSE "dirty"]',
+        '"repairing"]',
+    ),
+    # --- repair of a torn move (issue 19) --------------------------------------------------------
+    _m(
+        "detach_never_repairs",
+        "with auto repair on the repair starts as soon as the daemon turns dirty",
+        'IF Repairs THEN "repairing" ELSE "dirty"]',
+        '"dirty"]',
+        ("MCRepair",),
+    ),
+    _m(
+        "repair_keeps_torn_rows",
+        "the repair reloads the torn move's layers at the record's (the base version's) rows",
+        "IF l \\in dpend[r].layers THEN dmap[r][l] ELSE truth[r][l]",
+        "IF l \\in dpend[r].layers THEN truth[r][l] ELSE truth[r][l]",
+        ("MCRepair",),
+    ),
+    _m(
+        "repair_restores_initial_rows",
+        "the repair reloads the base version's rows, not the initial layout's",
+        "IF l \\in dpend[r].layers THEN dmap[r][l] ELSE truth[r][l]",
+        "IF l \\in dpend[r].layers THEN 0 ELSE truth[r][l]",
+        ("MCRepair",),
+    ),
+    _m(
+        "repair_bumps_version",
+        "the repair returns to the base version (dver unchanged)",
+        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves>>",
+        "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] /\\ UNCHANGED <<dmap, datt, dnf, engineVars, moves>>",
+        ("MCRepair",),
+    ),
+    _m(
+        "repair_not_fair",
+        "a repair that has started runs to its end (weak fairness on RepairDone)",
+        "    /\\ \\A r \\in Ranks : WF_vars(RepairDone(r))\n",
+        "",
+        ("MCRepair",),
+    ),
+    _m(
+        "attach_during_repair_no_wait",
+        "a rank that attaches while the daemon repairs waits",
+        "IF MustWait(e, r)\n                                         THEN",
+        "IF ForeignPending(e, r)\n                                         THEN",
+        ("MCRepair",),
+    ),
+    _m(
+        "poll_during_repair",
+        "a poll ends the wait only once the repair has ended",
+        "    /\\ ~MustWait(e, r)\n",
+        "    /\\ ~ForeignPending(e, r)\n",
+        ("MCRepair",),
+    ),
+    _m(
+        "repair_failure_clean",
+        "a failed repair leaves the daemon dirty",
+        '    /\\ dphase[r] = "repairing"\n    /\\ dphase\' = [dphase EXCEPT ![r] = "dirty"]',
+        '    /\\ dphase[r] = "repairing"\n    /\\ dphase\' = [dphase EXCEPT ![r] = "clean"]',
+        ("MCRepairFails",),
     ),
     _m(
         "detach_live_engine",
@@ -459,7 +527,7 @@ def killed_by(text: str) -> str | None:
     """The property TLC reports violated, or None (a parse or run error is not a kill)."""
     m = re.search(
         r"^Error: (Invariant \w+ is violated|Action property \w+ is violated"
-        r"|Temporal property \w+ was violated|Temporal properties were violated)",
+        r"|Temporal property \w+ was violated|Temporal properties (?:[\w, ]+ )?were violated)",
         text,
         re.M,
     )
@@ -547,7 +615,8 @@ def judge(jar: Path, spec_dir: Path, mutant: SpecMutant, base: dict, workers: st
                 return verdict("killed", f"{model}: {kill}")
             if not run.ok:
                 return Verdict(mutant, "error", f"{model}: {run.result}", time.monotonic() - start, counts)
-        if all(counts[m] == base.get(m) for m in mutant.models):
+        # An edit of the fairness never changes the graph: only the liveness step can judge it.
+        if "WF_" not in mutant.old and all(counts[m] == base.get(m) for m in mutant.models):
             where = ", ".join(f"{m} {counts[m][0]} states" for m in mutant.models)
             return verdict("survived", f"never fires: the same state graph ({where})")
         for w in WITNESSES:  # 2. witnesses on the mutant's models
@@ -555,7 +624,8 @@ def judge(jar: Path, spec_dir: Path, mutant: SpecMutant, base: dict, workers: st
                 wrun = run_witness(jar, work, w, None, workers=workers, quiet=True)
                 if not wrun.found:
                     return verdict("killed", f"witness {w.name} no longer found ({wrun.result})")
-        for model in LIVENESS_MODELS:  # 3. the whole model, liveness included (the smallest model)
+        liveness = LIVENESS_MODELS + tuple(m for m in SMALL_LIVENESS_MODELS if m in mutant.models)
+        for model in liveness:  # 3. the whole model, liveness included (the smallest models)
             text, rc = _tlc(jar, work, model, f"{model}.cfg", workers)
             kill = killed_by(text)
             if kill:
@@ -564,6 +634,8 @@ def judge(jar: Path, spec_dir: Path, mutant: SpecMutant, base: dict, workers: st
             if not run.ok:
                 return Verdict(mutant, "error", f"{model}: {run.result}", time.monotonic() - start, counts)
         where = ", ".join(f"{m} {counts[m][0]} states (spec: {base[m][0]})" for m in mutant.models)
+        if "WF_" in mutant.old and all(counts[m] == base.get(m) for m in mutant.models):
+            return verdict("survived", f"the same state graph ({where}) and no liveness violated")
         return verdict("survived", f"changes the graph ({where}) but violates nothing")
 
 

@@ -10,7 +10,8 @@ transitions; a step that they do not allow raises and stops the exploration.
 What the mirror adds is what the spec calls the environment: the real layout of each
 daemon's memory (``truth``), which ``MoveLayer`` rewrites, the order in which ranks act and
 which engine acts next, the layout EPLB moves to (``System.target``), crashes, engines without
-the plugin (``OlderEngine``), and an operator restarting a dirty daemon.
+the plugin (``OlderEngine``), an operator restarting a dirty daemon or repairing it again, and
+the end of a repair (the reload of the torn layers, which restores their truth, or its failure).
 
 State: a ``SysState`` holds the daemons' ``DaemonView``s, the truth, one engine per engine id
 (its session's bare ``EngineView``, an ``OlderEngine`` or a ``GoneEngine``) and the count of
@@ -34,6 +35,7 @@ from typing import Any
 from layout_sm.daemon import DaemonMachine, DaemonView
 from layout_sm.engine import EngineLayout, Go, RankFinding, needs_wait
 from layout_sm.messages import AttachRequest
+from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
 from tools.mirror.render import pretty
@@ -65,6 +67,9 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Crash": ("e",),
     "Detach": ("r", "e"),
     "Restart": ("r",),
+    "RepairDone": ("r",),
+    "RepairFails": ("r",),
+    "RepairAgain": ("r",),
 }
 
 # How each spec variable is computed from the mirror's state (for the structural cross-check).
@@ -72,7 +77,7 @@ VARIABLE_SOURCES: dict[str, str] = {
     "dphase": "DaemonView.phase",
     "dver": "DaemonView.record.version (0 without a record)",
     "dmap": "DaemonView.record.rows (as permutation indexes)",
-    "dpend": "DaemonView.pending, or DaemonView.dirty once dirty, else NONE",
+    "dpend": "DaemonView.pending, or DaemonView.dirty once dirty or repairing, else NONE",
     "datt": "DaemonView.attachments (engine ids)",
     "dnf": "DaemonView.non_following_seen",
     "truth": "SysState.truth (the environment)",
@@ -100,6 +105,8 @@ class Model:
     chunks: tuple[frozenset[int], ...]
     max_moves: int
     daemon_restarts: bool
+    repairs: bool = False  # Repairs: the daemons start with auto repair
+    repair_may_fail: bool = False  # RepairMayFail
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -152,6 +159,8 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         chunks=chunks,
         max_moves=int(const("MaxMoves")),
         daemon_restarts=const("DaemonRestarts") == "TRUE",
+        repairs=const("Repairs") == "TRUE",
+        repair_may_fail=const("RepairMayFail") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )
@@ -221,7 +230,7 @@ class System:
         )
         # One reused machine per daemon and one reused session per engine: states are loaded into
         # them (``restore``), never rebuilt.
-        self.machines = [DaemonMachine(self.initial_record) for _ in model.ranks]
+        self.machines = [DaemonMachine(self.initial_record, auto_repair=model.repairs) for _ in model.ranks]
         self.sessions = {
             e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine) for e in model.newer
         }
@@ -253,6 +262,12 @@ class System:
             result = m.abort_move(arg)
         elif op == "detach":
             result = m.detach_engine(arg, _session(arg))
+        elif op == "repair":
+            result = m.begin_repair()
+        elif op == "repair_done":
+            result = m.repair_ended(arg, "reloaded")
+        elif op == "repair_failed":
+            result = m.repair_fails(Reason.REPAIR_FAILED, "a read error")
         else:  # pragma: no cover
             raise ValueError(op)
         out = (result, m.view())
@@ -287,7 +302,9 @@ class System:
         engines = tuple(OlderEngine("load") if e in m.older else EngineView.fresh(e, self.R) for e in m.engines)
         for mask in range(1 << len(lack)):
             without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
-            daemons = tuple(DaemonView(None if r in without else self.initial_record) for r in m.ranks)
+            daemons = tuple(
+                DaemonView(None if r in without else self.initial_record, auto_repair=m.repairs) for r in m.ranks
+            )
             out.append(SysState(daemons, tuple(self.initial_perms for _ in m.ranks), engines, 0))
         return out
 
@@ -463,13 +480,43 @@ class System:
 
     def Restart(self, s: SysState, r: int) -> SysState | None:
         view = s.daemons[r - 1]
-        if not self.model.daemon_restarts or view.dirty is None or view.attachments:
+        if not self.model.daemon_restarts or view.phase != "dirty" or view.attachments:
             return None
         if any(r in _serv(es) for es in s.engines):
             return None
         truth = list(s.truth)
         truth[r - 1] = self.initial_perms
-        return replace(s, daemons=self._set_daemon(s, r, DaemonView(self.initial_record)), truth=tuple(truth))
+        restarted = DaemonView(self.initial_record, auto_repair=self.model.repairs)
+        return replace(s, daemons=self._set_daemon(s, r, restarted), truth=tuple(truth))
+
+    def RepairDone(self, s: SysState, r: int) -> SysState | None:
+        """The reload of the torn move's layers ended: their truth is the record's rows again."""
+        view = s.daemons[r - 1]
+        if not self.model.repairs or view.phase != "repairing" or view.dirty is None or view.record is None:
+            return None
+        layers = view.dirty.layers
+        reply, view2 = self._call(r, view, "repair_done", layers)
+        assert reply.ok, reply
+        record = _perms_cached(view.record.rows)
+        truth = list(s.truth)
+        truth[r - 1] = tuple(record[k] if k in layers else p for k, p in enumerate(truth[r - 1]))
+        return replace(s, daemons=self._set_daemon(s, r, view2), truth=tuple(truth))
+
+    def RepairFails(self, s: SysState, r: int) -> SysState | None:
+        view = s.daemons[r - 1]
+        if not (self.model.repairs and self.model.repair_may_fail) or view.phase != "repairing":
+            return None
+        _, view2 = self._call(r, view, "repair_failed", None)
+        return replace(s, daemons=self._set_daemon(s, r, view2))
+
+    def RepairAgain(self, s: SysState, r: int) -> SysState | None:
+        """The operator's ``expert-layout repair`` on a dirty daemon."""
+        view = s.daemons[r - 1]
+        if not self.model.repairs or view.phase != "dirty":
+            return None
+        reply, view2 = self._call(r, view, "repair", None)
+        assert reply.ok, reply
+        return replace(s, daemons=self._set_daemon(s, r, view2))
 
     # -- successor enumeration (the spec's Next, in order) --------------------------------
 
