@@ -37,6 +37,8 @@ from tools.realserver.server import (
     daemon_status,
 )
 
+from daemon_adapter.__main__ import NO_AUTO_REPAIR
+
 # B's SGLANG_PLUGINS can be set from outside, to run the test with the plugin's startup check off.
 B_PLUGINS = os.environ.get("EXPERT_LAYOUT_TEST_B_PLUGINS") or None
 PROMPT_TIMEOUT_S = 240.0
@@ -66,7 +68,8 @@ def between_chunks(
 ) -> Iterator[BetweenChunks]:
     run_dir = RunDir(tmp_path_factory.mktemp("sigkill") / "run")
     topology = Topology(tiny_model)
-    daemons = StandaloneDaemons(run_dir, topology).start()
+    # Auto repair off: this is the torn move that stays dirty (its repair: tests/daemon_adapter/test_repair_real.py).
+    daemons = StandaloneDaemons(run_dir, topology, extra_args=(NO_AUTO_REPAIR,)).start()
     d: RealServer | None = None
     try:
         daemons.wait_ready(START_TIMEOUT_S)

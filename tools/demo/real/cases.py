@@ -190,7 +190,8 @@ def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
     try:
-        chain = lab.chain("aware", standalone=True)
+        # Repair off: case 3b is the torn move that stays dirty (its repair: tests/daemon_adapter/test_repair_real.py).
+        chain = lab.chain("aware", standalone=True, auto_repair=False)
         lab.status(chain, "case 1: layout-aware daemons up")
         finished.set_result(case1_restart(lab, chain, ev))  # the other lane starts ref-map
     except BaseException as exc:
@@ -373,7 +374,7 @@ def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
     return Row(
         "3b",
         "SIGKILL mid-move",
-        "daemons dirty; the next server fails at startup, promptly, with the reason",
+        "daemons (auto repair off) dirty; the next server fails at startup, promptly, with the reason",
         f"daemons {'dirty' if dirty else 'NOT dirty'} after the SIGKILL; 3b-E "
         f"{'became ready' if e.ready else 'exited'} after {e.failed_s:.0f}s (exit {e.returncode}; a server "
         f"is ready after {typical:.0f}s here) with: {e.failure}",

@@ -24,6 +24,8 @@ from tools.realserver import server as rs
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 
+from daemon_adapter.__main__ import NO_AUTO_REPAIR
+
 T = TypeVar("T")
 WORLD = 2
 NUM_LOGICAL = 8
@@ -146,14 +148,18 @@ class Lab:
 
     # -- daemons ----------------------------------------------------------------------------
 
-    def chain(self, name: str, standalone: bool = False, enable_eplb: bool = True) -> Chain:
-        """A new chain; ``standalone``: start its layout-aware daemons now (``python -m daemon_adapter``)."""
+    def chain(self, name: str, standalone: bool = False, enable_eplb: bool = True, auto_repair: bool = True) -> Chain:
+        """A new chain; ``standalone``: start its layout-aware daemons now (``python -m daemon_adapter``);
+        ``auto_repair=False``: with ``--expert-layout-no-auto-repair`` (a torn move leaves them dirty)."""
         chain = Chain(name, rs.RunDir(self.logs / name))
         self.chains.append(chain)
         if standalone:
-            chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb)).start()
+            extra = () if auto_repair else (NO_AUTO_REPAIR,)
+            chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb), extra_args=extra).start()
             seconds = chain.daemons.wait_ready(READY_TIMEOUT_S)
-            flag = "--enable-eplb" if enable_eplb else "no --enable-eplb"
+            flag = ("--enable-eplb" if enable_eplb else "no --enable-eplb") + (
+                "" if auto_repair else f", {NO_AUTO_REPAIR}"
+            )
             self.step(f"{name}: standalone daemons up (python -m daemon_adapter, {flag}) in {seconds:.0f}s")
         return chain
 
