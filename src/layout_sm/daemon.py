@@ -774,11 +774,16 @@ BEGIN = Ladder(
 # -- commit ------------------------------------------------------------------------------------
 
 
-def _commit_not_attached(view: DaemonView, req: CommitRequest) -> Reply:
-    return refused(
-        Reason.NOT_ATTACHED,
-        f"engine {req.engine_id!r} holds no live attachment with this session; commit refused.",
-    )
+def _not_attached(request: str) -> Callable[[DaemonView, CommitRequest | AbortRequest], Reply]:
+    """The refusal of a commit or an abort by an engine that holds no live attachment with its session."""
+
+    def not_attached(view: DaemonView, req: CommitRequest | AbortRequest) -> Reply:
+        return refused(
+            Reason.NOT_ATTACHED,
+            f"engine {req.engine_id!r} holds no live attachment with this session; {request} refused.",
+        )
+
+    return not_attached
 
 
 def _no_pending_move(view: DaemonView, req: CommitRequest) -> Reply:
@@ -825,7 +830,7 @@ def _store_rows(view: DaemonView, req: CommitRequest) -> DaemonView:
 # record's shape; anything else is refused and the move stays pending.
 COMMIT = Ladder(
     (
-        rung("holds", _commit_not_attached),
+        rung("holds", _not_attached("commit")),
         rung("not is_dirty", _dirty),
         rung("moved_by", _no_pending_move),
         rung("pending_layers_are", _layers_mismatch),
@@ -836,13 +841,6 @@ COMMIT = Ladder(
 
 
 # -- abort -------------------------------------------------------------------------------------
-
-
-def _abort_not_attached(view: DaemonView, req: AbortRequest) -> Reply:
-    return refused(
-        Reason.NOT_ATTACHED,
-        f"engine {req.engine_id!r} holds no live attachment with this session; abort refused.",
-    )
 
 
 def _nothing_to_abort(view: DaemonView, req: AbortRequest) -> Reply:
@@ -857,7 +855,7 @@ def _aborted(view: DaemonView, req: AbortRequest) -> Reply:
 # refused for anyone else.
 ABORT = Ladder(
     (
-        rung("holds", _abort_not_attached),
+        rung("holds", _not_attached("abort")),
         rung("moved_by", _nothing_to_abort),
     ),
     Step(_aborted, lambda view, req: replace(view, pending=None)),
