@@ -50,7 +50,7 @@ from layout_sm.messages import (
     QueryRequest,
     RepairRequest,
 )
-from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
+from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
 from layout_sm.record import LayoutError, LayoutRecord
 
 LOADING = "loading"
@@ -63,8 +63,6 @@ REPAIRING = "repairing"
 # engine has one per daemon, so 64 is far beyond any deployment (the protocol lets only an engine
 # alone on its daemons move experts) and far below the descriptor limit (1,024 by default).
 MAX_ATTACHMENTS = 64
-# The operator's remedies for a dirty daemon: the repair (issue 19), or the restart.
-REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
 @dataclass(frozen=True)
@@ -880,7 +878,7 @@ def _dirty_info(view: DaemonView) -> DirtyInfo:
 
 def _went_dirty(view: DaemonView, req: Detach) -> DetachEffect:
     info = _dirty_info(view)
-    return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {RESTART_DAEMONS}")
+    return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {REPAIR_OR_RESTART}")
 
 
 def _mark_dirty(view: DaemonView, req: Detach) -> DaemonView:

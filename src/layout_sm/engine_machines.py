@@ -35,7 +35,7 @@ from layout_sm.engine import (
     needs_wait,
     unwritten_slots_warning,
 )
-from layout_sm.reasons import RESTART_DAEMONS, Reason, Reply, Status
+from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, Status
 from layout_sm.record import LayoutRecord, Rows, layout_digest
 
 
@@ -253,7 +253,7 @@ class EngineState:
         return self._fail_where("timeout", Reason.WAIT_TIMEOUT, "timed out waiting for another engine's move")
 
     def fail_dirty(self) -> Step:
-        return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {RESTART_DAEMONS}")
+        return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {REPAIR_OR_RESTART}")
 
     def fail_moved_beside_no_record(self) -> Step:
         moved = self._moved()

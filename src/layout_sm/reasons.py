@@ -17,6 +17,8 @@ from typing import Any
 # The operator's remedy for a daemon whose layout is unknown or can no longer be moved, in every
 # message that calls for it (daemon replies and engine startup or rebalance failures alike).
 RESTART_DAEMONS = "restart the weight cache daemons (the engines reload the weights from disk)"
+# A dirty daemon's remedies: the repair, which reloads only the torn move's layers (issue 19), or the restart.
+REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
 class Status(StrEnum):
