@@ -72,6 +72,7 @@ from layout_sm.messages import (
     REPAIR,
     AttachRequest,
     FetchLayoutField,
+    QueryRequest,
     RepairRequest,
     is_sglang_request,
     malformed_frame,
@@ -333,6 +334,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._attached_pids: dict[str, int] = {}  # session -> pid
         self._auto_repair = auto_repair_enabled()
         self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
+        # The running reload's progress (daemon_adapter.repair.RepairProgress), for the status.
+        self._repair_progress: Any = None
         super().__init__(*args, **kwargs)
 
     def serve(self) -> None:
@@ -467,7 +470,11 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         if not isinstance(parsed, AttachRequest):
             with lock:
                 reply = machine.handle(parsed)
-            self._send(conn, reply.to_wire())
+            wired = reply.to_wire()
+            progress = self._repair_progress
+            if isinstance(parsed, QueryRequest) and progress is not None:
+                wired["repair_progress"] = progress.to_wire()  # how far the reload is: status shows it
+            self._send(conn, wired)
             return
         assert slot is not None, "an attach is answered in its connection's own thread"
         session = secrets.token_hex(SESSION_TOKEN_BYTES)
@@ -614,7 +621,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         from sglang.srt.configs.load_config import LoadConfig
         from sglang.srt.runtime_context import get_parallel
 
-        from daemon_adapter.repair import RepairFailed, RepairRefused, reload_routed_experts
+        from daemon_adapter.repair import RepairFailed, RepairProgress, RepairRefused, reload_routed_experts
 
         if self.model is None or self._model_config is None:
             return (Reason.REPAIR_FAILED, "the daemon's model is not loaded")
@@ -622,6 +629,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         load_config = LoadConfig(
             load_format=self.load_format, model_loader_extra_config=self.model_loader_extra_config, tp_rank=self.tp_rank
         )
+        self._repair_progress = progress = RepairProgress()
         try:
             report = reload_routed_experts(
                 self.model,
@@ -630,11 +638,14 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 plan.layers,
                 plan.record.rows,
                 get_parallel().moe_ep_rank,
+                progress,
             )
         except RepairRefused as error:
             return (Reason.REPAIR_UNSUPPORTED, f"repair refused: {error}; nothing was written")
         except RepairFailed as error:
             return (Reason.REPAIR_FAILED, str(error))
+        finally:
+            self._repair_progress = None
         return report.to_wire()
 
 

@@ -26,6 +26,7 @@ the expert weights cannot be reloaded layer by layer: ``RepairRefused`` says why
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -212,26 +213,55 @@ def routed_expert_names(experts: dict[int, set[int]], num_logical_experts: int) 
 
 
 @dataclass
-class _ReadCount:
+class RepairProgress:
+    """How far a running reload is, for ``expert-layout status``: filled by ``read_tensors`` (one
+    writer, the repair's thread; a reader sees ints that only grow, so no lock)."""
+
+    tensors_expected: int = 0  # known once every file's header is read, before any tensor
+    bytes_expected: int = 0
+    tensors: int = 0  # read and handed to sglang's loader so far
     bytes: int = 0
-    tensors: int = 0
     files: int = 0
 
+    def to_wire(self) -> dict[str, int]:
+        return {
+            "tensors": self.tensors,
+            "tensors_expected": self.tensors_expected,
+            "bytes": self.bytes,
+            "bytes_expected": self.bytes_expected,
+        }
 
-def read_tensors(files: Sequence[str], wanted: Any, count: _ReadCount) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of the wanted tensors only; each file's header is read, and only their bytes."""
+
+def read_tensors(files: Sequence[str], wanted: Any, count: RepairProgress) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of the wanted tensors only; every file's header is read first (what the
+    reload will read, for its progress), then only those tensors' bytes."""
     from safetensors import safe_open
 
+    chosen: list[tuple[str, list[str]]] = []
     for path in files:
         with safe_open(path, framework="pt", device="cpu") as f:
             names = [name for name in f.keys() if wanted(name)]  # noqa: SIM118 (safe_open is not a mapping)
-            if names:
-                count.files += 1
+            for name in names:
+                piece = f.get_slice(name)
+                count.bytes_expected += math.prod(piece.get_shape()) * _DTYPE_BYTES[piece.get_dtype()]
+            count.tensors_expected += len(names)
+        if names:
+            chosen.append((path, names))
+    for path, names in chosen:
+        count.files += 1
+        with safe_open(path, framework="pt", device="cpu") as f:
             for name in names:
                 tensor = f.get_tensor(name)
                 count.bytes += tensor.nbytes
                 count.tensors += 1
                 yield name, tensor
+
+
+# The element sizes of safetensors' dtype names (its header format).
+_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
 
 
 def _tensor_places(model: torch.nn.Module) -> dict[str, tuple[int, tuple[int, ...], torch.dtype]]:
@@ -245,9 +275,11 @@ def reload_routed_experts(
     layers: Sequence[int],
     physical_to_logical_map: Sequence[Sequence[int]],
     ep_rank: int,
+    progress: RepairProgress | None = None,
 ) -> RepairReport:
     """Reload the routed experts of ``layers`` in place, in the slots ``physical_to_logical_map``
-    (the record's whole map) gives. RepairRefused before any write; RepairFailed after one."""
+    (the record's whole map) gives. RepairRefused before any write; RepairFailed after one.
+    ``progress`` is filled as tensors are read, for a status asked meanwhile."""
     from sglang.srt.model_loader.loader import DefaultModelLoader, device_loading_context
     from sglang.srt.platforms import current_platform
 
@@ -260,7 +292,7 @@ def reload_routed_experts(
     wanted = routed_expert_names(experts_held_here(modules, metadata), metadata.num_logical_experts)
 
     before = _tensor_places(model)
-    count = _ReadCount()
+    count = progress if progress is not None else RepairProgress()
     try:
         # One pass feeds every layer; the target device is the experts' own (no offloading here).
         device = next(iter(modules.values()))[1].w13_weight.device

@@ -125,6 +125,16 @@ def _describe_move(move: dict[str, Any] | None) -> str:
     return f"{move.get('engine_id')} layers {move.get('layers')} from v{move.get('base_version')}"
 
 
+def _progress(progress: dict[str, Any] | None) -> str:
+    """A running reload's progress, as the daemon reports it: tensors and bytes read of those it reads."""
+    if not progress:
+        return ""
+    return (
+        f" ({progress.get('tensors')}/{progress.get('tensors_expected')} tensors, "
+        f"{progress.get('bytes')}/{progress.get('bytes_expected')} bytes read)"
+    )
+
+
 def _row(status: DaemonStatus) -> list[str]:
     state = status.state
     if state is None:
@@ -134,7 +144,7 @@ def _row(status: DaemonStatus) -> list[str]:
     if repairing:
         torn = (
             f"repairing: {_describe_move(repairing)} left mid-move; reloading layers {repairing.get('layers')} "
-            f"back to v{repairing.get('base_version')}"
+            f"back to v{repairing.get('base_version')}{_progress(state.get('repair_progress'))}"
         )
     else:
         torn = "-" if not dirty else f"yes: {_describe_move(dirty)} left mid-move"
