@@ -606,7 +606,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 assert isinstance(plan, RepairPlan)  # a reload ran: there was a plan
                 report = {k: v for k, v in outcome.items() if k != "layers"}
                 message = (
-                    f"layers {list(plan.layers)} reloaded from the checkpoint in {report.get('seconds', 0):.2f} s "
+                    f"layers {list(plan.layers)} reloaded from the checkpoint in {report.get('seconds', 0):.3f} s "
                     f"({report.get('bytes_read')} of {report.get('checkpoint_bytes')} checkpoint bytes); clean at "
                     f"version {plan.base_version}"
                 )

@@ -23,30 +23,22 @@ It holds the real-server lock (``tests/realserver/conftest.py``) for the daemons
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tools import with_project_path
 from tools.demo import memory_probe
+from tools.realserver import torn_move
 from tools.realserver.model import build_tiny_qwen3_moe
-from tools.realserver.server import SOCKET_TEMPLATE_ENV, RunDir, StandaloneDaemons, Topology, daemon_status
+from tools.realserver.server import RunDir, StandaloneDaemons, Topology
 
-from daemon_adapter import client
-from layout_sm.messages import begin_request, commit_request, fetch_layout_field
 from tests.realserver.conftest import LOCK_PATH, hold_lock
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 600.0
-ENGINE_ID = "repair-test-engine"
 LAYER = 0
 TP = 2
 
@@ -68,90 +60,6 @@ def daemon_set(request: pytest.FixtureRequest) -> Iterator[tuple[StandaloneDaemo
         shutil.rmtree(root, ignore_errors=True)
 
 
-class Engine:
-    """The test's engine on one daemon: its attach connection and its mapping of the expert tensors."""
-
-    def __init__(self, socket_path: str, num_layers: int) -> None:
-        import torch
-        from sglang.srt.weight_cache.transport import get_client_transport_backend
-
-        torch.multiprocessing.set_sharing_strategy("file_system")  # standalone daemons export so
-        self.socket_path = socket_path
-        config = client.request(socket_path, {"type": "query_config"})["config"]
-        self.conn, reply = client.attach(socket_path, ENGINE_ID)
-        assert reply["status"] == "ok", reply
-        self.session: str = reply["session"]
-        self.record: dict[str, Any] = reply["record"]
-        claim = fetch_layout_field(ENGINE_ID, self.session, self.record["version"], self.record["digest"])
-        fetched = client.request(
-            socket_path, {"type": "fetch_state", "config": config, "expert_layout": claim}, timeout=60.0
-        )
-        assert fetched["status"] == "ok", fetched
-        transport = get_client_transport_backend(fetched["transport_backend"])
-        self.experts = {
-            (layer, kind): transport.import_tensor(fetched["entries"][f"model.layers.{layer}.mlp.experts.{kind}"])
-            for layer in range(num_layers)
-            for kind in ("w13_weight", "w2_weight")
-        }
-
-    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        reply = client.request(self.socket_path, message)
-        assert reply["status"] == "ok", reply
-        return reply
-
-
-def _move_layer(engines: list[Engine], base_version: int, new_row: list[int], old_row: list[int]) -> None:
-    """A real move of LAYER on every rank: memory (slot p takes what slot source[p] held), then commit."""
-    for engine in engines:
-        engine.ask(begin_request(ENGINE_ID, engine.session, base_version, [LAYER]))
-    local = engines[0].experts[(LAYER, "w13_weight")].shape[0]
-    for kind in ("w13_weight", "w2_weight"):
-        old = [engine.experts[(LAYER, kind)][s].clone() for engine in engines for s in range(local)]
-        for slot, expert in enumerate(new_row):  # any replica of an expert holds its weights
-            engines[slot // local].experts[(LAYER, kind)][slot % local].copy_(old[old_row.index(expert)])
-    for engine in engines:
-        engine.ask(commit_request(ENGINE_ID, engine.session, [LAYER], [new_row]))
-
-
-def _states(daemons: StandaloneDaemons) -> list[dict[str, Any]]:
-    return [d.get("state") or {} for d in daemon_status(daemons.run, include_map=True)["daemons"]]
-
-
-def _wait_phase(daemons: StandaloneDaemons, phase: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        states = _states(daemons)
-        if len(states) == TP and all(s.get("phase") == phase for s in states):
-            return states
-        assert time.monotonic() < deadline, f"daemons not {phase}: {states}"
-        time.sleep(0.2)
-
-
-def _repair(daemons: StandaloneDaemons) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``expert-layout repair`` as an operator runs it, on the run's sockets; and its wall time."""
-    env = with_project_path(dict(os.environ))
-    env[SOCKET_TEMPLATE_ENV] = daemons.run.socket_template
-    argv = [sys.executable, "-m", "daemon_adapter.status_cli", "repair", "--json"]
-    for rank in range(TP):
-        argv += ["--socket", daemons.run.socket_path(rank)]
-    started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    return done, time.monotonic() - started
-
-
-def _logged_repairs(daemons: StandaloneDaemons) -> list[dict[str, Any]]:
-    """The auto repairs' ends, as each daemon logged them (``ok(repaired): layers [0] reloaded ... in S s
-    (R of C checkpoint bytes)``): seconds, bytes read, checkpoint bytes."""
-    pattern = (
-        r"ok\(repaired\): layers \[(\d+)\] reloaded from the checkpoint in ([0-9.]+) s \((\d+) of (\d+) checkpoint"
-    )
-    found = re.findall(pattern, daemons.tree.log_path.read_text(errors="replace"))
-    return [
-        {"layers": [int(layer)], "seconds": float(sec), "bytes_read": int(read), "checkpoint_bytes": int(whole)}
-        for layer, sec, read, whole in found
-    ]
-
-
 @pytest.mark.timeout(1800)
 def test_a_torn_move_is_repaired_back_to_the_base_version(daemon_set: tuple[StandaloneDaemons, float]) -> None:
     import torch
@@ -160,41 +68,36 @@ def test_a_torn_move_is_repaired_back_to_the_base_version(daemon_set: tuple[Stan
     auto_repair = "--expert-layout-no-auto-repair" not in daemons.tree.argv
     model_dir = str(daemons.topology.model_path)
     sockets = [daemons.run.socket_path(rank) for rank in range(TP)]
-    num_layers = len(_states(daemons)[0]["map"])
-    engines = [Engine(path, num_layers) for path in sockets]
+    engines = torn_move.attach_all(daemons)
     initial_row = engines[0].record["map"][LAYER]
 
     # 1. A committed move: layer 0 reversed, memory and record (version 1).
     moved_row = list(reversed(initial_row))
     assert moved_row != initial_row
-    _move_layer(engines, 0, moved_row, initial_row)
-    committed = _wait_phase(daemons, "clean")
+    torn_move.move_layer(engines, LAYER, 0, moved_row)
+    committed = torn_move.wait_phase(daemons, "clean")
     assert {s["version"] for s in committed} == {1} and committed[0]["map"][LAYER] == moved_row
     at_v1 = {(id(e), kind): e.experts[(LAYER, kind)].clone() for e in engines for kind in ("w13_weight", "w2_weight")}
 
     # 2. Killed mid-move: begun, layer 0's experts overwritten, the attach connections closed.
-    for engine in engines:
-        engine.ask(begin_request(ENGINE_ID, engine.session, 1, [LAYER]))
-        for kind in ("w13_weight", "w2_weight"):
-            engine.experts[(LAYER, kind)].fill_(7.0)
-        engine.conn.close()
-    torn = {"engine_id": ENGINE_ID, "layers": [LAYER], "base_version": 1}
+    torn_move.tear_move(engines, LAYER, 1)
+    torn = {"engine_id": torn_move.ENGINE_ID, "layers": [LAYER], "base_version": 1}
     local = len(moved_row) // TP
     if auto_repair:
         # 3a. The daemons repair by themselves: repairing on the EOF, then clean.
-        clean = _wait_phase(daemons, "clean", timeout_s=300.0)
+        clean = torn_move.wait_phase(daemons, "clean", timeout_s=300.0)
         log = daemons.tree.log_path.read_text(errors="replace")
         assert log.count("daemon is now REPAIRING") == TP, daemons.tree.log_tail()
-        replies = _logged_repairs(daemons)
+        replies = [vars(r) for r in torn_move.logged_repairs(log)]
         assert len(replies) == TP, daemons.tree.log_tail()
         repair_wall_s = max(r["seconds"] for r in replies)
     else:
-        dirty = _wait_phase(daemons, "dirty")
+        dirty = torn_move.wait_phase(daemons, "dirty")
         assert all(s["dirty"] == torn and s["repairing"] is None for s in dirty), dirty
         with pytest.raises(memory_probe.ProbeRefused, match="unknown"):  # a dirty daemon serves no fetch_state
             memory_probe.held_map(sockets, model_dir)
         # 3b. The operator's repair.
-        done, repair_wall_s = _repair(daemons)
+        done, repair_wall_s = torn_move.run_repair_cli(daemons)
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{daemons.tree.log_tail()}"
         replies = [d["reply"] for d in json.loads(done.stdout)["daemons"]]
         for rank, reply in enumerate(replies):
@@ -208,7 +111,7 @@ def test_a_torn_move_is_repaired_back_to_the_base_version(daemon_set: tuple[Stan
             ]
     for reply in replies:
         assert reply["layers"] == [LAYER] and 0 < reply["bytes_read"] < reply["checkpoint_bytes"], reply
-    clean = _wait_phase(daemons, "clean")
+    clean = torn_move.wait_phase(daemons, "clean")
     assert [(s["version"], s["digest"], s["map"]) for s in clean] == [
         (1, committed[0]["digest"], committed[0]["map"])
     ] * TP

@@ -9,7 +9,11 @@ that committed version, and server D on the same daemons must adopt it on every 
 3b, SIGKILL mid-move: D runs with ``mid_move:1``: each rank stops once its daemon has accepted the
 begin of D's first chunk, before sglang moves the weights. The test SIGKILLs D's tree. Server E
 on the same daemons must exit on its own, well before the protocol's wait timeout, and its log
-(its launcher's output) must say the daemons are dirty and what to do.
+(its launcher's output) must say the daemons are dirty and what to do. These daemons run with
+``--expert-layout-no-auto-repair``, so they stay dirty until the operator's ``expert-layout repair``
+(issue 19): then they are clean at the base version, server F adopts it on every rank, and F's
+outputs equal a server's loaded from disk with ``--init-expert-location`` set to that map.
+(Auto repair, the default, on real servers: ``make demo``'s case 3b.)
 
 D is 3a's next server and 3b's mover: one server start serves both cases.
 """
@@ -25,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
+    PROTOCOL_OFF,
     RealServer,
     RunDir,
     ServerFailed,
@@ -35,6 +41,7 @@ from tools.realserver.server import (
     StandaloneDaemons,
     Topology,
     daemon_status,
+    write_expert_location,
 )
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
@@ -60,6 +67,7 @@ class BetweenChunks:
     after_kill: list[dict[str, Any]]  # the daemons' states after A's SIGKILL, with the map
     d_beliefs: dict[int, dict[str, Any]]
     d: RealServer
+    daemons: StandaloneDaemons
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +100,7 @@ def between_chunks(
             ServerSpec("D", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("mid_move", 1)),
         ).start()
         d.wait_ready(START_TIMEOUT_S)
-        yield BetweenChunks(run_dir, topology, at_stop, ended, after_kill, d.beliefs(), d)
+        yield BetweenChunks(run_dir, topology, at_stop, ended, after_kill, d.beliefs(), d, daemons)
     finally:
         if d is not None:
             d.kill()
@@ -147,6 +155,52 @@ def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(between_chunks: 
     d_ready_s = d.ready_s or 0.0
     assert took < d_ready_s + WAIT_TIMEOUT_S / 2, f"E failed only after {took:.0f}s (D was ready in {d_ready_s:.0f}s)"
     assert "dirty" in message and "restart the weight cache daemons" in message, message[-3000:]
+    assert "expert-layout repair" in message, message[-3000:]
+
+
+@pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
+def test_after_the_operators_repair_the_next_server_adopts_the_base_version(between_chunks: BetweenChunks) -> None:
+    """Runs after the test above (the same module fixture): the daemons are dirty from D's kill."""
+    ran = between_chunks
+    run_dir, topology = ran.run, ran.topology
+    torn = [s.get("dirty") for s in _states(run_dir)]
+    assert all(torn), f"the daemons are not dirty (the test above ran first?): {torn}"
+    base = torn[0]["base_version"]
+
+    done, _seconds = torn_move.run_repair_cli(ran.daemons)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    clean = _states(run_dir)
+    assert [(s.get("phase"), s.get("version")) for s in clean] == [("clean", base)] * topology.tp_size, clean
+    record_map = clean[0]["map"]
+
+    f = RealServer(run_dir, topology, ServerSpec("F", rebalance_iterations=100_000)).start()
+    ref_dir = RunDir(run_dir.root.parent / "reference")
+    init = write_expert_location(ref_dir.root / "init-expert-location.json", record_map)
+    ref = RealServer(
+        ref_dir,
+        topology,
+        ServerSpec(
+            "ref",
+            weight_cache_mode="off",
+            rebalance_iterations=100_000,
+            init_expert_location=init,
+            plugins=PROTOCOL_OFF,
+        ),
+    ).start()
+    try:
+        f.wait_ready(START_TIMEOUT_S)
+        ref.wait_ready(START_TIMEOUT_S)
+        beliefs = f.beliefs()
+        for rank, belief in sorted(beliefs.items()):
+            assert (belief["startup"], belief["version"]) == ("adopt", base), f"F's rank {rank}: {belief}"
+            assert belief["map"] == record_map, f"F's rank {rank} routes with another map than the record"
+        assert sorted(beliefs) == list(range(topology.tp_size)), beliefs
+        f_out = f.generate(list(PROMPTS), max_new_tokens=16)
+        ref_out = ref.generate(list(PROMPTS), max_new_tokens=16)
+    finally:
+        f.kill()
+        ref.kill()
+    assert f_out == ref_out, "F's outputs differ from a server loaded from disk with the record's map"
 
 
 def _states(run: RunDir) -> list[dict[str, Any]]:

@@ -236,6 +236,92 @@ def _(mod: ModuleType) -> None:
     mod.DaemonMachine.detach_engine = detach_engine
 
 
+# -- the repair of a torn move (issue 19; layout_sm.daemon, layout_sm.engine, daemon_adapter.repair) --
+
+# The daemon's repair rules in process, over real sockets (with a FakeReload), and in layout_sm.
+REPAIR_TESTS = ("tests/layout_sm", "tests/daemon_adapter/test_repair_requests.py")
+
+
+def _without_rung(mod: ModuleType, ladder: str, method: str) -> None:
+    """The ladder without the rung of this conjunct: what it guarded is no longer refused."""
+    found = mod.LADDERS[ladder]
+    mod.LADDERS[ladder] = replace(found, rungs=tuple(r for r in found.rungs if r.conjunct.method != method))
+
+
+@mutant("begin_while_repairing", D, "a repairing daemon refuses begin until the repair ends", tests=REPAIR_TESTS)
+def _(mod: ModuleType) -> None:
+    _without_rung(mod, "begin", "is_repairing")
+
+
+@mutant("fetch_while_repairing", D, "a repairing daemon refuses fetch_state until the repair ends", tests=REPAIR_TESTS)
+def _(mod: ModuleType) -> None:
+    _without_rung(mod, "fetch", "is_repairing")
+
+
+@mutant("no_repair_on_mover_eof", D, "with auto repair, the mover's EOF mid-move starts the repair", tests=REPAIR_TESTS)
+def _(mod: ModuleType) -> None:
+    # the conjunct itself (spec: the constant Repairs), asked by the detach ladder's branch
+    mod.DaemonView.repairs_automatically = lambda self: False
+
+
+@mutant("repair_bumps_version", D, "a repair ends clean at the base version and its map", tests=REPAIR_TESTS)
+def _(mod: ModuleType) -> None:
+    ladder = mod.LADDERS["repair_done"]
+    change = ladder.accepted.change
+
+    def bumped(view: Any, req: Any) -> Any:
+        after = change(view, req)
+        return replace(after, record=replace(after.record, version=after.record.version + 1))
+
+    mod.LADDERS["repair_done"] = replace(ladder, accepted=replace(ladder.accepted, change=bumped))
+
+
+@mutant("repair_done_stays_dirty", D, "a repair that ended well makes the daemon clean", tests=REPAIR_TESTS)
+def _(mod: ModuleType) -> None:
+    ladder = mod.LADDERS["repair_done"]
+    mod.LADDERS["repair_done"] = replace(
+        ladder, accepted=replace(ladder.accepted, change=lambda view, req: replace(view, repairing=False))
+    )
+
+
+@mutant(
+    "engine_fails_on_repairing",
+    "layout_sm.engine",
+    "an engine that finds its daemon repairing waits, as for a pending move, and adopts the base version",
+    tests=("tests/layout_sm",),
+)
+def _(mod: ModuleType) -> None:
+    # the engine reads a repairing daemon's reply as a dirty one (it fails instead of waiting)
+    finding = mod.RankFinding
+
+    def as_dirty(read: Callable[..., Any]) -> Callable[..., Any]:
+        def classify(cls: Any, rank: int, wire: object) -> Any:
+            if isinstance(wire, dict) and wire.get("repairing"):
+                return cls(rank, "dirty", detail="mutant: repairing read as dirty")
+            return read.__func__(cls, rank, wire)
+
+        return classmethod(classify)
+
+    finding.from_attach_reply = as_dirty(finding.from_attach_reply)
+    finding.from_query_reply = as_dirty(finding.from_query_reply)
+
+
+@mutant(
+    "repair_ignores_record_map",
+    "daemon_adapter.repair",
+    "the repair writes each expert into the slots the record's base rows give, not the load-time ones",
+    tests=("tests/daemon_adapter/test_repair_real.py",),
+)
+def _(mod: ModuleType) -> None:
+    # sglang's expert location is left as the daemon loaded it: the reload follows the initial map
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    def set_expert_location(model_config: Any, physical_to_logical_map: Any, ep_rank: int) -> Any:
+        return get_global_expert_location_metadata()
+
+    mod.set_expert_location = set_expert_location
+
+
 # -- the record (layout_sm.record) --------------------------------------------------------------
 
 R = "layout_sm.record"

@@ -1,20 +1,25 @@
 """The demo's cases on real ``python -m sglang.launch_server`` servers (TP2/EP2, CPU).
 
-Three chains of daemons, run in two lanes side by side (``run_all``): on 2 cores a server's start
+Four chains of daemons, run in two lanes side by side (``run_all``): on 2 cores a server's start
 is mostly sglang's imports, one process at a time in places, so two starts at once keep both
 cores busy. Within a lane one server starts at a time, and every server and daemon set is
 stopped as soon as its case no longer needs it (at most two daemon sets and three servers alive).
 
 * lane 1, chain ``aware``: standalone layout-aware daemons (``python -m daemon_adapter
-  --enable-eplb``), servers in ``client`` mode: case 1 (restart), the older engine (M2), case 2
-  (warm standby), 3a (SIGKILL between chunks), 3b (SIGKILL mid-move, which leaves the daemons
-  dirty); then ``ref-map``, loaded from disk with case 1's map.
+  --enable-eplb``, auto repair on, the default), servers in ``client`` mode: case 1 (restart), the
+  older engine (M2), case 2 (warm standby), 3a (SIGKILL between chunks), 3b (SIGKILL mid-move: the
+  daemons repair the torn layers by themselves and the next server adopts the base version).
 * lane 2, chain ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns
   plain sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
   before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). The right
   outputs are 0-A's own, asked before its first rebalance.
 * lane 2, chain ``noeplb``: standalone layout-aware daemons without ``--enable-eplb`` (M3): a
   server with the plugin and one without (``SGLANG_PLUGINS=none``), same flags, same daemons.
+* lane 2, chain ``repairoff``: standalone layout-aware daemons with ``--expert-layout-no-auto-repair``
+  (3c): a mover SIGKILLed mid-move leaves them dirty, the next server fails with the reason, then
+  the operator's ``expert-layout repair``.
+* lane 2, last: the disk references of cases 1 and 3b (``ref-map``, ``ref-3b``), loaded with the map
+  the aware lane's server adopted, once it is known.
 
 What an engine believes is what its ranks route with (the real-server library's belief probe:
 each rank's ``physical_to_logical_map``, version and startup outcome). What memory holds is read
@@ -24,6 +29,9 @@ from the daemons' memory (``memory_probe``).
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,11 +44,13 @@ from tools.demo.real.lab import (
     Lab,
     Launched,
     believed_map,
+    describe,
     differing,
     record_map,
     same_record,
 )
 from tools.demo.results import Row
+from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 
 UNWRITTEN_WARNING = r"\[expert-layout\] rank \d+: WARNING: [^\n]*--enable-eplb[^\n]*"
@@ -57,7 +67,6 @@ def versions(launched: Launched) -> list[Any]:
 
 
 def _first(pattern: str, text: str) -> str:
-    import re
 
     found = re.search(pattern, text)
     return " ".join(found.group(0).split()) if found else ""
@@ -189,30 +198,35 @@ def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 
 def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
+    repaired: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case3b", concurrent.futures.Future())
     try:
-        # Repair off: case 3b is the torn move that stays dirty (its repair: tests/daemon_adapter/test_repair_real.py).
-        chain = lab.chain("aware", standalone=True, auto_repair=False)
+        chain = lab.chain("aware", standalone=True)  # auto repair on, the default
         lab.status(chain, "case 1: layout-aware daemons up")
         finished.set_result(case1_restart(lab, chain, ev))  # the other lane starts ref-map
+        b: Launched = ev["1-B"]
+        row_m2 = m2_older_engine(lab, chain)
+        row2 = case2_standby(lab, chain, b)
+        row3a, d = case3a_between_chunks(lab, chain, b)
+        repaired.set_result(case3b_repaired(lab, chain, d))  # the other lane starts ref-3b
     except BaseException as exc:
-        if not finished.done():
-            finished.set_exception(exc)
+        for future in (finished, repaired):
+            if not future.done():
+                future.set_exception(exc)
         raise
-    b: Launched = ev["1-B"]
-    row_m2 = m2_older_engine(lab, chain)
-    row2 = case2_standby(lab, chain, b)
-    row3a, d = case3a_between_chunks(lab, chain, b)
-    row3b = case3b_mid_move(lab, chain, d)
     assert chain.daemons is not None
-    chain.daemons.stop()  # dirty now
-    return [row_m2, row2, row3a, row3b]
+    chain.daemons.stop()
+    return [row_m2, row2, row3a]
 
 
-def case1_reference(lab: Lab, ev: dict[str, Any]) -> list[Row]:
-    """Case 1's last step, in the other lane: ``ref-map`` (from disk, with 1-B's map) once the
-    aware lane has 1-B's map."""
-    finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
-    return [finished.result(timeout=2 * READY_TIMEOUT_S + 600)()]
+def reference_of(key: str) -> Callable[[Lab, dict[str, Any]], list[Row]]:
+    """A case's last step, in the other lane: its disk reference (``ref-map``, ``ref-3b``), started once
+    the aware lane has the map it needs."""
+
+    def run(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+        finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault(key, concurrent.futures.Future())
+        return [finished.result(timeout=4 * READY_TIMEOUT_S + 600)()]
+
+    return run
 
 
 def case1_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Callable[[], Row]:
@@ -362,32 +376,139 @@ def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Lau
     return row, d
 
 
-def case3b_mid_move(lab: Lab, chain: Chain, d: Launched) -> Row:
+def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
+    """3a-D SIGKILLed mid-move; the daemons repair by themselves; 3b-E adopts. Returns what finishes
+    the case (``ref-3b``: loaded from disk with 3b-E's map, in the other lane)."""
     took = lab.kill_at_stop(d)
+    killed = time.monotonic()
     lab.step(f"case 3b: 3a-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
-    st = lab.wait_detached(chain, "case 3b: after the SIGKILL")
-    dirty = all(s.get("dirty") for s in st)
-    e = lab.server("3b-E", chain, expect_ready=False)
+    lab.wait_phase(chain, "clean")
+    repair_s = time.monotonic() - killed
+    assert chain.daemons is not None
+    log = chain.daemons.tree.log_path.read_text(errors="replace")
+    went_repairing = log.count("daemon is now REPAIRING")
+    repairs = torn_move.logged_repairs(log)
+    st = lab.status(chain, f"case 3b: the daemons repaired the torn move by themselves, {repair_s:.2f}s after the kill")
+    for pattern in (r"daemon is now REPAIRING[^\n]*", r"ok\(repaired\)[^\n]*"):
+        lab.step(f"case 3b: a daemon logged: {_first(pattern, log) or 'nothing'}")
+    e = lab.server("3b-E", chain)
+    e_adopt, e_versions = startups(e, "adopt"), versions(e)
+    e_map = believed_map(e.beliefs())
+    wrong = memory_probe.wrong_slots(e_map, lab.held(chain))
+    e_out = e.generate()
+    lab.stop(e)
+    lab.step(f"case 3b: 3b-E adopted versions {e_versions} on {e_adopt} ranks; {wrong} slots hold another expert")
+
+    def finish() -> Row:
+        ref = lab.server("ref-3b", None, plugin=False, init_map=e_map)
+        ref_out = ref.generate()
+        lab.stop(ref)
+        n, diff = len(e_out), differing(e_out, ref_out)
+        lab.step(f"case 3b: {n - diff}/{n} of 3b-E's outputs equal ref-3b's (disk, --init-expert-location = its map)")
+        base = st[0].get("version")
+        read = [r.bytes_read for r in repairs]
+        whole = repairs[0].checkpoint_bytes if repairs else 0
+        in_daemons = [r.seconds for r in repairs]
+        return Row(
+            "3b",
+            "SIGKILL mid-move (auto repair on)",
+            "the daemons go dirty, repair the torn layers by themselves and are clean at the base version in "
+            "seconds, against a daemon-set restart; the next server adopts that version and its outputs equal a "
+            "disk server with --init-expert-location set to that map",
+            f"3a-D SIGKILLed with a move pending; {went_repairing} of {WORLD} daemons logged the torn move and "
+            f"turned REPAIRING; clean at version {base} {repair_s:.2f} s after the kill (the reload: {in_daemons} s "
+            f"in the daemons, {read} bytes per rank of a {whole}-byte checkpoint), against {chain.start_s:.1f} s "
+            f"for this daemon set's start from disk; 3b-E adopted versions {e_versions} on {e_adopt} of {WORLD} "
+            f"ranks, its map the record's: {e_map == record_map(st)}; {wrong} slots wrong; {n - diff} of {n} "
+            f"outputs equal ref-3b's (loaded from disk with --init-expert-location set to that map)",
+            {
+                "repair_s": round(repair_s, 2),
+                "daemon_set_start_s": round(chain.start_s, 1),
+                "bytes_per_rank": read,
+                "checkpoint_bytes": whole,
+                "version": base,
+                "outputs_equal": f"{n - diff}/{n}",
+            },
+            went_repairing == WORLD
+            and len(repairs) == WORLD
+            and repair_s < chain.start_s
+            and all(s.get("phase") == "clean" for s in st)
+            and all(v == base for v in e_versions)
+            and e_adopt == WORLD
+            and e_map == record_map(st)
+            and wrong == 0
+            and diff == 0,
+        )
+
+    return finish
+
+
+def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
+    """Case 3c: the torn move on daemons with auto repair off (the operator looks first): dirty; the
+    next server fails at startup with the reason; then the operator's ``expert-layout repair``."""
+    chain = lab.chain("repairoff", standalone=True, auto_repair=False)
+    mover = lab.server("3c-D", chain, stop_at=StopPoint("mid_move", 1))
+    took = lab.kill_at_stop(mover)
+    lab.step(f"case 3c: 3c-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
+    lab.wait_phase(chain, "dirty")
+    st = lab.status(chain, "case 3c: after the SIGKILL (auto repair off)")
+    e = lab.server("3c-E", chain, expect_ready=False)
     ready = [s.ready_s for s in lab.launched if s.ready]
     typical = sorted(ready)[len(ready) // 2] if ready else 0.0
-    lab.step(f"case 3b: 3b-E failed at startup after {e.failed_s:.0f}s (exit {e.returncode}): {e.failure}")
-    return Row(
-        "3b",
-        "SIGKILL mid-move",
-        "daemons (auto repair off) dirty; the next server fails at startup, promptly, with the reason",
-        f"daemons {'dirty' if dirty else 'NOT dirty'} after the SIGKILL; 3b-E "
-        f"{'became ready' if e.ready else 'exited'} after {e.failed_s:.0f}s (exit {e.returncode}; a server "
-        f"is ready after {typical:.0f}s here) with: {e.failure}",
-        {"dirty": dirty, "fail_s": round(e.failed_s, 1), "typical_ready_s": round(typical, 1), "exit": e.returncode},
-        dirty and not e.ready and e.returncode not in (None, 0) and "dirty" in e.failure.lower(),
-    )
+    lab.step(f"case 3c: 3c-E failed at startup after {e.failed_s:.0f}s (exit {e.returncode}): {e.failure}")
+    assert chain.daemons is not None
+    done, repair_wall_s = torn_move.run_repair_cli(chain.daemons)
+    try:
+        replies = [d["reply"] for d in json.loads(done.stdout)["daemons"]]
+    except (ValueError, KeyError, TypeError):
+        replies = []
+    after = lab.status(chain, f"case 3c: `expert-layout repair` (exit {done.returncode}, {repair_wall_s:.2f}s)")
+    chain.daemons.stop()
+    repaired = [r for r in replies if r.get("reason") == "repaired"]
+    base = st[0].get("dirty", {}).get("base_version") if st[0].get("dirty") else None
+    return [
+        Row(
+            "3c",
+            "SIGKILL mid-move (auto repair off)",
+            "daemons dirty; the next server fails at startup, promptly, with the reason and both remedies; the "
+            "operator's `expert-layout repair` brings them back clean at the base version",
+            f"daemons {', '.join(str(s.get('phase')) for s in st)} after the SIGKILL; 3c-E "
+            f"{'became ready' if e.ready else 'exited'} after {e.failed_s:.0f}s (exit {e.returncode}; a server is "
+            f"ready after {typical:.0f}s here) with: {e.failure}; `expert-layout repair` exited {done.returncode} "
+            f"after {repair_wall_s:.2f} s ({[r.get('seconds') for r in repaired]} s in the daemons, layers "
+            f"{[r.get('layers') for r in repaired]}): daemons {', '.join(describe(s) for s in after)}, against "
+            f"{chain.start_s:.1f} s for this daemon set's start from disk",
+            {
+                "fail_s": round(e.failed_s, 1),
+                "typical_ready_s": round(typical, 1),
+                "repair_cli_s": round(repair_wall_s, 2),
+                "daemon_set_start_s": round(chain.start_s, 1),
+                "exit": e.returncode,
+            },
+            all(s.get("phase") == "dirty" for s in st)
+            and not e.ready
+            and e.returncode not in (None, 0)
+            and "dirty" in e.failure.lower()
+            and "expert-layout repair" in e.failure
+            and done.returncode == 0
+            and len(repaired) == WORLD
+            and all(s.get("phase") == "clean" and s.get("version") == base for s in after),
+        )
+    ]
 
 
-CHAINS = {"off": case0_and_m1, "case1-ref": case1_reference, "noeplb": m3_no_eplb, "aware": aware_chain}
-# Two lanes side by side. The aware lane is the longer one: case 1's reference (no daemons, only
-# 1-B's map) runs in the other.
-LANES = (("off", "case1-ref", "noeplb"), ("aware",))
-ROW_ORDER = ("0", "1", "2", "3a", "3b", "M1", "M2", "M3")
+CHAINS = {
+    "off": case0_and_m1,
+    "case1-ref": reference_of("case1"),
+    "noeplb": m3_no_eplb,
+    "repairoff": repair_off_chain,
+    "aware": aware_chain,
+    "case3b-ref": reference_of("case3b"),
+}
+# Two lanes side by side. The aware lane is the longer one: the references of cases 1 and 3b (no
+# daemons, only a map from the aware lane) and the repair-off chain run in the other.
+LANES = (("off", "case1-ref", "noeplb", "repairoff", "case3b-ref"), ("aware",))
+ROW_ORDER = ("0", "1", "2", "3a", "3b", "3c", "M1", "M2", "M3")
 
 
 def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:
@@ -403,9 +524,9 @@ def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:
 
 
 def run_all(lab: Lab, chains: list[str] | None = None) -> tuple[list[Row], dict[str, Any]]:
-    wanted = set(chains or ("off", "noeplb", "aware"))
+    wanted = set(chains or ("off", "noeplb", "aware", "repairoff"))
     if "aware" in wanted:
-        wanted.add("case1-ref")
+        wanted |= {"case1-ref", "case3b-ref"}
     ev: dict[str, Any] = {"noeplb_wanted": "noeplb" in wanted and "off" in wanted}
     lanes = [[c for c in lane if c in wanted] for lane in LANES]
     started = [lab.background(run_lane, lab, ev, lane) for lane in lanes if lane]

@@ -54,6 +54,7 @@ class Chain:
     name: str
     run: rs.RunDir
     daemons: rs.StandaloneDaemons | None = None
+    start_s: float = 0.0  # its standalone daemons' start: launch to ready (sglang's load from disk)
 
     def sockets(self) -> list[str]:
         return [self.run.socket_path(rank) for rank in range(WORLD)]
@@ -156,7 +157,7 @@ class Lab:
         if standalone:
             extra = () if auto_repair else (NO_AUTO_REPAIR,)
             chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb), extra_args=extra).start()
-            seconds = chain.daemons.wait_ready(READY_TIMEOUT_S)
+            seconds = chain.start_s = chain.daemons.wait_ready(READY_TIMEOUT_S)
             flag = ("--enable-eplb" if enable_eplb else "no --enable-eplb") + (
                 "" if auto_repair else f", {NO_AUTO_REPAIR}"
             )
@@ -291,6 +292,18 @@ class Lab:
                 break
             time.sleep(0.2)
         return self.status(chain, label)
+
+    def wait_phase(self, chain: Chain, phase: str, timeout_s: float = 60.0) -> float:
+        """Seconds until every daemon of the chain is in ``phase`` with nothing attached, polled every
+        20 ms (``expert-layout status``'s query); RuntimeError after ``timeout_s``."""
+        t0 = time.monotonic()
+        while True:
+            states = [d.get("state") or {} for d in rs.daemon_status(chain.run)["daemons"]]
+            if len(states) == WORLD and all(s.get("phase") == phase and not s.get("attached") for s in states):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"{chain.name}: daemons not {phase} after {timeout_s:.0f}s: {states}")
+            time.sleep(0.02)
 
     def held(self, chain: Chain) -> list[list[int]]:
         """What the chain's daemons' memory holds, slot by slot (``memory_probe``)."""
