@@ -18,6 +18,7 @@ from tests.realserver.conftest import lock_holders
 def test_stop_point_parses_and_refuses_bad_values() -> None:
     assert StopPoint.parse("after_commit:2") == StopPoint("after_commit", 2)
     assert StopPoint.parse("mid_move:1").env_value() == "mid_move:1"
+    assert StopPoint.parse("before_commit:3") == StopPoint("before_commit", 3)
     for bad in ("mid_move", "mid_move:0", "between:1", "after_commit:x"):
         with pytest.raises(ValueError, match="EXPERT_LAYOUT_TEST_STOP"):
             StopPoint.parse(bad)

@@ -6,8 +6,9 @@ once its daemon has answered ok to the commit of A's first chunk (one layer of t
 second chunk begins. The test SIGKILLs A's whole process tree. The daemons must stay clean at
 that committed version, and server D on the same daemons must adopt it on every rank.
 
-3b, SIGKILL mid-move: D runs with ``mid_move:1``: each rank stops once its daemon has accepted the
-begin of D's first chunk, before sglang moves the weights. The test SIGKILLs D's tree. Server E
+3b, SIGKILL mid-move: D runs with ``before_commit:1``: each rank stops once sglang has moved D's first
+chunk in the daemons' memory, before its commit (the record still at the base version: memory and
+record apart, the torn move at its worst). The test SIGKILLs D's tree. Server E
 on the same daemons must exit on its own, well before the protocol's wait timeout, and its log
 (its launcher's output) must say the daemons are dirty and what to do. These daemons run with
 ``--expert-layout-no-auto-repair``, so they stay dirty until the operator's ``expert-layout repair``
@@ -97,7 +98,7 @@ def between_chunks(
         d = RealServer(
             run_dir,
             topology,
-            ServerSpec("D", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("mid_move", 1)),
+            ServerSpec("D", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("before_commit", 1)),
         ).start()
         d.wait_ready(START_TIMEOUT_S)
         yield BetweenChunks(run_dir, topology, at_stop, ended, after_kill, d.beliefs(), d, daemons)

@@ -15,9 +15,11 @@ processes our launchers start; each probe is on only when its environment variab
   process tree once every rank has stopped). Points, counted per rank:
   ``after_commit:N`` the rank's daemon has answered ok to its N-th commit (between two chunks,
   the committed layout is the daemon's record); ``mid_move:N`` the rank's daemon has answered ok
-  to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move).
-  An AROUND hook on ``daemon_adapter.client.request``: it reads the request type and the
-  reply status only, and changes neither.
+  to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move);
+  ``before_commit:N`` the rank is about to send its N-th commit (sglang has moved that chunk's
+  experts in the daemon's memory, the record still holds the base version: the torn move at its
+  worst, memory and record apart). An AROUND hook on ``daemon_adapter.client.request``: it reads
+  the request type and the reply status only, and changes neither.
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ EPLB_TIME_ENV = "EXPERT_LAYOUT_TEST_EPLB_TIME"
 # the plan, a chunk's move and its protocol); one that does not only stepped the iteration counter.
 REBALANCE_CALL_S = 0.001
 BLOCK_S = 600.0
-STOP_REQUEST = {"after_commit": "expert_layout_commit", "mid_move": "expert_layout_begin"}
+STOP_REQUEST = {
+    "after_commit": "expert_layout_commit",
+    "mid_move": "expert_layout_begin",
+    "before_commit": "expert_layout_commit",
+}
+# The points met before the request is sent (the others: once its ok reply is back).
+STOP_BEFORE = frozenset({"before_commit"})
 
 
 @dataclass(frozen=True)
@@ -148,11 +156,20 @@ class StopAt:
         self._seen = 0
         self._lock = threading.Lock()
 
+    def before_request(self, msg: Any) -> None:
+        if self.point.name in STOP_BEFORE and self._is_the_request(msg):
+            self._count_and_maybe_stop()
+
     def after_reply(self, msg: Any, reply: Any) -> None:
-        if not (isinstance(msg, dict) and msg.get("type") == STOP_REQUEST[self.point.name]):
+        if self.point.name in STOP_BEFORE or not self._is_the_request(msg):
             return
-        if not (isinstance(reply, dict) and reply.get("status") == "ok"):
-            return
+        if isinstance(reply, dict) and reply.get("status") == "ok":
+            self._count_and_maybe_stop()
+
+    def _is_the_request(self, msg: Any) -> bool:
+        return isinstance(msg, dict) and msg.get("type") == STOP_REQUEST[self.point.name]
+
+    def _count_and_maybe_stop(self) -> None:
         with self._lock:
             self._seen += 1
             if self._seen != self.point.count:
@@ -191,6 +208,7 @@ def register_if_asked() -> None:
         stop = StopAt(StopPoint.parse(os.environ[STOP_ENV]), out_dir)
 
         def around_request(original: Any, path: str, msg: Any, *args: Any, **kwargs: Any) -> Any:
+            stop.before_request(msg)
             reply = original(path, msg, *args, **kwargs)
             stop.after_reply(msg, reply)
             return reply

@@ -322,6 +322,20 @@ def _(mod: ModuleType) -> None:
     mod.set_expert_location = set_expert_location
 
 
+@mutant(
+    "repair_writes_nothing",
+    "daemon_adapter.repair",
+    "a repair reloads the torn layers' experts from the checkpoint before the daemon is clean",
+    tests=("tests/daemon_adapter/test_repair_real.py",),
+)
+def _(mod: ModuleType) -> None:
+    # the reload reports success and writes nothing: the daemon turns clean over a torn memory
+    def reload_routed_experts(model: Any, model_config: Any, load_config: Any, layers: Any, *rest: Any) -> Any:
+        return mod.RepairReport(tuple(sorted(layers)), 0.0, 0, 1, 0, (), 0)
+
+    mod.reload_routed_experts = reload_routed_experts
+
+
 # -- the record (layout_sm.record) --------------------------------------------------------------
 
 R = "layout_sm.record"

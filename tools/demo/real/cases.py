@@ -353,8 +353,9 @@ def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Lau
     took = lab.kill_at_stop(b)
     lab.step(f"case 3a: 1-B parked after its 3rd commit (between two chunks) in {took:.0f}s and was SIGKILLed")
     st_k = lab.wait_detached(chain, "case 3a: after the SIGKILL")
-    # 3a-D is 3b's mover: parked after its first begin (a move pending) and SIGKILLed there.
-    d = lab.server("3a-D", chain, stop_at=StopPoint("mid_move", 1))
+    # 3a-D is 3b's mover: parked before its first commit (its chunk moved in memory, the record at the
+    # base version: memory and record apart) and SIGKILLed there.
+    d = lab.server("3a-D", chain, stop_at=StopPoint("before_commit", 1))
     d_adopt = startups(d, "adopt")
     d_believed = believed_map(d.beliefs())
     st_d = lab.status(chain, f"case 3a: 3a-D started (adopt on {d_adopt} ranks, versions {versions(d)})")
@@ -381,7 +382,7 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
     the case (``ref-3b``: loaded from disk with 3b-E's map, in the other lane)."""
     took = lab.kill_at_stop(d)
     killed = time.monotonic()
-    lab.step(f"case 3b: 3a-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
+    lab.step(f"case 3b: 3a-D parked before its first commit (its chunk moved, not committed) in {took:.0f}s, SIGKILLed")
     lab.wait_phase(chain, "clean")
     repair_s = time.monotonic() - killed
     assert chain.daemons is not None
@@ -415,7 +416,8 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
             "the daemons go dirty, repair the torn layers by themselves and are clean at the base version in "
             "seconds, against a daemon-set restart; the next server adopts that version and its outputs equal a "
             "disk server with --init-expert-location set to that map",
-            f"3a-D SIGKILLed with a move pending; {went_repairing} of {WORLD} daemons logged the torn move and "
+            f"3a-D SIGKILLed with its first chunk moved in memory, not committed; "
+            f"{went_repairing} of {WORLD} daemons logged the torn move and "
             f"turned REPAIRING; clean at version {base} {repair_s:.2f} s after the kill (the reload: {in_daemons} s "
             f"in the daemons, {read} bytes per rank of a {whole}-byte checkpoint), against {chain.start_s:.1f} s "
             f"for this daemon set's start from disk; 3b-E adopted versions {e_versions} on {e_adopt} of {WORLD} "
@@ -447,9 +449,9 @@ def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     """Case 3c: the torn move on daemons with auto repair off (the operator looks first): dirty; the
     next server fails at startup with the reason; then the operator's ``expert-layout repair``."""
     chain = lab.chain("repairoff", standalone=True, auto_repair=False)
-    mover = lab.server("3c-D", chain, stop_at=StopPoint("mid_move", 1))
+    mover = lab.server("3c-D", chain, stop_at=StopPoint("before_commit", 1))
     took = lab.kill_at_stop(mover)
-    lab.step(f"case 3c: 3c-D parked after its first begin (a move pending) in {took:.0f}s and was SIGKILLed")
+    lab.step(f"case 3c: 3c-D parked before its first commit (its chunk moved, not committed) in {took:.0f}s, SIGKILLed")
     lab.wait_phase(chain, "dirty")
     st = lab.status(chain, "case 3c: after the SIGKILL (auto repair off)")
     e = lab.server("3c-E", chain, expect_ready=False)
