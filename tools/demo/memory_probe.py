@@ -103,8 +103,18 @@ def rank_slots(socket_path: str, gates: dict[int, list[Any]]) -> list[list[int]]
     for layer in sorted(gates):
         w13 = transport.import_tensor(entries[f"model.layers.{layer}.mlp.experts.w13_weight"])
         out.append(identify_slots(w13, gates[layer]))
-        del w13  # drop the mapping at once: the daemon's memory stays the daemon's
+        _KEPT_MAPPINGS.append(w13)
     return out
+
+
+# Every mapping a probe made, kept for the life of the process, as an engine keeps its own. With
+# torch's file_system strategy a CPU tensor's shared-memory file is unlinked when its refcount
+# (in the file) reaches 0. sglang's daemon serializes each handle once, at export (one +1), and
+# torch's rebuild decrements once per import (``rebuild_storage_filename``: ``_shared_decref``):
+# so each importer that frees its mapping while the daemon lives takes one reference for good, and
+# the second one unlinks the daemon's files under it (the next engine's import then fails: seen
+# in make demo, case 3b, after two probes). Engines keep their mappings until they exit.
+_KEPT_MAPPINGS: list[Any] = []
 
 
 def held_map(socket_paths: Sequence[str], model_dir: str) -> list[list[int]]:

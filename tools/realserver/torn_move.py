@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon_adapter import client
-from layout_sm.messages import begin_request, commit_request, fetch_layout_field
+from layout_sm.messages import begin_request, commit_request, fetch_layout_field, query_request
 from tools import with_project_path
 from tools.realserver.server import SOCKET_TEMPLATE_ENV, StandaloneDaemons, daemon_status
 
@@ -95,12 +95,21 @@ def states(daemons: StandaloneDaemons) -> list[dict[str, Any]]:
     return [d.get("state") or {} for d in daemon_status(daemons.run, include_map=True)["daemons"]]
 
 
-def wait_phase(daemons: StandaloneDaemons, phase: str, timeout_s: float = 30.0, poll_s: float = 0.2) -> list[dict]:
-    """Every daemon's state once all are in ``phase``; AssertionError after ``timeout_s``."""
+def queried_states(sockets: list[str]) -> list[dict[str, Any]]:
+    """Each daemon's state from one ``expert_layout_query`` on its socket, in this process: what
+    ``expert-layout status`` asks, without the CLI's interpreter start (a poll of it costs ~0.5 s)."""
+    return [client.request(path, query_request(include_map=True)) for path in sockets]
+
+
+def wait_phase(
+    daemons: StandaloneDaemons, phase: str, timeout_s: float = 30.0, poll_s: float = 0.2
+) -> list[dict[str, Any]]:
+    """Every daemon's state once all are in ``phase`` with nothing attached; AssertionError after ``timeout_s``."""
+    sockets = [daemons.run.socket_path(rank) for rank in range(daemons.topology.tp_size)]
     deadline = time.monotonic() + timeout_s
     while True:
-        found = states(daemons)
-        if len(found) == daemons.topology.tp_size and all(s.get("phase") == phase for s in found):
+        found = queried_states(sockets)
+        if all(s.get("phase") == phase and not s.get("attached") for s in found):
             return found
         assert time.monotonic() < deadline, f"daemons not {phase}: {found}"
         time.sleep(poll_s)

@@ -33,12 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.demo.real", description=__doc__)
     parser.add_argument("--out", default="demo-results", help="results, picture and logs go here")
     parser.add_argument("--no-picture", action="store_true")
-    parser.add_argument("--chains", default="off,noeplb,aware", help="a subset of off,noeplb,aware (debugging)")
+    known = ("off", "noeplb", "aware", "repairoff")
+    parser.add_argument("--chains", default=",".join(known), help=f"a subset of {','.join(known)} (debugging)")
     args = parser.parse_args(argv)
     chains = [c.strip() for c in args.chains.split(",") if c.strip()]
-    unknown = sorted(set(chains) - {"off", "noeplb", "aware"})
+    unknown = sorted(set(chains) - set(known))
     if unknown:
-        parser.error(f"unknown chains {unknown}; known: off, noeplb, aware")
+        parser.error(f"unknown chains {unknown}; known: {', '.join(known)}")
 
     from tools.demo import picture, results
     from tools.demo.procmon import ResourceMeter

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from tools.demo import memory_probe
 from tools.realserver import server as rs
+from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 
@@ -294,16 +295,16 @@ class Lab:
         return self.status(chain, label)
 
     def wait_phase(self, chain: Chain, phase: str, timeout_s: float = 60.0) -> float:
-        """Seconds until every daemon of the chain is in ``phase`` with nothing attached, polled every
-        20 ms (``expert-layout status``'s query); RuntimeError after ``timeout_s``."""
+        """Seconds until every daemon of the chain is in ``phase`` with nothing attached, asked every
+        10 ms on their sockets (``torn_move.queried_states``); RuntimeError after ``timeout_s``."""
         t0 = time.monotonic()
         while True:
-            states = [d.get("state") or {} for d in rs.daemon_status(chain.run)["daemons"]]
-            if len(states) == WORLD and all(s.get("phase") == phase and not s.get("attached") for s in states):
+            states = torn_move.queried_states(chain.sockets())
+            if all(s.get("phase") == phase and not s.get("attached") for s in states):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout_s:
                 raise RuntimeError(f"{chain.name}: daemons not {phase} after {timeout_s:.0f}s: {states}")
-            time.sleep(0.02)
+            time.sleep(0.01)
 
     def held(self, chain: Chain) -> list[list[int]]:
         """What the chain's daemons' memory holds, slot by slot (``memory_probe``)."""
