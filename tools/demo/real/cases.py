@@ -380,13 +380,15 @@ def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Lau
 def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
     """3a-D SIGKILLed mid-move; the daemons repair by themselves; 3b-E adopts. Returns what finishes
     the case (``ref-3b``: loaded from disk with 3b-E's map, in the other lane)."""
+    assert chain.daemons is not None
+    log_path = chain.daemons.tree.log_path
+    before = len(log_path.read_text(errors="replace"))  # the log is appended to across runs: read what follows
     took = lab.kill_at_stop(d)
     killed = time.monotonic()
     lab.step(f"case 3b: 3a-D parked before its first commit (its chunk moved, not committed) in {took:.0f}s, SIGKILLed")
     lab.wait_phase(chain, "clean")
-    repair_s = time.monotonic() - killed
-    assert chain.daemons is not None
-    log = chain.daemons.tree.log_path.read_text(errors="replace")
+    repair_s = time.monotonic() - killed  # from the kill's return: it waits for the server's processes to exit
+    log = log_path.read_text(errors="replace")[before:]
     went_repairing = log.count("daemon is now REPAIRING")
     repairs = torn_move.logged_repairs(log)
     st = lab.status(chain, f"case 3b: the daemons repaired the torn move by themselves, {repair_s:.2f}s after the kill")
@@ -416,12 +418,12 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
             "the daemons go dirty, repair the torn layers by themselves and are clean at the base version in "
             "seconds, against a daemon-set restart; the next server adopts that version and its outputs equal a "
             "disk server with --init-expert-location set to that map",
-            f"3a-D SIGKILLed with its first chunk moved in memory, not committed; "
-            f"{went_repairing} of {WORLD} daemons logged the torn move and "
-            f"turned REPAIRING; clean at version {base} {repair_s:.2f} s after the kill (the reload: {in_daemons} s "
-            f"in the daemons, {read} bytes per rank of a {whole}-byte checkpoint), against {chain.start_s:.1f} s "
-            f"for this daemon set's start from disk; 3b-E adopted versions {e_versions} on {e_adopt} of {WORLD} "
-            f"ranks, its map the record's: {e_map == record_map(st)}; {wrong} slots wrong; {n - diff} of {n} "
+            f"3a-D SIGKILLed with its first chunk moved in memory, not committed; {went_repairing} of {WORLD} "
+            f"daemons logged the torn move and turned REPAIRING; clean at version {base} {repair_s:.2f} s after "
+            f"the kill returned (the reload: {in_daemons} s in the daemons, {read} bytes per rank of a "
+            f"{whole}-byte checkpoint), against {chain.start_s:.1f} s for this daemon set's start from disk; "
+            f"3b-E adopted versions {e_versions} on {e_adopt} of {WORLD} ranks, its map the record's: "
+            f"{e_map == record_map(st)}; {wrong} slots wrong; {n - diff} of {n} "
             f"outputs equal ref-3b's (loaded from disk with --init-expert-location set to that map)",
             {
                 "repair_s": round(repair_s, 2),

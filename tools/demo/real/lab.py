@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -132,6 +133,7 @@ class Lab:
         self._background = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="demo-start")
         self.out = Path(self.out).resolve()
         self.logs = self.out / "logs"
+        shutil.rmtree(self.logs, ignore_errors=True)  # this run's logs only: the cases read them
         self.logs.mkdir(parents=True, exist_ok=True)
         self.model = build_tiny_qwen3_moe().resolve()
         self._gates: dict[int, list[Any]] | None = None
