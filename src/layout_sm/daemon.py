@@ -396,10 +396,11 @@ class Step:
 
 @dataclass(frozen=True)
 class Rung:
-    """A conjunct of a request's ladder, and the step the daemon takes when it is the first to fail."""
+    """A conjunct of a request's ladder, and the step the daemon takes on it: for one of the ladder's
+    rungs, when it is the first to fail; for one of its branches, when it holds once all rungs do."""
 
     conjunct: Conjunct
-    fails: Step
+    step: Step
 
 
 def rung(
@@ -408,22 +409,6 @@ def rung(
     change: Callable[[DaemonView, Request], DaemonView] | None = None,
 ) -> Rung:
     return Rung(Conjunct.named(conjunct), Step(answer, change))
-
-
-@dataclass(frozen=True)
-class Branch:
-    """Once a ladder's rungs all hold: the step taken when ``conjunct`` holds too."""
-
-    conjunct: Conjunct
-    taken: Step
-
-
-def branch(
-    conjunct: str,
-    answer: Callable[[DaemonView, Request], Answer],
-    change: Callable[[DaemonView, Request], DaemonView] | None = None,
-) -> Branch:
-    return Branch(Conjunct.named(conjunct), Step(answer, change))
 
 
 @dataclass(frozen=True)
@@ -436,7 +421,7 @@ class Ladder:
     # Once every rung holds, the first branch whose conjunct holds is taken instead of ``accepted``
     # (a detach of the mover: repairing with auto repair, else dirty). Each branch is its own
     # accepting transition, declared before the plain one.
-    branches: tuple[Branch, ...] = ()
+    branches: tuple[Rung, ...] = ()
 
     @property
     def guards(self) -> list[str]:
@@ -451,7 +436,7 @@ class Ladder:
         """The step taken once every rung holds: the first branch that holds, else ``accepted``."""
         for branch in self.branches:
             if branch.conjunct(view, request):
-                return branch.taken
+                return branch.step
         return self.accepted
 
     def first_failing(self, view: DaemonView, request: Request) -> Rung | None:
@@ -463,7 +448,7 @@ class Ladder:
     def reply(self, view: DaemonView, request: Request) -> Answer:
         """The answer alone, as a pure function of the view (what the machine answers there)."""
         failing = self.first_failing(view, request)
-        return (self.accepting(view, request) if failing is None else failing.fails).answer(view, request)
+        return (self.accepting(view, request) if failing is None else failing.step).answer(view, request)
 
 
 def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
@@ -910,7 +895,7 @@ DETACH = Ladder(
         rung("moved_by", _detached, lambda view, req: replace(view, attachments=_without(view, req.engine_id))),
     ),
     Step(_went_dirty, _mark_dirty),
-    branches=(branch("repairs_automatically", _went_repairing, _mark_repairing),),
+    branches=(rung("repairs_automatically", _went_repairing, _mark_repairing),),
 )
 
 
@@ -1216,7 +1201,7 @@ class DaemonMachine(StateMachine):
                 f"{event} in phase {self.phase!r}: every conjunct of its ladder holds, but the machine declares "
                 f"no transition accepting it from this phase; the declaration of {event} is inconsistent"
             )
-        return self._apply(failing.fails, request)
+        return self._apply(failing.step, request)
 
     def _apply(self, step: Step, request: Request) -> Answer:
         view = self._view

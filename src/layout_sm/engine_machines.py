@@ -69,6 +69,21 @@ def _listing(findings: Sequence[RankFinding]) -> str:
     return "; ".join(f"rank {f.rank}: {f.detail}" for f in findings)
 
 
+class _ViewField:
+    """A machine's state field (``model.<name>`` for python-statemachine) kept in the engine's view:
+    read from it, and written into it only when the value changes."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: EngineState | None, owner: type | None = None) -> Any:
+        return self if state is None else getattr(state.view, self.name)
+
+    def __set__(self, state: EngineState, value: str) -> None:
+        if value != getattr(state.view, self.name):
+            state.view = _evolve(state.view, {self.name: value})
+
+
 class EngineState:
     """python-statemachine's model of both engine machines: the one place the session's protocol
     state is kept (``view``), with the spec's conjuncts as guards and the actions that change it.
@@ -84,23 +99,8 @@ class EngineState:
         self.view = view
         self.layout = layout  # None only for an engine that never attached
 
-    @property
-    def phase(self) -> str:
-        return self.view.phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        if value != self.view.phase:
-            self.view = _evolve(self.view, {"phase": value})
-
-    @property
-    def rebalance(self) -> str:
-        return self.view.rebalance
-
-    @rebalance.setter
-    def rebalance(self, value: str) -> None:
-        if value != self.view.rebalance:
-            self.view = _evolve(self.view, {"rebalance": value})
+    phase = _ViewField()
+    rebalance = _ViewField()
 
     def _set(self, **changes: Any) -> None:
         self.view = _evolve(self.view, changes)
