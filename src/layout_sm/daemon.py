@@ -520,11 +520,12 @@ def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
 
 
 def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
+    return layout_refused(Reason.DIRTY, f"fetch_state refused: {_layout_unknown(view)}.")
+
+
+def _layout_unknown(view: DaemonView) -> str:
     info = cast(DirtyInfo, view.dirty)
-    return layout_refused(
-        Reason.DIRTY,
-        f"fetch_state refused: the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.",
-    )
+    return f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}"
 
 
 def _being_repaired(view: DaemonView) -> str:
@@ -674,8 +675,7 @@ def _no_record(view: DaemonView, req: BeginRequest) -> Reply:
 
 
 def _dirty(view: DaemonView, req: BeginRequest | CommitRequest) -> Reply:
-    info = cast(DirtyInfo, view.dirty)
-    return refused(Reason.DIRTY, f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.")
+    return refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
 
 
 def _failure(view: DaemonView) -> str:

@@ -256,8 +256,7 @@ class EngineState:
         return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {RESTART_DAEMONS}")
 
     def fail_moved_beside_no_record(self) -> Step:
-        moved = self._moved()
-        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        moved, without = self._moved(), self._ranks_without_record()
         return self._fail(
             Reason.MIXED_AFTER_MOVE,
             f"ranks {without} have daemons without a record but the daemons of ranks "
@@ -301,26 +300,22 @@ class EngineState:
             return Step.move(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
         return Step.move(outcome.reason, outcome.message)
 
-    def _keep_without_record(self, reason: Reason, message: str) -> Step:
+    def _ranks_without_record(self) -> list[int]:
+        return [f.rank for f in _ranks_where(self._found(), "no_record")]
+
+    def _keep_without_record(self, reason: Reason, found: str) -> Step:
         assert self.layout is not None
         warning = unwritten_slots_warning(_ranks_where(self._found(), "no_record"), self.layout)
+        message = f"{found}; starting with the engine's own initial layout; rebalancing of shared weights stays off"
         return self._route(StartupOutcome("keep_own", reason, message, warning=warning))
 
     def keep_own_no_record(self) -> Step:
-        return self._keep_without_record(
-            Reason.NO_RECORD,
-            "no daemon keeps an expert-layout record; starting with the engine's "
-            "own initial layout; rebalancing of shared weights stays off",
-        )
+        return self._keep_without_record(Reason.NO_RECORD, "no daemon keeps an expert-layout record")
 
     def keep_own_mixed(self) -> Step:
-        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
-        return self._keep_without_record(
-            Reason.MIXED_INITIAL,
-            f"ranks {without} have daemons without a record and "
-            "the others are at the initial layout; starting with the engine's own initial layout; "
-            "rebalancing of shared weights stays off",
-        )
+        without = self._ranks_without_record()
+        found = f"ranks {without} have daemons without a record and the others are at the initial layout"
+        return self._keep_without_record(Reason.MIXED_INITIAL, found)
 
     def keep_own_initial(self) -> Step:
         first = self._agreed()
