@@ -519,8 +519,13 @@ def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
     return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
 
 
+def _fetch_refused(reason: Reason, why: str, **data: Any) -> Reply:
+    """A refusal of fetch_state (the one request refused as ``layout_refused``), saying so first."""
+    return layout_refused(reason, f"fetch_state refused: {why}", **data)
+
+
 def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
-    return layout_refused(Reason.DIRTY, f"fetch_state refused: {_layout_unknown(view)}.")
+    return _fetch_refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
 
 
 def _layout_unknown(view: DaemonView) -> str:
@@ -538,14 +543,14 @@ def _being_repaired(view: DaemonView) -> str:
 
 
 def _fetch_repairing(view: DaemonView, req: Fetch) -> Reply:
-    return layout_refused(Reason.REPAIRING, f"fetch_state refused: {_being_repaired(view)}.")
+    return _fetch_refused(Reason.REPAIRING, f"{_being_repaired(view)}.")
 
 
 def _fetch_move_pending(view: DaemonView, req: Fetch) -> Reply:
     move = _move(view)
-    return layout_refused(
+    return _fetch_refused(
         Reason.MOVE_PENDING,
-        f"fetch_state refused: engine {move.engine_id!r} is moving layers "
+        f"engine {move.engine_id!r} is moving layers "
         f"{list(move.layers)} right now, so the weights are mid-move; retry after it ends.",
         pending=move.to_wire(),
     )
@@ -565,9 +570,9 @@ def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
             "with fetch_state (sglang did not apply the plugin's fetch hooks), so the daemon cannot check "
             "the layout it would route with"
         )
-    return layout_refused(
+    return _fetch_refused(
         Reason.PLUGIN_INCOMPLETE,
-        f"fetch_state refused: {what}. The plugin is only partly installed: the engine's log names the hook "
+        f"{what}. The plugin is only partly installed: the engine's log names the hook "
         f"sglang failed to apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested "
         f"with. Nothing changed on the daemon (layout version {version}).",
         version=version,
@@ -577,9 +582,9 @@ def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
 
 def _older_engine_after_move(view: DaemonView, req: Fetch) -> Reply:
     record = _record(view)
-    return layout_refused(
+    return _fetch_refused(
         Reason.OLDER_ENGINE_AFTER_MOVE,
-        f"fetch_state refused: experts have moved (layout version {record.version}) and this engine "
+        f"experts have moved (layout version {record.version}) and this engine "
         f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
         f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
         version=record.version,
@@ -596,9 +601,9 @@ def _served_older_engine(view: DaemonView, req: Fetch) -> Reply:
 
 def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
     record, claim = _record(view), cast(FetchLayoutField, req.claim)
-    return layout_refused(
+    return _fetch_refused(
         Reason.DIGEST_MISMATCH,
-        f"fetch_state refused: the engine routes with layout version {claim.version} but the daemon's "
+        f"the engine routes with layout version {claim.version} but the daemon's "
         f"weights are at version {record.version} (digests differ); the engine must start from the "
         f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
         version=record.version,
@@ -644,25 +649,28 @@ FETCH = Ladder(
 # -- begin -------------------------------------------------------------------------------------
 
 
+def _not_retryable(reason: Reason, why: str, **data: Any) -> Reply:
+    """A begin refused for the request itself: sending it again is refused again."""
+    return refused(reason, f"{why}. Not retryable.", **data)
+
+
 def _begin_not_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
+    return _not_retryable(
         Reason.NOT_ATTACHED,
         f"engine {req.engine_id!r} holds no live attachment with this session on this daemon; "
-        f"only the attached engine that owns the session may move experts. Not retryable.",
+        f"only the attached engine that owns the session may move experts",
     )
 
 
 def _begin_invalid_layers(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
-        Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}. Not retryable."
-    )
+    return _not_retryable(Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}")
 
 
 def _own_move_pending(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
+    return _not_retryable(
         Reason.OWN_MOVE_PENDING,
         f"engine {req.engine_id!r} already has a move of layers {list(_move(view).layers)} pending; "
-        f"commit or abort it first. Not retryable.",
+        f"commit or abort it first",
     )
 
 
@@ -697,10 +705,10 @@ def _non_following_seen(view: DaemonView, req: BeginRequest) -> Reply:
 
 def _stale_base_version(view: DaemonView, req: BeginRequest) -> Reply:
     version = _record(view).version
-    return refused(
+    return _not_retryable(
         Reason.STALE_BASE_VERSION,
         f"begin names base version {req.base_version} but the daemon is at version "
-        f"{version}; this engine's layout is not the daemon's. Not retryable.",
+        f"{version}; this engine's layout is not the daemon's",
         version=version,
     )
 
@@ -778,17 +786,21 @@ def _no_pending_move(view: DaemonView, req: CommitRequest) -> Reply:
     )
 
 
+def _move_stays_pending(reason: Reason, why: str) -> Reply:
+    """A commit refused with its move pending: the engine may still commit it right, or abort it."""
+    return refused(reason, f"{why}; the move stays pending.")
+
+
 def _layers_mismatch(view: DaemonView, req: CommitRequest) -> Reply:
-    return refused(
+    return _move_stays_pending(
         Reason.LAYERS_MISMATCH,
-        f"commit names layers {list(req.layers)} but the pending move is of layers "
-        f"{list(_move(view).layers)}; the move stays pending.",
+        f"commit names layers {list(req.layers)} but the pending move is of layers {list(_move(view).layers)}",
     )
 
 
 def _bad_rows(view: DaemonView, req: CommitRequest) -> Reply:
     error = _record(view).successor(req.layers, req.rows)
-    return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending.")
+    return _move_stays_pending(Reason.BAD_ROWS, f"commit rows rejected: {error}")
 
 
 def _successor(view: DaemonView, req: CommitRequest) -> LayoutRecord:
