@@ -591,11 +591,14 @@ def _older_engine_after_move(view: DaemonView, req: Fetch) -> Reply:
     )
 
 
+def _served_turning_off(reason: Reason, served: str) -> Reply:
+    """Served an engine that will not follow moves: the reply says what that turned off (``_flag_non_following``)."""
+    return ok(reason, f"{served}rebalancing of these shared weights is now off until the daemons restart")
+
+
 def _served_older_engine(view: DaemonView, req: Fetch) -> Reply:
-    return ok(
-        Reason.SERVED_OLDER_ENGINE,
-        "served an engine without the layout plugin at the initial layout (version 0); "
-        "rebalancing of these shared weights is now off until the daemons restart",
+    return _served_turning_off(
+        Reason.SERVED_OLDER_ENGINE, "served an engine without the layout plugin at the initial layout (version 0); "
     )
 
 
@@ -612,10 +615,10 @@ def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
 
 
 def _served_non_following(view: DaemonView, req: Fetch) -> Reply:
-    return ok(
+    return _served_turning_off(
         Reason.SERVED_NON_FOLLOWING,
         f"served engine {req.engine_id!r} at version {_record(view).version} without a live attachment; it "
-        f"will not follow moves, so rebalancing of these shared weights is now off until the daemons restart",
+        f"will not follow moves, so ",
     )
 
 
