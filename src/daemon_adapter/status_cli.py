@@ -286,18 +286,21 @@ def _repair_main(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="expert-layout", description="Expert-layout tools for sglang's weight cache.")
     commands = parser.add_subparsers(dest="command", required=True)
-    status = commands.add_parser(
-        "status",
-        help="show the expert-layout state of weight cache daemons",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    status.add_argument(
-        "--socket",
-        action="append",
-        metavar="PATH",
-        help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
-    )
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        """A subcommand that asks daemons: the ones named by ``--socket``, else every one found."""
+        sub = commands.add_parser(
+            name, help=summary, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        sub.add_argument(
+            "--socket",
+            action="append",
+            metavar="PATH",
+            help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
+        )
+        return sub
+
+    status = command("status", "show the expert-layout state of weight cache daemons")
     output = status.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print JSON instead of a table")
     output.add_argument(
@@ -307,18 +310,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--include-map", action="store_true", help="with --json: include the full map")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon (default 5)")
-    repair = commands.add_parser(
-        "repair",
-        help="reload a dirty daemon's interrupted layers from the checkpoint; report what was done",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    repair.add_argument(
-        "--socket",
-        action="append",
-        metavar="PATH",
-        help="a daemon's socket (repeatable); default: every socket SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE matches",
-    )
+    repair = command("repair", "reload a dirty daemon's interrupted layers from the checkpoint; report what was done")
     repair.add_argument("--json", action="store_true", help="print JSON instead of one line per daemon")
     repair.add_argument(
         "--timeout",

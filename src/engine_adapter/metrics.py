@@ -48,43 +48,36 @@ class EngineMetrics:
 
         names = list(labels)
         self.labels = dict(labels)
-        self.record_version = Gauge(
-            f"{PREFIX}record_version",
-            "The expert-layout version this rank routes with.",
-            labelnames=names,
-            multiprocess_mode="mostrecent",
-        ).labels(**labels)
-        self.chunks_committed = Counter(
-            f"{PREFIX}chunks_committed", "Rebalance chunks every daemon recorded.", labelnames=names
-        ).labels(**labels)
-        self.paused = Counter(
-            f"{PREFIX}rebalances_paused",
-            "Rebalances paused because a daemon was busy, by the daemon's reason.",
-            labelnames=[*names, "reason"],
+
+        def gauge(name: str, documentation: str) -> Any:
+            """A rank's gauge: the value its latest process set (sglang's multiprocess mode for gauges)."""
+            made = Gauge(f"{PREFIX}{name}", documentation, labelnames=names, multiprocess_mode="mostrecent")
+            return made.labels(**labels)
+
+        def counter(name: str, documentation: str, *by: str) -> Any:
+            """A rank's counter; with ``by``, the family whose children those extra labels name."""
+            made = Counter(f"{PREFIX}{name}", documentation, labelnames=[*names, *by])
+            return made.labels(**labels) if not by else made
+
+        self.record_version = gauge("record_version", "The expert-layout version this rank routes with.")
+        self.chunks_committed = counter("chunks_committed", "Rebalance chunks every daemon recorded.")
+        self.paused = counter(
+            "rebalances_paused", "Rebalances paused because a daemon was busy, by the daemon's reason.", "reason"
         )
-        self.begins_refused = Counter(
-            f"{PREFIX}begins_refused",
-            "Begins this rank's daemon refused (shared rebalancing then off), by reason.",
-            labelnames=[*names, "reason"],
+        self.begins_refused = counter(
+            "begins_refused", "Begins this rank's daemon refused (shared rebalancing then off), by reason.", "reason"
         )
-        self.startups = Counter(
-            f"{PREFIX}startups", "Startup decisions, by outcome and reason.", labelnames=[*names, "outcome", "reason"]
-        )
+        self.startups = counter("startups", "Startup decisions, by outcome and reason.", "outcome", "reason")
         self.protocol_seconds = Histogram(
             f"{PREFIX}rebalance_protocol_seconds",
             "Seconds in the expert-layout protocol (begin, commit, all-gathers) per rebalance.",
             labelnames=names,
             buckets=PROTOCOL_SECONDS_BUCKETS,
         ).labels(**labels)
-        self.dirty_seen = Counter(
-            f"{PREFIX}dirty_seen", "Startups that found this rank's daemon dirty.", labelnames=names
-        ).labels(**labels)
-        self.hooks_missing = Gauge(
-            f"{PREFIX}hooks_missing",
-            "Plugin hooks sglang did not apply (rebalancing of shared weights off when not 0).",
-            labelnames=names,
-            multiprocess_mode="mostrecent",
-        ).labels(**labels)
+        self.dirty_seen = counter("dirty_seen", "Startups that found this rank's daemon dirty.")
+        self.hooks_missing = gauge(
+            "hooks_missing", "Plugin hooks sglang did not apply (rebalancing of shared weights off when not 0)."
+        )
         # The warm standby issue adds role and parked here (gauges, the same labels).
         self.protocol_s_this_rebalance = 0.0
 

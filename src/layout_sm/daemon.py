@@ -394,10 +394,11 @@ class Step:
 
 @dataclass(frozen=True)
 class Rung:
-    """A conjunct of a request's ladder, and the step the daemon takes when it is the first to fail."""
+    """A conjunct of a request's ladder, and the step the daemon takes on it: for one of the ladder's
+    rungs, when it is the first to fail; for one of its branches, when it holds once all rungs do."""
 
     conjunct: Conjunct
-    fails: Step
+    step: Step
 
 
 def rung(
@@ -406,22 +407,6 @@ def rung(
     change: Callable[[DaemonView, Request], DaemonView] | None = None,
 ) -> Rung:
     return Rung(Conjunct.named(conjunct), Step(answer, change))
-
-
-@dataclass(frozen=True)
-class Branch:
-    """Once a ladder's rungs all hold: the step taken when ``conjunct`` holds too."""
-
-    conjunct: Conjunct
-    taken: Step
-
-
-def branch(
-    conjunct: str,
-    answer: Callable[[DaemonView, Request], Answer],
-    change: Callable[[DaemonView, Request], DaemonView] | None = None,
-) -> Branch:
-    return Branch(Conjunct.named(conjunct), Step(answer, change))
 
 
 @dataclass(frozen=True)
@@ -434,7 +419,7 @@ class Ladder:
     # Once every rung holds, the first branch whose conjunct holds is taken instead of ``accepted``
     # (a detach of the mover: repairing with auto repair, else dirty). Each branch is its own
     # accepting transition, declared before the plain one.
-    branches: tuple[Branch, ...] = ()
+    branches: tuple[Rung, ...] = ()
 
     @property
     def guards(self) -> list[str]:
@@ -449,7 +434,7 @@ class Ladder:
         """The step taken once every rung holds: the first branch that holds, else ``accepted``."""
         for branch in self.branches:
             if branch.conjunct(view, request):
-                return branch.taken
+                return branch.step
         return self.accepted
 
     def first_failing(self, view: DaemonView, request: Request) -> Rung | None:
@@ -461,7 +446,7 @@ class Ladder:
     def reply(self, view: DaemonView, request: Request) -> Answer:
         """The answer alone, as a pure function of the view (what the machine answers there)."""
         failing = self.first_failing(view, request)
-        return (self.accepting(view, request) if failing is None else failing.fails).answer(view, request)
+        return (self.accepting(view, request) if failing is None else failing.step).answer(view, request)
 
 
 def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
@@ -532,12 +517,18 @@ def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
     return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
 
 
+def _fetch_refused(reason: Reason, why: str, **data: Any) -> Reply:
+    """A refusal of fetch_state (the one request refused as ``layout_refused``), saying so first."""
+    return layout_refused(reason, f"fetch_state refused: {why}", **data)
+
+
 def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
+    return _fetch_refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
+
+
+def _layout_unknown(view: DaemonView) -> str:
     info = cast(DirtyInfo, view.dirty)
-    return layout_refused(
-        Reason.DIRTY,
-        f"fetch_state refused: the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.",
-    )
+    return f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}"
 
 
 def _being_repaired(view: DaemonView) -> str:
@@ -550,14 +541,14 @@ def _being_repaired(view: DaemonView) -> str:
 
 
 def _fetch_repairing(view: DaemonView, req: Fetch) -> Reply:
-    return layout_refused(Reason.REPAIRING, f"fetch_state refused: {_being_repaired(view)}.")
+    return _fetch_refused(Reason.REPAIRING, f"{_being_repaired(view)}.")
 
 
 def _fetch_move_pending(view: DaemonView, req: Fetch) -> Reply:
     move = _move(view)
-    return layout_refused(
+    return _fetch_refused(
         Reason.MOVE_PENDING,
-        f"fetch_state refused: engine {move.engine_id!r} is moving layers "
+        f"engine {move.engine_id!r} is moving layers "
         f"{list(move.layers)} right now, so the weights are mid-move; retry after it ends.",
         pending=move.to_wire(),
     )
@@ -577,9 +568,9 @@ def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
             "with fetch_state (sglang did not apply the plugin's fetch hooks), so the daemon cannot check "
             "the layout it would route with"
         )
-    return layout_refused(
+    return _fetch_refused(
         Reason.PLUGIN_INCOMPLETE,
-        f"fetch_state refused: {what}. The plugin is only partly installed: the engine's log names the hook "
+        f"{what}. The plugin is only partly installed: the engine's log names the hook "
         f"sglang failed to apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested "
         f"with. Nothing changed on the daemon (layout version {version}).",
         version=version,
@@ -589,28 +580,31 @@ def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
 
 def _older_engine_after_move(view: DaemonView, req: Fetch) -> Reply:
     record = _record(view)
-    return layout_refused(
+    return _fetch_refused(
         Reason.OLDER_ENGINE_AFTER_MOVE,
-        f"fetch_state refused: experts have moved (layout version {record.version}) and this engine "
+        f"experts have moved (layout version {record.version}) and this engine "
         f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
         f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
         version=record.version,
     )
 
 
+def _served_turning_off(reason: Reason, served: str) -> Reply:
+    """Served an engine that will not follow moves: the reply says what that turned off (``_flag_non_following``)."""
+    return ok(reason, f"{served}rebalancing of these shared weights is now off until the daemons restart")
+
+
 def _served_older_engine(view: DaemonView, req: Fetch) -> Reply:
-    return ok(
-        Reason.SERVED_OLDER_ENGINE,
-        "served an engine without the layout plugin at the initial layout (version 0); "
-        "rebalancing of these shared weights is now off until the daemons restart",
+    return _served_turning_off(
+        Reason.SERVED_OLDER_ENGINE, "served an engine without the layout plugin at the initial layout (version 0); "
     )
 
 
 def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
     record, claim = _record(view), cast(FetchLayoutField, req.claim)
-    return layout_refused(
+    return _fetch_refused(
         Reason.DIGEST_MISMATCH,
-        f"fetch_state refused: the engine routes with layout version {claim.version} but the daemon's "
+        f"the engine routes with layout version {claim.version} but the daemon's "
         f"weights are at version {record.version} (digests differ); the engine must start from the "
         f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
         version=record.version,
@@ -619,10 +613,10 @@ def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
 
 
 def _served_non_following(view: DaemonView, req: Fetch) -> Reply:
-    return ok(
+    return _served_turning_off(
         Reason.SERVED_NON_FOLLOWING,
         f"served engine {req.engine_id!r} at version {_record(view).version} without a live attachment; it "
-        f"will not follow moves, so rebalancing of these shared weights is now off until the daemons restart",
+        f"will not follow moves, so ",
     )
 
 
@@ -656,25 +650,28 @@ FETCH = Ladder(
 # -- begin -------------------------------------------------------------------------------------
 
 
+def _not_retryable(reason: Reason, why: str, **data: Any) -> Reply:
+    """A begin refused for the request itself: sending it again is refused again."""
+    return refused(reason, f"{why}. Not retryable.", **data)
+
+
 def _begin_not_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
+    return _not_retryable(
         Reason.NOT_ATTACHED,
         f"engine {req.engine_id!r} holds no live attachment with this session on this daemon; "
-        f"only the attached engine that owns the session may move experts. Not retryable.",
+        f"only the attached engine that owns the session may move experts",
     )
 
 
 def _begin_invalid_layers(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
-        Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}. Not retryable."
-    )
+    return _not_retryable(Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}")
 
 
 def _own_move_pending(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
+    return _not_retryable(
         Reason.OWN_MOVE_PENDING,
         f"engine {req.engine_id!r} already has a move of layers {list(_move(view).layers)} pending; "
-        f"commit or abort it first. Not retryable.",
+        f"commit or abort it first",
     )
 
 
@@ -687,8 +684,7 @@ def _no_record(view: DaemonView, req: BeginRequest) -> Reply:
 
 
 def _dirty(view: DaemonView, req: BeginRequest | CommitRequest) -> Reply:
-    info = cast(DirtyInfo, view.dirty)
-    return refused(Reason.DIRTY, f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}.")
+    return refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
 
 
 def _failure(view: DaemonView) -> str:
@@ -710,10 +706,10 @@ def _non_following_seen(view: DaemonView, req: BeginRequest) -> Reply:
 
 def _stale_base_version(view: DaemonView, req: BeginRequest) -> Reply:
     version = _record(view).version
-    return refused(
+    return _not_retryable(
         Reason.STALE_BASE_VERSION,
         f"begin names base version {req.base_version} but the daemon is at version "
-        f"{version}; this engine's layout is not the daemon's. Not retryable.",
+        f"{version}; this engine's layout is not the daemon's",
         version=version,
     )
 
@@ -791,17 +787,21 @@ def _no_pending_move(view: DaemonView, req: CommitRequest) -> Reply:
     )
 
 
+def _move_stays_pending(reason: Reason, why: str) -> Reply:
+    """A commit refused with its move pending: the engine may still commit it right, or abort it."""
+    return refused(reason, f"{why}; the move stays pending.")
+
+
 def _layers_mismatch(view: DaemonView, req: CommitRequest) -> Reply:
-    return refused(
+    return _move_stays_pending(
         Reason.LAYERS_MISMATCH,
-        f"commit names layers {list(req.layers)} but the pending move is of layers "
-        f"{list(_move(view).layers)}; the move stays pending.",
+        f"commit names layers {list(req.layers)} but the pending move is of layers {list(_move(view).layers)}",
     )
 
 
 def _bad_rows(view: DaemonView, req: CommitRequest) -> Reply:
     error = _record(view).successor(req.layers, req.rows)
-    return refused(Reason.BAD_ROWS, f"commit rows rejected: {error}; the move stays pending.")
+    return _move_stays_pending(Reason.BAD_ROWS, f"commit rows rejected: {error}")
 
 
 def _successor(view: DaemonView, req: CommitRequest) -> LayoutRecord:
@@ -908,7 +908,7 @@ DETACH = Ladder(
         rung("moved_by", _detached, lambda view, req: replace(view, attachments=_without(view, req.engine_id))),
     ),
     Step(_went_dirty, _mark_dirty),
-    branches=(branch("repairs_automatically", _went_repairing, _mark_repairing),),
+    branches=(rung("repairs_automatically", _went_repairing, _mark_repairing),),
 )
 
 
@@ -1214,7 +1214,7 @@ class DaemonMachine(StateMachine):
                 f"{event} in phase {self.phase!r}: every conjunct of its ladder holds, but the machine declares "
                 f"no transition accepting it from this phase; the declaration of {event} is inconsistent"
             )
-        return self._apply(failing.fails, request)
+        return self._apply(failing.step, request)
 
     def _apply(self, step: Step, request: Request) -> Answer:
         view = self._view

@@ -69,6 +69,21 @@ def _listing(findings: Sequence[RankFinding]) -> str:
     return "; ".join(f"rank {f.rank}: {f.detail}" for f in findings)
 
 
+class _ViewField:
+    """A machine's state field (``model.<name>`` for python-statemachine) kept in the engine's view:
+    read from it, and written into it only when the value changes."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: EngineState | None, owner: type | None = None) -> Any:
+        return self if state is None else getattr(state.view, self.name)
+
+    def __set__(self, state: EngineState, value: str) -> None:
+        if value != getattr(state.view, self.name):
+            state.view = _evolve(state.view, {self.name: value})
+
+
 class EngineState:
     """python-statemachine's model of both engine machines: the one place the session's protocol
     state is kept (``view``), with the spec's conjuncts as guards and the actions that change it.
@@ -84,23 +99,8 @@ class EngineState:
         self.view = view
         self.layout = layout  # None only for an engine that never attached
 
-    @property
-    def phase(self) -> str:
-        return self.view.phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        if value != self.view.phase:
-            self.view = _evolve(self.view, {"phase": value})
-
-    @property
-    def rebalance(self) -> str:
-        return self.view.rebalance
-
-    @rebalance.setter
-    def rebalance(self, value: str) -> None:
-        if value != self.view.rebalance:
-            self.view = _evolve(self.view, {"rebalance": value})
+    phase = _ViewField()
+    rebalance = _ViewField()
 
     def _set(self, **changes: Any) -> None:
         self.view = _evolve(self.view, changes)
@@ -256,8 +256,7 @@ class EngineState:
         return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {REPAIR_OR_RESTART}")
 
     def fail_moved_beside_no_record(self) -> Step:
-        moved = self._moved()
-        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
+        moved, without = self._moved(), self._ranks_without_record()
         return self._fail(
             Reason.MIXED_AFTER_MOVE,
             f"ranks {without} have daemons without a record but the daemons of ranks "
@@ -301,26 +300,22 @@ class EngineState:
             return Step.move(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
         return Step.move(outcome.reason, outcome.message)
 
-    def _keep_without_record(self, reason: Reason, message: str) -> Step:
+    def _ranks_without_record(self) -> list[int]:
+        return [f.rank for f in _ranks_where(self._found(), "no_record")]
+
+    def _keep_without_record(self, reason: Reason, found: str) -> Step:
         assert self.layout is not None
         warning = unwritten_slots_warning(_ranks_where(self._found(), "no_record"), self.layout)
+        message = f"{found}; starting with the engine's own initial layout; rebalancing of shared weights stays off"
         return self._route(StartupOutcome("keep_own", reason, message, warning=warning))
 
     def keep_own_no_record(self) -> Step:
-        return self._keep_without_record(
-            Reason.NO_RECORD,
-            "no daemon keeps an expert-layout record; starting with the engine's "
-            "own initial layout; rebalancing of shared weights stays off",
-        )
+        return self._keep_without_record(Reason.NO_RECORD, "no daemon keeps an expert-layout record")
 
     def keep_own_mixed(self) -> Step:
-        without = [f.rank for f in _ranks_where(self._found(), "no_record")]
-        return self._keep_without_record(
-            Reason.MIXED_INITIAL,
-            f"ranks {without} have daemons without a record and "
-            "the others are at the initial layout; starting with the engine's own initial layout; "
-            "rebalancing of shared weights stays off",
-        )
+        without = self._ranks_without_record()
+        found = f"ranks {without} have daemons without a record and the others are at the initial layout"
+        return self._keep_without_record(Reason.MIXED_INITIAL, found)
 
     def keep_own_initial(self) -> Step:
         first = self._agreed()

@@ -246,13 +246,11 @@ class EngineSession:
 
     def begun(self, rank: int, reply: AnyReply) -> None:
         """Rank ``rank``'s daemon answered its begin (None: no reply)."""
-        self._fire(self._rebalance, "begin", rank=rank, answer=RankAnswer.of(reply))
+        self._answered("begin", rank, reply)
 
     def begun_all(self, replies: Sequence[AnyReply]) -> Step:
         """Every rank's begin reply (all-gathered, in rank order), then ``decide``."""
-        for rank, reply in enumerate(replies):
-            self.begun(rank, reply)
-        return self.decide()
+        return self._all_answered("begin", replies, "decide")
 
     def decide(self) -> Step:
         """Move, or abort the ranks whose begin was ok and pause (busy) or stop (refused)."""
@@ -294,18 +292,25 @@ class EngineSession:
         return CommitRequest(v.engine_id, self._token(rank), v.chunk, tuple(v.moved_rows[layer] for layer in v.chunk))
 
     def committed(self, rank: int, reply: AnyReply) -> None:
-        self._fire(self._rebalance, "commit", rank=rank, answer=RankAnswer.of(reply))
+        self._answered("commit", rank, reply)
 
     def committed_all(self, replies: Sequence[AnyReply]) -> Step:
         """Every rank's commit reply (all-gathered, in rank order), then ``verify``."""
-        for rank, reply in enumerate(replies):
-            self.committed(rank, reply)
-        return self.verify()
+        return self._all_answered("commit", replies, "verify")
 
     def verify(self) -> Step:
         """Every daemon recorded the engine's whole new map at one new version (move), or
         rebalancing is off (stop). The engine routes with the moved map either way."""
         return self._fire(self._rebalance, "verify")
+
+    def _answered(self, event: str, rank: int, reply: AnyReply) -> None:
+        self._fire(self._rebalance, event, rank=rank, answer=RankAnswer.of(reply))
+
+    def _all_answered(self, event: str, replies: Sequence[AnyReply], then: str) -> Step:
+        """Every rank's reply to its ``event`` request, in rank order, then the step ``then`` decides."""
+        for rank, reply in enumerate(replies):
+            self._answered(event, rank, reply)
+        return self._fire(self._rebalance, then)
 
 
 __all__ = [

@@ -199,47 +199,15 @@ def _fmt(s: str, node: _Node, width: int, trailer: int, pad: str) -> str:
         arg, val = pair.kids
         a = s[arg.first : arg.last + 1]
         v = s[val.first : val.last + 1]
-        if idx < len(kids) - 1:
-            if arg.length() + len(div) + 1 + val.length() + len(sep) <= w:
-                out.append(a + div + " " + v + sep + "\n" + lp)
-            elif arg.length() + len(div) <= w:
-                out.append(
-                    a
-                    + div
-                    + "\n"
-                    + lp
-                    + divpad
-                    + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
-                    + sep
-                    + "\n"
-                    + lp
-                )
-            else:
-                out.append(
-                    _fmt(s, arg, w, tr + len(div), lp)
-                    + div
-                    + "\n"
-                    + lp
-                    + divpad
-                    + _fmt(s, val, w - len(divpad), len(sep), lp + divpad)
-                    + sep
-                    + "\n"
-                    + lp
-                )
+        # the last pair is followed by the close (its trailer), every other one by sep and a new line
+        last = idx == len(kids) - 1
+        after_val = tr if last else len(sep)
+        end = "" if last else sep + "\n" + lp
+        if arg.length() + len(div) + 1 + val.length() + after_val <= w:
+            out.append(a + div + " " + v + end)
         else:
-            if arg.length() + len(div) + 1 + val.length() <= w - tr:
-                out.append(a + div + " " + v)
-            elif arg.length() + len(div) <= w:
-                out.append(a + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), tr, lp + divpad))
-            else:
-                out.append(
-                    _fmt(s, arg, w, tr + len(div), lp)
-                    + div
-                    + "\n"
-                    + lp
-                    + divpad
-                    + _fmt(s, val, w - len(divpad), tr, lp + divpad)
-                )
+            head = a if arg.length() + len(div) <= w else _fmt(s, arg, w, tr + len(div), lp)
+            out.append(head + div + "\n" + lp + divpad + _fmt(s, val, w - len(divpad), after_val, lp + divpad) + end)
     return open_ + "".join(out) + close
 
 

@@ -405,17 +405,12 @@ class System:
             return None
         if any(a is None for a in v.begins[: r - 1]):
             return None  # ranks begin in rank order
-        req, _ = self._step(e, v, "begin_request", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "begin", req)
+        reply, daemon = self._ask_daemon(s, e, v, r, "begin")
         _, v2 = self._step(e, v, "begun", r - 1, reply, memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Decide(self, s: SysState, e: str) -> SysState | None:
-        v = self._view(s, e)
-        if v is None or v.phase != "run" or v.rebalance != "beginning" or any(a is None for a in v.begins):
-            return None
-        _, v2 = self._step(e, v, "decide")
-        return self._with(s, e, v2)
+        return self._once_every_rank_answered(s, e, "beginning", "begins", "decide")
 
     def Abort(self, s: SysState, e: str, r: int) -> SysState | None:
         v = self._view(s, e)
@@ -423,8 +418,7 @@ class System:
             return None
         if any(_to_abort(v, q) for q in range(r - 1)):
             return None  # ranks abort in rank order
-        req, _ = self._step(e, v, "abort_request", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "abort", req)
+        reply, daemon = self._ask_daemon(s, e, v, r, "abort")
         assert reply.ok, reply
         _, v2 = self._step(e, v, "aborted", r - 1)
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
@@ -454,16 +448,25 @@ class System:
             return None  # the device synchronize waits for every layer on every rank
         if v.rebalance == "moving":
             _, v = self._step(e, v, "moved", rows_of_perms(target))
-        req, _ = self._step(e, v, "commit_request", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "commit", req)
+        reply, daemon = self._ask_daemon(s, e, v, r, "commit")
         _, v2 = self._step(e, v, "committed", r - 1, reply, memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Verify(self, s: SysState, e: str) -> SysState | None:
+        return self._once_every_rank_answered(s, e, "committing", "commits", "verify")
+
+    def _ask_daemon(self, s: SysState, e: str, v: EngineView, r: int, op: str) -> tuple[Any, DaemonView]:
+        """Rank ``r`` of engine ``e`` sends its ``op`` request to its daemon: the reply and the daemon after."""
+        req, _ = self._step(e, v, f"{op}_request", r - 1)
+        return self._call(r, s.daemons[r - 1], op, req)
+
+    def _once_every_rank_answered(self, s: SysState, e: str, waiting: str, answers: str, op: str) -> SysState | None:
+        """The engine's ``op`` (Decide, Verify): enabled in rebalance phase ``waiting`` once every rank has its
+        reply in ``answers``."""
         v = self._view(s, e)
-        if v is None or v.phase != "run" or v.rebalance != "committing" or any(a is None for a in v.commits):
+        if v is None or v.phase != "run" or v.rebalance != waiting or any(a is None for a in getattr(v, answers)):
             return None
-        _, v2 = self._step(e, v, "verify")
+        _, v2 = self._step(e, v, op)
         return self._with(s, e, v2)
 
     def Crash(self, s: SysState, e: str) -> SysState | None:

@@ -207,7 +207,7 @@ def _(mod: ModuleType) -> None:
     # the fetch ladder's steps serve without setting the flag
     ladder = mod.LADDERS["fetch"]
     mod.LADDERS["fetch"] = replace(
-        ladder, rungs=tuple(replace(r, fails=replace(r.fails, change=None)) for r in ladder.rungs)
+        ladder, rungs=tuple(replace(r, step=replace(r.step, change=None)) for r in ladder.rungs)
     )
 
 
