@@ -179,8 +179,8 @@ Attach(e, r) ==
     /\ efind' = [efind EXCEPT ![e][r] = IF MustWait(e, r)
                                          THEN [Snapshot(r) EXCEPT !.found = "wait"]
                                          ELSE Snapshot(r)]
-    /\ UNCHANGED <<dpark, eclaim, dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* A waiting rank polls its daemon (a query with the map) and sees the     *)
 (* move ended: aborted, committed (a new record), dirty, or repaired (the   *)
@@ -190,16 +190,16 @@ Poll(e, r) ==
     /\ efind[e][r].found = "wait"
     /\ ~MustWait(e, r)
     /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
-    /\ UNCHANGED <<dpark, eclaim, dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* The wait timed out (300 s by default): the rank fails its startup.       *)
 Timeout(e, r) ==
     /\ ephase[e] = "start"
     /\ efind[e][r].found = "wait"
     /\ efind' = [efind EXCEPT ![e][r].found = "timeout"]
-    /\ UNCHANGED <<dpark, eclaim, dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* The ranks all-gather their findings; one decision, the same on all.      *)
 Found(e) == {efind[e][r] : r \in Ranks}
@@ -225,7 +225,7 @@ Agree(e) ==
               /\ eroute' = [eroute EXCEPT ![e] = IF Adopts(e) THEN f.fmap ELSE InitialMap]
               /\ ever' = [ever EXCEPT ![e] = IF Adopts(e) THEN f.fver ELSE 0]
               /\ eshare' = [eshare EXCEPT ![e] = Adopts(e)]
-              /\ UNCHANGED <<eclaim, efind, eserv, reb>>
+              /\ UNCHANGED <<efind, eserv, reb, eclaim>>
     /\ UNCHANGED <<daemonVars, moves>>
 
 (* fetch_state on daemon r, with the engine's claim (version, digest);      *)
@@ -245,10 +245,10 @@ Fetch(e, r) ==
          THEN /\ eserv' = [eserv EXCEPT ![e] = @ \cup {r}]
               /\ ephase' = [ephase EXCEPT ![e] = IF eserv'[e] = Ranks THEN "run" ELSE "load"]
               /\ dnf' = [dnf EXCEPT ![r] = @ \/ FetchNonFollowing(e, r)]
-              /\ UNCHANGED <<eclaim, efind, eroute, ever, eshare, reb>>
+              /\ UNCHANGED <<efind, eroute, ever, eshare, reb, eclaim>>
          ELSE /\ Forget(e, "failed")
               /\ UNCHANGED dnf
-    /\ UNCHANGED <<dpark, dphase, dver, dmap, dpend, datt, truth, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves, dpark>>
 
 -----------------------------------------------------------------------------
 (* Rebalance, one chunk at a time (docs/protocol.md §6).                   *)
@@ -270,7 +270,7 @@ BeginChunk(e, c) ==
     /\ c \in Chunks
     /\ reb' = [reb EXCEPT ![e] = [IdleReb EXCEPT !.step = "begin", !.chunk = c]]
     /\ moves' = moves + 1
-    /\ UNCHANGED <<eclaim, daemonVars, ephase, efind, eroute, ever, eserv, eshare>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, eclaim>>
 
 (* begin on daemon r: the precedence of docs/protocol.md §4.               *)
 BeginReply(e, r) ==
@@ -294,8 +294,8 @@ Begin(e, r) ==
               /\ dpend' = [dpend EXCEPT ![r] = [mover |-> e, layers |-> reb[e].chunk,
                                                 base |-> dver[r]]]
          ELSE UNCHANGED <<dphase, dpend>>
-    /\ UNCHANGED <<dpark, eclaim, dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
-                   moves>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   moves, dpark, eclaim>>
 
 (* All replies gathered: proceed, or abort the ok ranks (pause on busy,     *)
 (* rebalancing off for good on a refusal).                                  *)
@@ -310,7 +310,7 @@ Decide(e) ==
                        ELSE IF anyOk THEN [@ EXCEPT !.step = "abort"]
                        ELSE IdleReb]
           /\ eshare' = [eshare EXCEPT ![e] = "refused" \notin replies]
-    /\ UNCHANGED <<eclaim, daemonVars, ephase, efind, eroute, ever, eserv, moves>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves, eclaim>>
 
 Abort(e, r) ==
     /\ ephase[e] = "run"
@@ -323,8 +323,8 @@ Abort(e, r) ==
                  IF \A q \in Ranks \ {r} : reb[e].replies[q] # "ok"
                    THEN IdleReb
                    ELSE [@ EXCEPT !.replies[r] = "aborted"]]
-    /\ UNCHANGED <<dpark, eclaim, dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
-                   moves>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   moves, dpark, eclaim>>
 
 (* sglang's update_expert_location rewrites one layer of one rank's         *)
 (* weights in the daemon's memory, the chunk's layers in increasing order.  *)
@@ -335,7 +335,7 @@ MoveLayer(e, r, l) ==
     /\ truth[r][l] # Target(e)[l]
     /\ \A k \in reb[e].chunk : k < l => truth[r][k] = Target(e)[k]
     /\ truth' = [truth EXCEPT ![r][l] = Target(e)[l]]
-    /\ UNCHANGED <<dpark, dphase, dver, dmap, dpend, datt, dnf, engineVars, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, engineVars, moves, dpark>>
 
 MovedEverywhere(e) == \A r \in Ranks : \A l \in reb[e].chunk : truth[r][l] = Target(e)[l]
 
@@ -360,7 +360,7 @@ Commit(e, r) ==
               /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
          ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
-    /\ UNCHANGED <<dpark, eclaim, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves>>
+    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
 (* Every rank committed: check that all daemons recorded the same new       *)
 (* version with the digest of the engine's whole map.  The engine routes    *)
@@ -375,7 +375,7 @@ Verify(e) ==
           /\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]
           /\ eshare' = [eshare EXCEPT ![e] = good]
     /\ reb' = [reb EXCEPT ![e] = IdleReb]
-    /\ UNCHANGED <<eclaim, daemonVars, ephase, efind, eserv, moves>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves, eclaim>>
 
 -----------------------------------------------------------------------------
 (* Warm standbys (docs/protocol.md §8).  A standby starts as any engine     *)
@@ -437,7 +437,7 @@ Claim(e, r) ==
     /\ IF ClaimReply(e, r) = "granted"
          THEN /\ dpark' = [dpark EXCEPT ![r] = @ \ {e}]
               /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
-         ELSE UNCHANGED <<dpark, efind>>
+         ELSE UNCHANGED <<efind, dpark>>
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves>>
 
@@ -510,7 +510,7 @@ Restart(r) ==
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
     /\ dnf' = [dnf EXCEPT ![r] = FALSE]
     /\ truth' = [truth EXCEPT ![r] = InitialMap]
-    /\ UNCHANGED <<dpark, datt, engineVars, moves>>
+    /\ UNCHANGED <<datt, engineVars, moves, dpark>>
 
 (* The repair of a torn move (docs/protocol.md §4): the daemon reloads from *)
 (* the checkpoint only the layers of the interrupted move (dpend[r].layers), *)
@@ -532,7 +532,7 @@ RepairDone(r) ==
     /\ truth' = [truth EXCEPT ![r] = RepairedTruth(r)]
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
-    /\ UNCHANGED <<dpark, dver, dmap, datt, dnf, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves, dpark>>
 
 (* The repair fails (a read error, a missing file): the daemon is dirty,     *)
 (* and keeps the torn move's information for the message.                  *)
@@ -541,14 +541,14 @@ RepairFails(r) ==
     /\ RepairMayFail
     /\ dphase[r] = "repairing"
     /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
-    /\ UNCHANGED <<dpark, dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
 (* The operator's `expert-layout repair` on a dirty daemon.                  *)
 RepairAgain(r) ==
     /\ Repairs
     /\ dphase[r] = "dirty"
     /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
-    /\ UNCHANGED <<dpark, dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
 Next ==
     \/ \E e \in Engines, r \in Ranks : Attach(e, r)
@@ -846,6 +846,14 @@ StandbyTakesOver ==
     ~> (\/ \E s \in Standbys : /\ ephase[s] = "run" /\ Granted(s)
                                /\ \A r \in Ranks : eroute[s] = dmap[r] /\ ever[s] = dver[r]
         \/ \A s \in Standbys : Gone(s))
+
+(* Liveness: a standby never stays primary on some ranks and parked on     *)
+(* others: a claim granted on some daemons ends, promoted or parked again   *)
+(* on every one (or the standby is gone).                                   *)
+PartialGrantEnds ==
+    \A e \in Standbys :
+        (ephase[e] = "parked" /\ \E r \in Ranks : eclaim[e][r] = "granted")
+            ~> (ephase[e] # "parked" \/ \A r \in Ranks : eclaim[e][r] # "granted")
 
 (* Liveness: a primary's begin, with only parked standbys attached besides  *)
 (* it (every other engine parked everywhere, or gone with its attachments   *)

@@ -58,7 +58,7 @@ def test_required_properties_are_named_operators() -> None:
         "PendingHasMover", "LoadsOnCleanFindings", "SharesOnlyAdopted",
         "StartsAlone", "FindingsAgreedServes", "PendingEnds", "LiveMoveFreesDaemon",
         "OneRole", "OnePromoted", "ClaimsAlone", "BusyOnlyByUnparked", "StandbyTakesOver",
-        "ParkedStandbysDoNotBlock",
+        "ParkedStandbysDoNotBlock", "PartialGrantEnds",
     }  # fmt: skip
     assert required <= defs, sorted(required - defs)
 
