@@ -1114,8 +1114,7 @@ def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
         Reason.PROMOTED,
         f"{req.engine_id!r} is the primary at version {record.version}",
         version=record.version,
-        digest=record.digest,
-        map=[list(r) for r in record.rows],
+        record=record.to_wire(),
     )
 
 
