@@ -378,7 +378,7 @@ Verify(e) ==
     /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves, eclaim>>
 
 -----------------------------------------------------------------------------
-(* Warm standbys (docs/protocol.md §8).  A standby starts as any engine     *)
+(* Warm standbys (docs/protocol.md §10).  A standby starts as any engine    *)
 (* (attach, wait, agree, fetch) and serves forward passes while it warms up *)
 (* ("run"): until it parks, its attachment counts as any other.  It then    *)
 (* parks, rank by rank: it runs no forward pass any more ("parked") and     *)
