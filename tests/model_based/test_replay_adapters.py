@@ -26,7 +26,7 @@ from tools.mirror.tlc_formats import Suite
 
 from tests.model_based.daemon_hosts import DaemonHost, InProcessHost, ProcessHost
 from tests.model_based.real_system import Mismatch, RealSystem
-from tests.model_based.suites import MODELS, SPEC
+from tests.model_based.suites import ADAPTER_MODELS, SPEC
 from tests.model_based.test_replay_mirror import load
 
 FULL = os.environ.get("REPLAY_FULL") == "1"
@@ -40,7 +40,7 @@ MAX_REPORTED = 5
 INPROCESS_SHARDS = {"MCSmall": 4, "MCFull": 1} if not MUTANTS else {"MCSmall": 1, "MCFull": 1}
 INPROCESS_PARAMS = [
     pytest.param(model, k, id=model if INPROCESS_SHARDS[model] == 1 else f"{model}-{k + 1}of{INPROCESS_SHARDS[model]}")
-    for model in MODELS
+    for model in ADAPTER_MODELS
     for k in range(INPROCESS_SHARDS[model])
 ]
 
@@ -102,7 +102,7 @@ def test_replay_on_inprocess_daemons(model: str, shard: int) -> None:
     _run(model, "inprocess", INPROCESS_CI[model], (shard, INPROCESS_SHARDS[model]))
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", ADAPTER_MODELS)
 def test_replay_on_daemon_processes(model: str) -> None:
     if not FULL and not PROCESS_SAMPLE[model]:
         pytest.skip("no daemon-process sample in this profile (LAYOUT_TEST_PROFILE=mutants)")
