@@ -180,7 +180,7 @@ class BusyTurnsOff(StateMachine):
         | starting.to(off, unless="startup_shares", on="off_by_startup")
         | starting.to(idle, on="go_shared")
     )
-    chunk = idle.to(beginning, on="take_chunk")
+    chunk = idle.to(beginning, cond="acts_as_primary", on="take_chunk")
     begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
     decide = (
         beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")

@@ -565,9 +565,8 @@ CATALOG: tuple[SpecMutant, ...] = (
         "the taken rank parks again too (its park reply is the notice a claim may have missed)",
         'IF eclaim[e][r] \\in {"granted", "taken"}\n'
         '                                                 THEN "release" ELSE eclaim[e][r]]]',
-        'IF eclaim[e][r] = "granted" THEN "release"\n'
-        '                                                 ELSE IF eclaim[e][r] = "taken" THEN "parked"\n'
-        "                                                 ELSE eclaim[e][r]]]",
+        'CASE eclaim[e][r] = "granted" -> "release" [] eclaim[e][r] = "taken" -> "parked"\n'
+        "                                                 [] OTHER -> eclaim[e][r]]]",
         ("MCStandby",),
     ),
     _m(
