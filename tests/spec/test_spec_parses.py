@@ -15,7 +15,8 @@ import tla
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()
 MODULES = (
-    "LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys",
+    "LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails",
+    "MCStandby", "MCTwoStandbys",
 )  # fmt: skip
 MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
 
