@@ -571,9 +571,9 @@ CATALOG: tuple[SpecMutant, ...] = (
     ),
     _m(
         "standby_steps_not_fair",
-        "a standby's own steps (park, claim) run to their end (weak fairness on EngineSteps)",
-        "                       \\/ Park(e, r) \\/ Claim(e, r)\n",
-        "",
+        "a standby's own steps (its startup, park, claims, promotion) run to their end (weak fairness on EngineSteps)",
+        "    /\\ \\A e \\in Engines : WF_vars(EngineSteps(e))\n",
+        "    /\\ \\A e \\in Engines \\ Standbys : WF_vars(EngineSteps(e))\n",
         ("MCStandby",),
     ),
     _m(
