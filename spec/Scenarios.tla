@@ -52,6 +52,8 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (*     the standby s was parked on every daemon;                             *)
 (* <<"promoted", s>>: the standby s promoted (serves as primary);           *)
 (* <<"claim_taken", s>>: a claim of the standby s was taken;                 *)
+(* <<"parked_beside", s, m>>: the standby s parked on a daemon where m, a    *)
+(*     running primary, is attached;                                         *)
 (* <<"standby_failed_dirty", s>>: the standby s failed on a dirty daemon.    *)
 Events ==
     {<<"started_alone", e>> :
@@ -103,6 +105,11 @@ Events ==
                  /\ ever'[q[1]] = ever[q[1]] + 1}}
     \cup
     {<<"promoted", s>> : s \in {t \in Standbys : ephase[t] = "parked" /\ ephase'[t] = "run"}}
+    \cup
+    {<<"parked_beside", p[1], p[2]>> :
+        p \in {q \in Standbys \X (Newer \ Standbys) :
+                 /\ ephase[q[2]] = "run"
+                 /\ \E r \in Ranks : q[1] \notin dpark[r] /\ q[1] \in dpark'[r] /\ q[2] \in datt[r]}}
     \cup
     {<<"claim_taken", s>> :
         s \in {t \in Standbys : \E r \in Ranks : eclaim[t][r] # "taken" /\ eclaim'[t][r] = "taken"}}
@@ -253,12 +260,14 @@ StandbyAfterDirtyFails ==
         /\ <<"killed_mid_move", m>> \in seen
         /\ <<"standby_failed_dirty", s>> \in seen
 
-(* Two standbys are parked when the primary dies: exactly one promotes,    *)
-(* the other's claim is taken and it stays parked, the new primary's        *)
-(* standby.                                                                 *)
+(* Two standbys parked beside a running primary, which then dies: exactly *)
+(* one promotes, the other's claim is taken and it stays parked, the new    *)
+(* primary's standby.                                                       *)
 TwoStandbysOnePromotes ==
     \E m \in Newer \ Standbys, s, t \in Standbys :
         /\ s # t
+        /\ <<"parked_beside", s, m>> \in seen
+        /\ <<"parked_beside", t, m>> \in seen
         /\ ephase[m] = "dead"
         /\ <<"promoted", s>> \in seen
         /\ ephase[s] = "run"
