@@ -142,8 +142,8 @@ class SessionRunner:
         if command == "promote":
             step = session.promote()
             installs = session.layout_to_install()
-            promoted = step.go.value == "move"
-            return _render_step(step) + (f"\ninstall: {_map_name(self.maps, installs)}" if promoted and installs else "")
+            shown = step.go.value == "move" and installs is not None
+            return _render_step(step) + (f"\ninstall: {_map_name(self.maps, installs)}" if shown else "")
         raise ValueError(f"unknown session command {command!r}")
 
     def _finding(self, rank: int, kind: str, positional: list[str], args: dict[str, Any]) -> RankFinding:

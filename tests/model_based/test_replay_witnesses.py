@@ -27,9 +27,6 @@ from tests.model_based.witness_traces import MANIFEST, REGENERATE, SPEC, WITNESS
 
 NAMES = [w.name for w in WITNESSES]
 FULL = os.environ.get("REPLAY_FULL") == "1"
-# The warm standby's witnesses (issue 18) replay on the mirror; on real daemons they need the adapter's
-# park and claim wire and its notices on the attach connections, and RealSystem's Park, Claim, Promote.
-MIRROR_ONLY = {w.name for w in WITNESSES if w.model in ("MCStandby", "MCTwoStandbys")}
 
 
 def manifest() -> dict:
@@ -54,8 +51,8 @@ def test_witness_replays_on_the_mirror(name: str) -> None:
 
 def replay(name: str, host: DaemonHost) -> list[str]:
     behaviour = load_witness(name)
-    older = frozenset(load_model(SPEC, witness(name).model).older)
-    real = RealSystem(host, behaviour.init, older)
+    model = load_model(SPEC, witness(name).model)
+    real = RealSystem(host, behaviour.init, frozenset(model.older), model.standbys)
     try:
         real.check_daemons(behaviour.init, "the initial state")
         before = behaviour.init
@@ -71,8 +68,6 @@ def replay(name: str, host: DaemonHost) -> list[str]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_witness_replays_on_inprocess_daemons(name: str) -> None:
-    if name in MIRROR_ONLY:
-        pytest.skip("a standby witness: the daemon adapter has no notice on the attach connection yet (issue 18)")
     with tempfile.TemporaryDirectory(prefix="witness-") as tmp:
         log = replay(name, InProcessHost(Path(tmp), repairs=load_model(SPEC, witness(name).model).repairs))
     assert any(line.startswith("  d") for line in log), "nothing was sent to the daemons"
@@ -83,8 +78,6 @@ def test_witness_replays_on_inprocess_daemons(name: str) -> None:
 def test_witness_replays_on_daemon_processes(name: str) -> None:
     if load_model(SPEC, witness(name).model).repairs:
         pytest.skip("a repair needs the fake reload of in-process daemons (daemon processes have none yet)")
-    if name in MIRROR_ONLY:
-        pytest.skip("a standby witness: the daemon adapter has no notice on the attach connection yet (issue 18)")
     with tempfile.TemporaryDirectory(prefix="witness-") as tmp:
         log = replay(name, ProcessHost(Path(tmp)))
     assert any(line.startswith("  d") for line in log), "nothing was sent to the daemons"
