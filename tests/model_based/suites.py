@@ -41,9 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
 TRACES = Path(__file__).resolve().parent / "traces"
 MODELS = ("MCSmall", "MCFull", "MCStandby")
-# The suites that also replay on the adapters' daemons (tests/model_based/test_replay_adapters.py). MCStandby
-# is not yet among them: src/daemon_adapter does not serve the standby's park and claim requests (issue 18).
-ADAPTER_MODELS = ("MCSmall", "MCFull")
 MAX_STEPS = 40
 REGENERATE = "make traces"
 _STATE_VARIABLE = re.compile(r"^(?:/\\ )?([A-Za-z_]\w*) = ", re.M)
