@@ -112,6 +112,32 @@ def SharesOnlyAdopted(m: Model, s: Vars) -> bool:
     return all(f["found"] == "record" for e in m.newer if s.eshare[e] for f in s.efind[e])
 
 
+_PARKED_CLAIMS = ("parked", "notified", "taken", "dirty")
+
+
+def OneRole(m: Model, s: Vars) -> bool:
+    for e in m.engines:
+        if _gone(s, e):
+            continue
+        claims = s.eclaim[e]
+        for r in m.ranks:
+            parked = ModelValue(e) in s.dpark[r - 1]
+            if claims[r - 1] in _PARKED_CLAIMS and not parked:
+                return False
+            if claims[r - 1] in ("none", "granted") and parked:
+                return False
+        if s.ephase[e] != "parked" and any(c not in ("none", "granted") for c in claims):
+            return False
+        if s.ephase[e] == "run" and not (all(c == "none" for c in claims) or all(c == "granted" for c in claims)):
+            return False
+    return True
+
+
+def OnePromoted(m: Model, s: Vars) -> bool:
+    live = [e for e in m.standbys if not _gone(s, e)]
+    return all(sum(s.eclaim[e][r - 1] == "granted" for e in live) <= 1 for r in m.ranks)
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
@@ -121,11 +147,13 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "PendingHasMover": PendingHasMover,
     "LoadsOnCleanFindings": LoadsOnCleanFindings,
     "SharesOnlyAdopted": SharesOnlyAdopted,
+    "OneRole": OneRole,
+    "OnePromoted": OnePromoted,
 }
 
 
 # What the action properties read of a state: (dphase, dver, ever, gone engines, unparked attachments,
-# eserv, movers, parked attachments)
+# eserv, movers, parked attachments, each engine's eclaim, each engine's begin replies)
 StepView = tuple[Any, ...]
 
 
@@ -153,10 +181,28 @@ def BeginsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
     return True
 
 
+def ClaimsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[8][i][r - 1] != "granted" and t[8][i][r - 1] == "granted" and (s[4][r - 1] or s[0][r - 1] != "clean")
+        for i in range(len(m.engines))
+        for r in m.ranks
+    )
+
+
+def BusyOnlyByUnparked(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[9][i][r - 1] == "none" and t[9][i][r - 1] == "busy" and s[0][r - 1] != "pending" and not (s[4][r - 1] - {e})
+        for i, e in enumerate(m.engines)
+        for r in m.ranks
+    )
+
+
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
     "DirtySticky": DirtySticky,
     "VersionMonotonic": VersionMonotonic,
     "BeginsAlone": BeginsAlone,
+    "ClaimsAlone": ClaimsAlone,
+    "BusyOnlyByUnparked": BusyOnlyByUnparked,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
@@ -169,4 +215,7 @@ LIVENESS = (
     "LiveMoveFreesDaemon",
     "RepairEnds",
     "TornMoveRepaired",
+    "StandbyTakesOver",
+    "PartialGrantEnds",
+    "ParkedStandbysDoNotBlock",
 )

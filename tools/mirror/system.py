@@ -669,9 +669,9 @@ class System:
     def render(self, s: SysState) -> str:
         return render_projection(self.project(s))
 
-    @staticmethod
-    def step_view(s: SysState) -> tuple[Any, ...]:
+    def step_view(self, s: SysState) -> tuple[Any, ...]:
         """What the action properties read (``invariants.StepView``)."""
+        engines = [self._spec_engine(es) for es in s.engines]
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
@@ -681,6 +681,8 @@ class System:
             tuple(_serv(es) for es in s.engines),
             tuple(None if v.pending is None else v.pending.engine_id for v in s.daemons),
             tuple(v.parked for v in s.daemons),
+            tuple(x[7] for x in engines),
+            tuple(x[6]["replies"] for x in engines),
         )
 
 
