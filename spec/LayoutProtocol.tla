@@ -43,6 +43,7 @@ CONSTANTS
     DaemonRestarts,  \* whether an operator may restart a dirty daemon
     Repairs,         \* the daemons repair a torn move (started with auto repair on)
     RepairMayFail,   \* a repair can fail (a read error, a missing file)
+    Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
     NONE             \* model value: no pending move
 
 ASSUME /\ NumRanks \in Nat \ {0}
@@ -54,6 +55,7 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ DaemonRestarts \in BOOLEAN
        /\ Repairs \in BOOLEAN
        /\ RepairMayFail \in BOOLEAN
+       /\ Standbys \subseteq Engines \ Older
 
 Ranks == 1..NumRanks
 Layers == 1..NumLayers
@@ -76,20 +78,35 @@ VARIABLES
     datt,     \* engines holding a live attachment (the session is the engine id)
     dnf,      \* sticky flag: an engine fetched without a live attachment
     truth,    \* the real layout of each daemon's weights
-    ephase,   \* engine phase: "start", "load", "run", "failed", "dead"
+    ephase,   \* engine phase: "start", "load", "run", "parked" (a standby), "failed", "dead"
     efind,    \* what each rank found on its daemon at startup
     eroute,   \* the layout the engine routes with (its metadata)
     ever,     \* the record version the engine adopted (0 for its own initial layout)
     eserv,    \* ranks whose daemon weights the engine maps (fetched, not dead)
     eshare,   \* shared-weight rebalancing is on for this engine
     reb,      \* the engine's rebalance in progress
-    moves     \* chunks begun so far (bounded by MaxMoves)
+    moves,    \* chunks begun so far (bounded by MaxMoves)
+    dpark,    \* the parked standby attachments of each daemon (a subset of datt)
+    eclaim    \* per rank, a standby's role on that rank's daemon (see ClaimStates)
 
 vars == <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
-          eserv, eshare, reb, moves>>
+          eserv, eshare, reb, moves, dpark, eclaim>>
 
-daemonVars == <<dphase, dver, dmap, dpend, datt, dnf, truth>>
-engineVars == <<ephase, efind, eroute, ever, eserv, eshare, reb>>
+daemonVars == <<dphase, dver, dmap, dpend, datt, dnf, truth, dpark>>
+engineVars == <<ephase, efind, eroute, ever, eserv, eshare, reb, eclaim>>
+
+(* A standby's role on one rank's daemon (eclaim[e][r]):                    *)
+(*  "none": not parked there (warming up, or promoted: see "granted");      *)
+(*  "parked": parked, no notice yet; "notified": parked, and the daemon      *)
+(*  said no unparked engine is attached any more (a message on the attach    *)
+(*  connection, or the park reply itself);                                  *)
+(*  "granted": the claim of the primary role was granted (unparked there);   *)
+(*  "taken": the claim was refused, another unparked engine is attached      *)
+(*  (still parked); "dirty": refused, the daemon is not clean (still         *)
+(*  parked); "release": claimed (granted or taken), but some claim was      *)
+(*  taken: the rank parks there again.                                      *)
+ClaimStates == {"none", "parked", "notified", "granted", "taken", "dirty", "release"}
+NoClaims == [r \in Ranks |-> "none"]
 
 InitialMap == [l \in Layers |-> 0]
 NoFinding == [found |-> "nothing", fver |-> 0, fmap |-> InitialMap]
@@ -109,6 +126,7 @@ Forget(e, phase) ==
     /\ eserv' = [eserv EXCEPT ![e] = {}]
     /\ eshare' = [eshare EXCEPT ![e] = FALSE]
     /\ reb' = [reb EXCEPT ![e] = IdleReb]
+    /\ eclaim' = [eclaim EXCEPT ![e] = NoClaims]
 
 (* The layout an engine moves to with its current chunk: flip those rows.  *)
 Target(e) == [l \in Layers |-> IF l \in reb[e].chunk THEN 1 - eroute[e][l] ELSE eroute[e][l]]
@@ -146,6 +164,8 @@ Init ==
     /\ eshare = [e \in Engines |-> FALSE]
     /\ reb = [e \in Engines |-> IdleReb]
     /\ moves = 0
+    /\ dpark = [r \in Ranks |-> {}]
+    /\ eclaim = [e \in Engines |-> NoClaims]
 
 (* Rank r of engine e attaches to daemon r; the reply is the finding.       *)
 (* Another engine's pending move, or a repair, makes the rank wait (it     *)
@@ -160,7 +180,7 @@ Attach(e, r) ==
                                          THEN [Snapshot(r) EXCEPT !.found = "wait"]
                                          ELSE Snapshot(r)]
     /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* A waiting rank polls its daemon (a query with the map) and sees the     *)
 (* move ended: aborted, committed (a new record), dirty, or repaired (the   *)
@@ -171,7 +191,7 @@ Poll(e, r) ==
     /\ ~MustWait(e, r)
     /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* The wait timed out (300 s by default): the rank fails its startup.       *)
 Timeout(e, r) ==
@@ -179,7 +199,7 @@ Timeout(e, r) ==
     /\ efind[e][r].found = "wait"
     /\ efind' = [efind EXCEPT ![e][r].found = "timeout"]
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
-                   eshare, reb, moves>>
+                   eshare, reb, moves, dpark, eclaim>>
 
 (* The ranks all-gather their findings; one decision, the same on all.      *)
 Found(e) == {efind[e][r] : r \in Ranks}
@@ -205,7 +225,7 @@ Agree(e) ==
               /\ eroute' = [eroute EXCEPT ![e] = IF Adopts(e) THEN f.fmap ELSE InitialMap]
               /\ ever' = [ever EXCEPT ![e] = IF Adopts(e) THEN f.fver ELSE 0]
               /\ eshare' = [eshare EXCEPT ![e] = Adopts(e)]
-              /\ UNCHANGED <<efind, eserv, reb>>
+              /\ UNCHANGED <<efind, eserv, reb, eclaim>>
     /\ UNCHANGED <<daemonVars, moves>>
 
 (* fetch_state on daemon r, with the engine's claim (version, digest);      *)
@@ -225,23 +245,32 @@ Fetch(e, r) ==
          THEN /\ eserv' = [eserv EXCEPT ![e] = @ \cup {r}]
               /\ ephase' = [ephase EXCEPT ![e] = IF eserv'[e] = Ranks THEN "run" ELSE "load"]
               /\ dnf' = [dnf EXCEPT ![r] = @ \/ FetchNonFollowing(e, r)]
-              /\ UNCHANGED <<efind, eroute, ever, eshare, reb>>
+              /\ UNCHANGED <<efind, eroute, ever, eshare, reb, eclaim>>
          ELSE /\ Forget(e, "failed")
               /\ UNCHANGED dnf
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves, dpark>>
 
 -----------------------------------------------------------------------------
 (* Rebalance, one chunk at a time (docs/protocol.md §6).                   *)
 
+(* An engine acts as a primary (rebalances) unless it was started as a      *)
+(* standby and has not been promoted (granted the role on every daemon).    *)
+Primary(e) == e \notin Standbys \/ \A r \in Ranks : eclaim[e][r] = "granted"
+
+(* The engines whose attachment to daemon r counts: every attachment but    *)
+(* the parked standbys'.                                                    *)
+Unparked(r) == datt[r] \ dpark[r]
+
 BeginChunk(e, c) ==
     /\ ephase[e] = "run"
+    /\ Primary(e)
     /\ eshare[e]
     /\ reb[e].step = "idle"
     /\ moves < MaxMoves
     /\ c \in Chunks
     /\ reb' = [reb EXCEPT ![e] = [IdleReb EXCEPT !.step = "begin", !.chunk = c]]
     /\ moves' = moves + 1
-    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, eclaim>>
 
 (* begin on daemon r: the precedence of docs/protocol.md §4.               *)
 BeginReply(e, r) ==
@@ -251,7 +280,7 @@ BeginReply(e, r) ==
       [] dnf[r]                                             -> "refused"
       [] ever[e] # dver[r]                                  -> "refused"
       [] dphase[r] = "pending"                              -> "busy"
-      [] datt[r] \ {e} # {}                                 -> "busy"
+      [] Unparked(r) \ {e} # {}                             -> "busy"
       [] OTHER                                              -> "ok"
 
 Begin(e, r) ==
@@ -266,7 +295,7 @@ Begin(e, r) ==
                                                 base |-> dver[r]]]
          ELSE UNCHANGED <<dphase, dpend>>
     /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
-                   moves>>
+                   moves, dpark, eclaim>>
 
 (* All replies gathered: proceed, or abort the ok ranks (pause on busy,     *)
 (* rebalancing off for good on a refusal).                                  *)
@@ -281,7 +310,7 @@ Decide(e) ==
                        ELSE IF anyOk THEN [@ EXCEPT !.step = "abort"]
                        ELSE IdleReb]
           /\ eshare' = [eshare EXCEPT ![e] = "refused" \notin replies]
-    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves, eclaim>>
 
 Abort(e, r) ==
     /\ ephase[e] = "run"
@@ -295,7 +324,7 @@ Abort(e, r) ==
                    THEN IdleReb
                    ELSE [@ EXCEPT !.replies[r] = "aborted"]]
     /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
-                   moves>>
+                   moves, dpark, eclaim>>
 
 (* sglang's update_expert_location rewrites one layer of one rank's         *)
 (* weights in the daemon's memory, the chunk's layers in increasing order.  *)
@@ -306,7 +335,7 @@ MoveLayer(e, r, l) ==
     /\ truth[r][l] # Target(e)[l]
     /\ \A k \in reb[e].chunk : k < l => truth[r][k] = Target(e)[k]
     /\ truth' = [truth EXCEPT ![r][l] = Target(e)[l]]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, engineVars, moves>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, engineVars, moves, dpark>>
 
 MovedEverywhere(e) == \A r \in Ranks : \A l \in reb[e].chunk : truth[r][l] = Target(e)[l]
 
@@ -331,7 +360,7 @@ Commit(e, r) ==
               /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
          ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
-    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves>>
+    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
 (* Every rank committed: check that all daemons recorded the same new       *)
 (* version with the digest of the engine's whole map.  The engine routes    *)
@@ -346,7 +375,101 @@ Verify(e) ==
           /\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]
           /\ eshare' = [eshare EXCEPT ![e] = good]
     /\ reb' = [reb EXCEPT ![e] = IdleReb]
-    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves>>
+    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves, eclaim>>
+
+-----------------------------------------------------------------------------
+(* Warm standbys (docs/protocol.md §10).  A standby starts as any engine    *)
+(* (attach, wait, agree, fetch) and serves forward passes while it warms up *)
+(* ("run"): until it parks, its attachment counts as any other.  It then    *)
+(* parks, rank by rank: it runs no forward pass any more ("parked") and     *)
+(* each daemon keeps its attachment as parked (dpark), which no begin       *)
+(* counts.  A daemon whose attachments are all parked tells its parked     *)
+(* standbys so (Notify).  Once every rank has that notice (the all-gather  *)
+(* of the ranks), the ranks claim the primary role in rank order; a daemon *)
+(* grants it only while no unparked engine is attached and it is clean.    *)
+(* All granted: the engine adopts the records' map and serves as primary.  *)
+(* A dirty daemon: it fails with the dirty reason.  A claim taken by       *)
+(* another engine: it parks again where it was granted and waits for the   *)
+(* next notice.  The first rank's daemon decides between two standbys: the *)
+(* loser's first claim is taken, so it never holds any other daemon.       *)
+
+(* The notice: with only parked attachments left on daemon r (att and park  *)
+(* are its attachments and parked ones after the step), every parked       *)
+(* standby there that waits for a notice gets one.  A gone engine's memory  *)
+(* is forgotten ("none"), so a dead process gets nothing.                  *)
+Notify(c, r, att, park) ==
+    [f \in Engines |->
+        IF f \in park /\ c[f][r] = "parked" /\ att \ park = {}
+          THEN [c[f] EXCEPT ![r] = "notified"]
+          ELSE c[f]]
+
+(* Rank r of standby e parks on daemon r: after its warmup (rank 1 stops    *)
+(* the forward passes of every rank first: the scheduler pauses), or again *)
+(* where it claimed but some claim was taken (parking an attachment that   *)
+(* is parked already changes nothing on the daemon).  The reply is the     *)
+(* notice when no unparked engine is attached.                              *)
+Park(e, r) ==
+    /\ e \in Standbys
+    /\ ephase[e] \in {"run", "parked"}
+    /\ eclaim[e][r] \in {"none", "release"}
+    /\ \A q \in 1..(r - 1) : eclaim[e][q] \notin {"none", "release"}
+    /\ dpark' = [dpark EXCEPT ![r] = @ \cup {e}]
+    /\ ephase' = [ephase EXCEPT ![e] = "parked"]
+    /\ eclaim' = Notify([eclaim EXCEPT ![e][r] = "parked"], r, datt[r], dpark'[r])
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, efind, eroute, ever, eserv,
+                   eshare, reb, moves>>
+
+(* The claim of the primary role on daemon r: the precedence of the daemon. *)
+ClaimReply(e, r) ==
+    CASE Unparked(r) # {}         -> "taken"
+      [] dphase[r] # "clean"      -> "dirty"
+      [] OTHER                    -> "granted"
+
+(* Every rank has its notice (the all-gather), the ranks before r were      *)
+(* granted: rank r claims.  A grant unparks the attachment and carries the  *)
+(* record (version and map), kept as the rank's finding.                    *)
+Claim(e, r) ==
+    /\ ephase[e] = "parked"
+    /\ \A q \in Ranks : eclaim[e][q] \in {"notified", "granted"}
+    /\ eclaim[e][r] = "notified"
+    /\ \A q \in 1..(r - 1) : eclaim[e][q] = "granted"
+    /\ eclaim' = [eclaim EXCEPT ![e][r] = ClaimReply(e, r)]
+    /\ IF ClaimReply(e, r) = "granted"
+         THEN /\ dpark' = [dpark EXCEPT ![r] = @ \ {e}]
+              /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
+         ELSE UNCHANGED <<efind, dpark>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+                   eshare, reb, moves>>
+
+(* The claims gathered (the all-gather): every rank granted, with the same  *)
+(* record on all (the startup's rule, StartupFails): serve as primary with *)
+(* that map and version.  A dirty daemon, or records that differ: fail.    *)
+(* A claim taken: every rank that claimed parks again (Park), the taken     *)
+(* one included: its park reply is the notice if that daemon has no        *)
+(* unparked engine by then, so a notice sent while the claim was answered  *)
+(* is never lost.                                                           *)
+Granted(e) == \A r \in Ranks : eclaim[e][r] = "granted"
+ClaimsEnded(e) == Granted(e) \/ \E r \in Ranks : eclaim[e][r] \in {"taken", "dirty"}
+PromotionFails(e) ==
+    (\E r \in Ranks : eclaim[e][r] = "dirty") \/ (Granted(e) /\ StartupFails(e))
+
+Promote(e) ==
+    /\ ephase[e] = "parked"
+    /\ ClaimsEnded(e)
+    /\ IF PromotionFails(e)
+         THEN /\ Forget(e, "failed")
+              /\ UNCHANGED daemonVars
+         ELSE IF Granted(e)
+         THEN /\ ephase' = [ephase EXCEPT ![e] = "run"]
+              /\ eroute' = [eroute EXCEPT ![e] = efind[e][1].fmap]
+              /\ ever' = [ever EXCEPT ![e] = efind[e][1].fver]
+              /\ eshare' = [eshare EXCEPT ![e] = TRUE]
+              /\ UNCHANGED <<daemonVars, efind, eserv, reb, eclaim>>
+         ELSE /\ eclaim' = [eclaim EXCEPT ![e] =
+                              [r \in Ranks |-> IF eclaim[e][r] \in {"granted", "taken"}
+                                                 THEN "release" ELSE eclaim[e][r]]]
+              /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, reb>>
+    /\ UNCHANGED moves
 
 -----------------------------------------------------------------------------
 (* Failures and the daemons' side.                                          *)
@@ -360,14 +483,19 @@ Crash(e) ==
 (* Daemon r notices the EOF of engine e's attach connection.  A move of     *)
 (* that engine still pending makes the daemon dirty; with auto repair on    *)
 (* the repair starts at once, in the same step of the daemon's watcher.     *)
+(* When that leaves only parked standbys attached, the daemon notifies     *)
+(* them (Notify).                                                           *)
 Detach(r, e) ==
     /\ e \in datt[r]
     /\ Gone(e)
     /\ datt' = [datt EXCEPT ![r] = @ \ {e}]
+    /\ dpark' = [dpark EXCEPT ![r] = @ \ {e}]
+    /\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r])
     /\ IF dphase[r] = "pending" /\ dpend[r].mover = e
          THEN dphase' = [dphase EXCEPT ![r] = IF Repairs THEN "repairing" ELSE "dirty"]
          ELSE UNCHANGED dphase
-    /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   reb, moves>>
 
 (* The operator restarts a dirty daemon once nothing uses it: the weights   *)
 (* reload from disk at the initial layout, version 0.                       *)
@@ -382,7 +510,7 @@ Restart(r) ==
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
     /\ dnf' = [dnf EXCEPT ![r] = FALSE]
     /\ truth' = [truth EXCEPT ![r] = InitialMap]
-    /\ UNCHANGED <<datt, engineVars, moves>>
+    /\ UNCHANGED <<datt, engineVars, moves, dpark>>
 
 (* The repair of a torn move (docs/protocol.md §4): the daemon reloads from *)
 (* the checkpoint only the layers of the interrupted move (dpend[r].layers), *)
@@ -404,7 +532,7 @@ RepairDone(r) ==
     /\ truth' = [truth EXCEPT ![r] = RepairedTruth(r)]
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
-    /\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves, dpark>>
 
 (* The repair fails (a read error, a missing file): the daemon is dirty,     *)
 (* and keeps the torn move's information for the message.                  *)
@@ -413,14 +541,14 @@ RepairFails(r) ==
     /\ RepairMayFail
     /\ dphase[r] = "repairing"
     /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
-    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
 (* The operator's `expert-layout repair` on a dirty daemon.                  *)
 RepairAgain(r) ==
     /\ Repairs
     /\ dphase[r] = "dirty"
     /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
-    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves>>
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
 Next ==
     \/ \E e \in Engines, r \in Ranks : Attach(e, r)
@@ -441,6 +569,9 @@ Next ==
     \/ \E r \in Ranks : RepairDone(r)
     \/ \E r \in Ranks : RepairFails(r)
     \/ \E r \in Ranks : RepairAgain(r)
+    \/ \E e \in Engines, r \in Ranks : Park(e, r)
+    \/ \E e \in Engines, r \in Ranks : Claim(e, r)
+    \/ \E e \in Engines : Promote(e)
 
 Spec == Init /\ [][Next]_vars
 
@@ -449,7 +580,8 @@ Spec == Init /\ [][Next]_vars
 EngineSteps(e) ==
     \/ \E r \in Ranks : \/ Attach(e, r) \/ Poll(e, r) \/ Timeout(e, r) \/ Fetch(e, r)
                        \/ Begin(e, r) \/ Abort(e, r) \/ Commit(e, r)
-    \/ Agree(e) \/ Decide(e) \/ Verify(e)
+                       \/ Park(e, r) \/ Claim(e, r)
+    \/ Agree(e) \/ Decide(e) \/ Verify(e) \/ Promote(e)
     \/ \E r \in Ranks, l \in Layers : MoveLayer(e, r, l)
 
 (* Fairness: exactly what the real system guarantees, no more.              *)
@@ -463,7 +595,13 @@ EngineSteps(e) ==
 (*    replies, the decision, the aborts, the layer moves, the commits, the  *)
 (*    verification) run to their end: weak fairness on EngineSteps(e).  The *)
 (*    ranks of an engine step in rank order in this spec, so one condition  *)
-(*    per engine is the guarantee of all its rank processes.                *)
+(*    per engine is the guarantee of all its rank processes.  A standby's   *)
+(*    own steps are its engine steps too: it parks after its warmup, each   *)
+(*    rank's reader blocks on its attach connection, so a notice is read    *)
+(*    as soon as it is sent, and the claims and their all-gather run to     *)
+(*    their end (Park, Claim, Promote).  The notice itself is sent by the   *)
+(*    daemon in the step that leaves only parked attachments (Detach,       *)
+(*    Park): no polling, and no fairness of its own.                        *)
 (*  - A repair that has started runs to its end on the daemon's own        *)
 (*    thread (reading the checkpoint's files of a few layers): weak         *)
 (*    fairness on each RepairDone(r).  Where a repair may fail it ends      *)
@@ -500,7 +638,7 @@ TypeOK ==
     /\ datt \in [Ranks -> SUBSET Newer]
     /\ dnf \in [Ranks -> BOOLEAN]
     /\ truth \in [Ranks -> [Layers -> {0, 1}]]
-    /\ ephase \in [Engines -> {"start", "load", "run", "failed", "dead"}]
+    /\ ephase \in [Engines -> {"start", "load", "run", "parked", "failed", "dead"}]
     /\ efind \in [Engines -> [Ranks -> Findings]]
     /\ eroute \in [Engines -> [Layers -> {0, 1}]]
     /\ ever \in [Engines -> 0..MaxMoves]
@@ -508,29 +646,35 @@ TypeOK ==
     /\ eshare \in [Engines -> BOOLEAN]
     /\ reb \in [Engines -> Rebalances]
     /\ moves \in 0..MaxMoves
+    /\ dpark \in [Ranks -> SUBSET Standbys]
+    /\ \A r \in Ranks : dpark[r] \subseteq datt[r]
+    /\ eclaim \in [Engines -> [Ranks -> ClaimStates]]
 
 (* Every engine that serves from a daemon's weights, and is not itself      *)
-(* mid-move, routes with exactly that daemon's real layout.                 *)
+(* mid-move, routes with exactly that daemon's real layout.  A parked       *)
+(* standby runs no forward pass: its layout may be stale until it promotes. *)
 SafeRouting ==
     \A e \in Engines, r \in Ranks :
-        (r \in eserv[e] /\ ~Moving(e)) => eroute[e] = truth[r]
+        (r \in eserv[e] /\ ~Moving(e) /\ ephase[e] # "parked") => eroute[e] = truth[r]
 
 (* A clean record equals the real layout.                                   *)
 CleanRecordIsTruth ==
     \A r \in Ranks : dphase[r] = "clean" => dmap[r] = truth[r]
 
 (* At most one move pending per daemon (one dpend), and nobody else maps    *)
-(* those weights while it is pending.  That its engine was alone when it    *)
-(* began is the action property BeginsAlone below.                          *)
+(* those weights while it is pending but a parked standby (which runs no    *)
+(* forward pass).  That its engine was alone when it began is the action    *)
+(* property BeginsAlone below.                                              *)
 OneMover ==
     \A r \in Ranks : dphase[r] = "pending" =>
         /\ dpend[r] # NONE
-        /\ \A e \in Engines \ {dpend[r].mover} : r \notin eserv[e]
+        /\ \A e \in Engines \ {dpend[r].mover} : r \in eserv[e] => e \in dpark[r]
 
 (* An engine serving from several daemons adopted the same version (and     *)
 (* map) from all of them.                                                   *)
+(* (A parked standby's findings mix its startup's and its grants'.)         *)
 AgreedVersions ==
-    \A e \in Newer : eserv[e] # {} =>
+    \A e \in Newer : eserv[e] # {} /\ ephase[e] # "parked" =>
         \A r, q \in Ranks :
             (efind[e][r].found = "record" /\ efind[e][q].found = "record") =>
                 /\ efind[e][r].fver = efind[e][q].fver
@@ -557,8 +701,30 @@ LoadsOnCleanFindings ==
 SharesOnlyAdopted ==
     \A e \in Newer : eshare[e] => \A r \in Ranks : efind[e][r].found = "record"
 
+(* No engine is primary on some ranks and a standby on others: the daemons' *)
+(* parked attachments agree with each live standby's role ("release" is     *)
+(* either: granted or taken, parking again), an engine that is not parked   *)
+(* is parked on no daemon, and one                                          *)
+(* that serves forward passes is either warming up (parked nowhere yet) or  *)
+(* promoted on every rank.                                                  *)
+OneRole ==
+    \A e \in Engines : ~Gone(e) =>
+        /\ \A r \in Ranks : eclaim[e][r] \in {"parked", "notified", "taken", "dirty"} => e \in dpark[r]
+        /\ \A r \in Ranks : eclaim[e][r] \in {"none", "granted"} => e \notin dpark[r]
+        /\ ephase[e] # "parked" => \A r \in Ranks : eclaim[e][r] \in {"none", "granted"}
+        /\ ephase[e] = "run" => \/ \A r \in Ranks : eclaim[e][r] = "none"
+                               \/ Granted(e)
+
+(* No two primaries per daemon: at most one live standby holds the primary  *)
+(* role on a daemon.  That a grant comes only while no other unparked       *)
+(* engine is attached is the action property ClaimsAlone.                   *)
+OnePromoted ==
+    \A r \in Ranks : \A e, f \in Standbys :
+        (e # f /\ ~Gone(e) /\ ~Gone(f)) => ~(eclaim[e][r] = "granted" /\ eclaim[f][r] = "granted")
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
+              /\ OneRole /\ OnePromoted
 
 (* Dirty is sticky until the daemon restarts or the operator asks for a     *)
 (* repair again.                                                            *)
@@ -575,11 +741,26 @@ VersionMonotonic ==
 (* A move begins only while its engine is alone on the daemon: no other     *)
 (* engine attached, none serving from it (docs/protocol.md §4, begin      *)
 (* rule 3).                                                                *)
+(* Parked standbys do not count (they run no forward pass).                 *)
 BeginsAlone ==
     [][\A r \in Ranks :
          (dphase[r] # "pending" /\ dphase'[r] = "pending") =>
-             /\ datt[r] = {dpend'[r].mover}
-             /\ \A e \in Engines : r \in eserv[e] => e = dpend'[r].mover]_vars
+             /\ Unparked(r) = {dpend'[r].mover}
+             /\ \A e \in Engines : r \in eserv[e] => e = dpend'[r].mover \/ e \in dpark[r]]_vars
+
+(* A claim is granted only while no unparked engine is attached to that     *)
+(* daemon and the daemon is clean.                                          *)
+ClaimsAlone ==
+    [][\A r \in Ranks, e \in Engines :
+         (eclaim[e][r] # "granted" /\ eclaim'[e][r] = "granted") =>
+             /\ Unparked(r) = {}
+             /\ dphase[r] = "clean"]_vars
+
+(* A begin is busy only for a pending move or another unparked engine.     *)
+BusyOnlyByUnparked ==
+    [][\A e \in Engines, r \in Ranks :
+         (reb[e].replies[r] = "none" /\ reb'[e].replies[r] = "busy") =>
+             dphase[r] = "pending" \/ Unparked(r) \ {e} # {}]_vars
 
 (* Liveness: a move whose engine died ends with the daemon dirty (with      *)
 (* auto repair on: repairing, the dirty daemon's first step).               *)
@@ -652,5 +833,40 @@ LiveMoveFreesDaemon ==
         (dphase[r] = "pending" /\ ~Gone(dpend[r].mover))
             ~> (\/ dphase[r] = "clean"
                 \/ dphase[r] = "pending" /\ Gone(dpend[r].mover))
+
+(* Liveness, the standby's purpose: once every engine but the standbys is  *)
+(* gone and every daemon is clean, with a standby parked, some standby ends *)
+(* up primary serving the records' layout, unless every standby is gone:   *)
+(* crashed, or (the spec has no clock) a standby still starting whose wait *)
+(* timed out.                                                               *)
+StandbyTakesOver ==
+    (/\ \E s \in Standbys : ephase[s] = "parked"
+     /\ \A o \in Engines \ Standbys : Gone(o)
+     /\ \A r \in Ranks : dphase[r] = "clean")
+    ~> (\/ \E s \in Standbys : /\ ephase[s] = "run" /\ Granted(s)
+                               /\ \A r \in Ranks : eroute[s] = dmap[r] /\ ever[s] = dver[r]
+        \/ \A s \in Standbys : Gone(s))
+
+(* Liveness: a standby never stays primary on some ranks and parked on     *)
+(* others: a claim granted on some daemons ends, promoted or parked again   *)
+(* on every one (or the standby is gone).                                   *)
+PartialGrantEnds ==
+    \A e \in Standbys :
+        (ephase[e] = "parked" /\ \E r \in Ranks : eclaim[e][r] = "granted")
+            ~> (ephase[e] # "parked" \/ \A r \in Ranks : eclaim[e][r] # "granted")
+
+(* Liveness: a primary's begin, with only parked standbys attached besides  *)
+(* it (every other engine parked everywhere, or gone with its attachments   *)
+(* parked) and the claims it makes true, is not busy: its move starts.      *)
+ParkedStandbysDoNotBlock ==
+    \A e \in Engines \ Standbys :
+        (/\ reb[e].step = "begin"
+         /\ \A r \in Ranks : /\ reb[e].replies[r] = "none"
+                             /\ Unparked(r) = {e}
+                             /\ dphase[r] = "clean"
+                             /\ dver[r] = ever[e]
+                             /\ ~dnf[r]
+         /\ \A o \in Engines \ {e} : ephase[o] \in {"parked", "failed", "dead"})
+        ~> (reb[e].step = "move" \/ Gone(e))
 
 =============================================================================

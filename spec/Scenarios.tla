@@ -17,10 +17,10 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, RepairMayFail, NONE
+          DaemonRestarts, Repairs, RepairMayFail, Standbys, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
-          eserv, eshare, reb, moves,
+          eserv, eshare, reb, moves, dpark, eclaim,
           seen    \* events so far: tuples, see Events below
 
 P == INSTANCE LayoutProtocol
@@ -47,7 +47,14 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"failed_on_dirty", n>>: n's startup failed on a dirty daemon;          *)
 (* <<"older_refused", o>>: an older engine's fetch was refused by a clean   *)
 (*     daemon after a move;                                                  *)
-(* <<"repaired", r, v>>: daemon r's repair ended clean, at version v.        *)
+(* <<"repaired", r, v>>: daemon r's repair ended clean, at version v;       *)
+(* <<"moved_while_parked", m, s, v>>: m verified its move to version v while *)
+(*     the standby s was parked on every daemon;                             *)
+(* <<"promoted", s>>: the standby s promoted (serves as primary);           *)
+(* <<"claim_taken", s>>: a claim of the standby s was taken;                 *)
+(* <<"parked_beside", s, m>>: the standby s parked on a daemon where m, a    *)
+(*     running primary, is attached;                                         *)
+(* <<"standby_failed_dirty", s>>: the standby s failed on a dirty daemon.    *)
 Events ==
     {<<"started_alone", e>> :
         e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
@@ -89,6 +96,27 @@ Events ==
                              /\ \A r \in Ranks : dphase[r] = "clean" /\ dver[r] > 0}}
     \cup
     {<<"repaired", r, dver[r]>> : r \in {q \in Ranks : dphase[q] = "repairing" /\ dphase'[q] = "clean"}}
+    \cup
+    {<<"moved_while_parked", p[1], p[2], ever'[p[1]]>> :
+        p \in {q \in Newer \X Standbys :
+                 /\ q[1] # q[2]
+                 /\ ephase[q[2]] = "parked" /\ \A r \in Ranks : q[2] \in dpark[r]
+                 /\ reb[q[1]].step = "commit" /\ reb'[q[1]].step = "idle"
+                 /\ ever'[q[1]] = ever[q[1]] + 1}}
+    \cup
+    {<<"promoted", s>> : s \in {t \in Standbys : ephase[t] = "parked" /\ ephase'[t] = "run"}}
+    \cup
+    {<<"parked_beside", p[1], p[2]>> :
+        p \in {q \in Standbys \X (Newer \ Standbys) :
+                 /\ ephase[q[2]] = "run"
+                 /\ \E r \in Ranks : q[1] \notin dpark[r] /\ q[1] \in dpark'[r] /\ q[2] \in datt[r]}}
+    \cup
+    {<<"claim_taken", s>> :
+        s \in {t \in Standbys : \E r \in Ranks : eclaim[t][r] # "taken" /\ eclaim'[t][r] = "taken"}}
+    \cup
+    {<<"standby_failed_dirty", s>> :
+        s \in {t \in Standbys : /\ ephase[t] = "parked" /\ ephase'[t] = "failed"
+                                /\ \E r \in Ranks : eclaim[t][r] = "dirty"}}
 
 Track == seen' = seen \cup Events
 
@@ -110,6 +138,9 @@ Restart(r) == P!Restart(r) /\ Track
 RepairDone(r) == P!RepairDone(r) /\ Track
 RepairFails(r) == P!RepairFails(r) /\ Track
 RepairAgain(r) == P!RepairAgain(r) /\ Track
+Park(e, r) == P!Park(e, r) /\ Track
+Claim(e, r) == P!Claim(e, r) /\ Track
+Promote(e) == P!Promote(e) /\ Track
 
 (* The same disjuncts, in the same order, as LayoutProtocol's Next.        *)
 ScenarioInit == P!Init /\ seen = {}
@@ -132,6 +163,9 @@ ScenarioNext ==
     \/ \E r \in Ranks : RepairDone(r)
     \/ \E r \in Ranks : RepairFails(r)
     \/ \E r \in Ranks : RepairAgain(r)
+    \/ \E e \in Engines, r \in Ranks : Park(e, r)
+    \/ \E e \in Engines, r \in Ranks : Claim(e, r)
+    \/ \E e \in Engines : Promote(e)
 
 -----------------------------------------------------------------------------
 (* The scenarios.                                                           *)
@@ -207,6 +241,40 @@ KillMidMoveRepairedThenAdopted ==
         /\ eroute[n] = efind[n][1].fmap
         /\ ever[n] = efind[n][1].fver
 
+(* A warm standby follows EPLB: the primary commits moves (two versions)   *)
+(* while the standby is parked, none of them busy, then dies; the standby   *)
+(* promotes and serves the moved layout, the records' latest version.       *)
+StandbyFollowsMoves ==
+    \E m \in Newer \ Standbys, s \in Standbys :
+        /\ <<"moved_while_parked", m, s, 2>> \in seen
+        /\ <<"promoted", s>> \in seen
+        /\ ephase[m] = "dead"
+        /\ ephase[s] = "run"
+        /\ \A r \in Ranks : dver[r] = 2 /\ eroute[s] = dmap[r] /\ ever[s] = dver[r]
+        /\ eroute[s] # InitialMap
+
+(* The primary dies mid-move: the daemons are dirty, and the standby fails   *)
+(* with the dirty reason instead of promoting.                              *)
+StandbyAfterDirtyFails ==
+    \E m \in Newer \ Standbys, s \in Standbys :
+        /\ <<"killed_mid_move", m>> \in seen
+        /\ <<"standby_failed_dirty", s>> \in seen
+
+(* Two standbys parked beside a running primary, which then dies: exactly *)
+(* one promotes, the other's claim is taken and it stays parked, the new    *)
+(* primary's standby.                                                       *)
+TwoStandbysOnePromotes ==
+    \E m \in Newer \ Standbys, s, t \in Standbys :
+        /\ s # t
+        /\ <<"parked_beside", s, m>> \in seen
+        /\ <<"parked_beside", t, m>> \in seen
+        /\ ephase[m] = "dead"
+        /\ <<"promoted", s>> \in seen
+        /\ ephase[s] = "run"
+        /\ <<"claim_taken", t>> \in seen
+        /\ ephase[t] = "parked"
+        /\ \A r \in Ranks : t \in dpark[r] /\ s \in datt[r] \ dpark[r]
+
 (* The witness invariants: each expected to be violated.                   *)
 NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout
 NoStandbyBusyThenMoverMoves == ~StandbyBusyThenMoverMoves
@@ -215,4 +283,7 @@ NoKillMidMoveNextFails == ~KillMidMoveNextFails
 NoOlderRefusedAfterMove == ~OlderRefusedAfterMove
 NoSeveralChunksMoved == ~SeveralChunksMoved
 NoKillMidMoveRepairedThenAdopted == ~KillMidMoveRepairedThenAdopted
+NoStandbyFollowsMoves == ~StandbyFollowsMoves
+NoStandbyAfterDirtyFails == ~StandbyAfterDirtyFails
+NoTwoStandbysOnePromotes == ~TwoStandbysOnePromotes
 =============================================================================

@@ -168,6 +168,20 @@ class Attachment:
     def open(self) -> bool:
         return self._sock is not None
 
+    def notice(self, timeout: float) -> dict[str, Any] | None:
+        """The next message the daemon wrote on this connection (a parked standby's notice,
+        ``layout_sm.messages.NOTICE``) within ``timeout`` seconds, or None."""
+        sock = self._sock
+        if sock is None:
+            return None
+        sock.settimeout(timeout)
+        try:
+            return recv_frame(sock)
+        except (TimeoutError, BlockingIOError):
+            return None
+        finally:
+            sock.settimeout(None)
+
     def close(self) -> None:
         """Detach: the daemon sees EOF once no process holds the connection."""
         sock, self._sock = self._sock, None

@@ -72,10 +72,12 @@ from layout_sm.messages import (
     REPAIR,
     AttachRequest,
     FetchLayoutField,
+    ParkRequest,
     QueryRequest,
     RepairRequest,
     is_sglang_request,
     malformed_frame,
+    notice_message,
     overloaded,
     parse_fetch_field,
     parse_plugin_gap,
@@ -332,6 +334,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # fetch without a claim from one of them comes from an engine whose plugin attached but whose
         # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
         self._attached_pids: dict[str, int] = {}  # session -> pid
+        # Each live attachment's connection, by engine id: a parked standby's notice is written there (issue 18).
+        self._attach_conns: dict[str, socket.socket] = {}
+        self._notice_lock = threading.Lock()
         self._auto_repair = auto_repair_enabled()
         self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
         # The running reload's progress (daemon_adapter.repair.RepairProgress), for the status.
@@ -475,6 +480,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             if isinstance(parsed, QueryRequest) and progress is not None:
                 wired["repair_progress"] = progress.to_wire()  # how far the reload is: status shows it
             self._send(conn, wired)
+            if isinstance(parsed, ParkRequest) and reply.ok:  # the other parked standbys learn it too
+                self._notify(e for e in reply.data.get("notified", ()) if e != parsed.engine_id)
             return
         assert slot is not None, "an attach is answered in its connection's own thread"
         session = secrets.token_hex(SESSION_TOKEN_BYTES)
@@ -490,6 +497,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         pid = peer_pid(conn) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
         if pid is not None:
             self._attached_pids[session] = pid
+        self._attach_conns[parsed.engine_id] = conn
         self._send(conn, reply.to_wire())
         self._watch_attachment(conn, parsed.engine_id, session)
 
@@ -556,6 +564,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         except OSError:
             pass  # reset by peer: gone just the same
         finally:
+            with self._notice_lock:
+                if self._attach_conns.get(engine_id) is watched:
+                    del self._attach_conns[engine_id]
             watched.close()
             self._attached_pids.pop(session, None)
             machine, lock = self._machine()
@@ -564,8 +575,23 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 repairing = effect.dirty is not None and machine.phase == REPAIRING
             level = logging.WARNING if effect.dirty is not None else logging.INFO
             logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
+            self._notify(effect.notified)
             if repairing:  # auto repair: the machine turned repairing; reload off this watcher thread
                 threading.Thread(target=self._run_repair, name="expert-layout-repair", daemon=True).start()
+
+    def _notify(self, engines: Any) -> None:
+        """Write the notice on each parked standby's attach connection: no unparked engine is attached
+        any more (the machine's ``notified``). A standby that is gone gets nothing (its EOF follows)."""
+        for engine_id in engines:
+            with self._notice_lock:
+                conn = self._attach_conns.get(engine_id)
+                if conn is None:
+                    continue
+                try:
+                    send_msg(conn, notice_message())
+                except OSError as error:
+                    self._log_bad_frame(f"notice to {engine_id!r} not delivered: {type(error).__name__}: {error}")
+            logger.info("[LayoutAwareDaemon gpu=%s] told the parked standby %r: no primary", self.gpu_id, engine_id)
 
     # -- repair (issue 19) --------------------------------------------------------------
 

@@ -44,9 +44,11 @@ from layout_sm.messages import (
     AbortRequest,
     AttachRequest,
     BeginRequest,
+    ClaimRequest,
     CommitRequest,
     FetchLayoutField,
     LayoutRequest,
+    ParkRequest,
     QueryRequest,
     RepairRequest,
 )
@@ -187,9 +189,12 @@ class DaemonView:
     repair_failure: str | None = None  # why the last repair failed (the daemon is dirty)
     # Started with auto repair (spec: the constant Repairs): the mover's EOF starts the repair at once.
     auto_repair: bool = True
+    # The parked warm standbys' attachments (spec: dpark[r]), a subset of ``attachments``: no begin counts them.
+    parked: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attachments", dict(sorted(self.attachments.items())))
+        object.__setattr__(self, "parked", frozenset(self.parked))
 
     @property
     def phase(self) -> str:
@@ -209,8 +214,25 @@ class DaemonView:
         return self.attachments.get(engine_id) == session
 
     def alone(self, engine_id: str) -> bool:
-        """No other engine is attached (spec: ``datt[r] \\ {e} = {}``)."""
-        return all(e == engine_id for e in self.attachments)
+        """No other unparked engine is attached (spec: ``Unparked(r) \\ {e} = {}``): a parked standby
+        runs no forward pass, so it does not count."""
+        return all(e == engine_id or e in self.parked for e in self.attachments)
+
+    def is_parked(self, engine_id: str) -> bool:
+        """The engine's attachment is a parked standby's (spec: ``e \\in dpark[r]``)."""
+        return engine_id in self.parked
+
+    def none_unparked(self) -> bool:
+        """Every attachment is a parked standby's (spec: ``Unparked(r) = {}``)."""
+        return all(e in self.parked for e in self.attachments)
+
+    def notified(self, leaving: str | None = None) -> tuple[str, ...]:
+        """The parked standbys the daemon notifies once ``leaving``'s attachment is gone (spec:
+        ``Notify``): all of them when no unparked engine is left, else none."""
+        staying = [e for e in self.attachments if e != leaving]
+        if not all(e in self.parked for e in staying):
+            return ()
+        return tuple(sorted(e for e in staying if e in self.parked))
 
     def base_is_current(self, base_version: int) -> bool:
         """The engine's version is the record's (spec: ``ever[e] = dver[r]``)."""
@@ -305,6 +327,7 @@ class DaemonView:
                 self.repairing,
                 self.repair_failure,
                 self.auto_repair,
+                self.parked,
             )
         )
 
@@ -326,6 +349,7 @@ class DaemonView:
             "repair_failure": self.repair_failure,
             "auto_repair": self.auto_repair,
             "attached": sorted(self.attachments),
+            "parked": sorted(self.parked),
             "non_following_seen": self.non_following_seen,
         }
 
@@ -337,6 +361,8 @@ class DetachEffect:
     dropped: bool
     dirty: DirtyInfo | None
     message: str
+    # The parked standbys to notify on their attach connections (no unparked engine is left).
+    notified: tuple[str, ...] = ()
 
 
 # -- the declaration scheme --------------------------------------------------------------------
@@ -451,6 +477,11 @@ class Ladder:
 
 def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
     return {e: s for e, s in view.attachments.items() if e != engine_id}
+
+
+def _detach(view: DaemonView, engine_id: str) -> DaemonView:
+    """The view without ``engine_id``'s attachment, parked or not."""
+    return replace(view, attachments=_without(view, engine_id), parked=view.parked - {engine_id})
 
 
 def _record(view: DaemonView) -> LayoutRecord:
@@ -724,7 +755,7 @@ def _move_pending(view: DaemonView, req: BeginRequest) -> Reply:
 
 
 def _other_engine_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    others = sorted(e for e in view.attachments if e != req.engine_id)
+    others = sorted(e for e in view.attachments if e != req.engine_id and e not in view.parked)
     return busy(
         Reason.OTHER_ENGINE_ATTACHED,
         f"engines {others} also map these weights; experts move only while one engine is alone "
@@ -868,7 +899,7 @@ def _stale_detach(view: DaemonView, req: Detach) -> DetachEffect:
 
 
 def _detached(view: DaemonView, req: Detach) -> DetachEffect:
-    return DetachEffect(True, None, f"engine {req.engine_id!r} detached")
+    return DetachEffect(True, None, f"engine {req.engine_id!r} detached", view.notified(req.engine_id))
 
 
 def _dirty_info(view: DaemonView) -> DirtyInfo:
@@ -878,11 +909,13 @@ def _dirty_info(view: DaemonView) -> DirtyInfo:
 
 def _went_dirty(view: DaemonView, req: Detach) -> DetachEffect:
     info = _dirty_info(view)
-    return DetachEffect(True, info, f"daemon is now DIRTY: {info.describe()}; {REPAIR_OR_RESTART}")
+    return DetachEffect(
+        True, info, f"daemon is now DIRTY: {info.describe()}; {REPAIR_OR_RESTART}", view.notified(req.engine_id)
+    )
 
 
 def _mark_dirty(view: DaemonView, req: Detach) -> DaemonView:
-    return replace(view, attachments=_without(view, req.engine_id), pending=None, dirty=_dirty_info(view))
+    return replace(_detach(view, req.engine_id), pending=None, dirty=_dirty_info(view))
 
 
 def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
@@ -892,6 +925,7 @@ def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
         info,
         f"daemon is now REPAIRING: {info.describe()}; it reloads layers {list(info.layers)} from the checkpoint, "
         f"back to version {info.base_version}",
+        view.notified(req.engine_id),
     )
 
 
@@ -905,7 +939,7 @@ def _mark_repairing(view: DaemonView, req: Detach) -> DaemonView:
 DETACH = Ladder(
     (
         rung("holds", _stale_detach),
-        rung("moved_by", _detached, lambda view, req: replace(view, attachments=_without(view, req.engine_id))),
+        rung("moved_by", _detached, lambda view, req: _detach(view, req.engine_id)),
     ),
     Step(_went_dirty, _mark_dirty),
     branches=(rung("repairs_automatically", _went_repairing, _mark_repairing),),
@@ -1007,6 +1041,97 @@ REPAIR_FAILED = Ladder(
 )
 
 
+# -- warm standbys (issue 18; spec: Park, Claim) ---------------------------------------------------
+
+
+def _standby_not_attached(request: str) -> Callable[[DaemonView, ParkRequest | ClaimRequest], Reply]:
+    """The refusal of a park or a claim by an engine that holds no live attachment with its session."""
+
+    def not_attached(view: DaemonView, req: ParkRequest | ClaimRequest) -> Reply:
+        return refused(
+            Reason.NOT_ATTACHED,
+            f"{request} by {req.engine_id!r}: no live attachment with this session; only an attached standby "
+            f"{request}s (attach first).",
+        )
+
+    return not_attached
+
+
+def _notice_data(notified: tuple[str, ...]) -> dict[str, Any]:
+    return {"notified": list(notified)}
+
+
+def _parked(view: DaemonView, req: ParkRequest) -> Reply:
+    # The view after the park: the parker is parked, so it is among the notified when no unparked engine is left.
+    after = replace(view, parked=view.parked | {req.engine_id})
+    notified = after.notified()
+    primary = "no unparked engine is attached: claim the primary role" if notified else "a primary is attached"
+    return ok(Reason.PARKED, f"{req.engine_id!r} parked; {primary}", **_notice_data(notified))
+
+
+# Park (spec: Park): an attached standby's attachment becomes parked (again: no change); the reply
+# names the parked standbys the daemon notifies now, the parker included, when no unparked engine is left.
+PARK = Ladder(
+    (rung("holds", _standby_not_attached("park")),),
+    Step(_parked, lambda view, req: replace(view, parked=view.parked | {req.engine_id})),
+)
+
+
+def _claim_not_parked(view: DaemonView, req: ClaimRequest) -> Reply:
+    return refused(
+        Reason.NOT_PARKED,
+        f"claim by {req.engine_id!r}: its attachment is not parked; only a parked standby claims the primary role.",
+    )
+
+
+def _primary_attached(view: DaemonView, req: ClaimRequest) -> Reply:
+    others = sorted(e for e in view.attachments if e not in view.parked)
+    return busy(
+        Reason.PRIMARY_ATTACHED,
+        f"engines {others} are attached and not parked: the primary role is taken; stay parked (the daemon "
+        f"tells the parked standbys when they leave).",
+        attached=others,
+    )
+
+
+def _claim_no_record(view: DaemonView, req: ClaimRequest) -> Reply:
+    return refused(
+        Reason.NO_RECORD,
+        "this daemon keeps no expert-layout record (started without --enable-eplb): a standby cannot adopt its "
+        "layout; start the engine as a primary.",
+    )
+
+
+def _claim_repairing(view: DaemonView, req: ClaimRequest) -> Reply:
+    return refused(Reason.REPAIRING, f"claim refused: {_being_repaired(view)}.")
+
+
+def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
+    record = _record(view)
+    return ok(
+        Reason.PROMOTED,
+        f"{req.engine_id!r} is the primary at version {record.version}",
+        version=record.version,
+        record=record.to_wire(),
+    )
+
+
+# Claim (spec: ClaimReply): granted only to a parked standby, while no unparked engine is attached
+# (busy: the role is taken), on a clean daemon (refused: no record, dirty, repairing); the grant unparks
+# the attachment and carries the record.
+CLAIM = Ladder(
+    (
+        rung("holds", _standby_not_attached("claim")),
+        rung("is_parked", _claim_not_parked),
+        rung("none_unparked", _primary_attached),
+        rung("has_record", _claim_no_record),
+        rung("not is_dirty", _dirty),
+        rung("not is_repairing", _claim_repairing),
+    ),
+    Step(_promoted, lambda view, req: replace(view, parked=view.parked - {req.engine_id})),
+)
+
+
 # Each of the machine's request events and its one declaration; the machine's actions look a
 # ladder up here when they run, so a ladder replaced here (a mutant) is what runs.
 LADDERS: dict[str, Ladder] = {
@@ -1019,6 +1144,8 @@ LADDERS: dict[str, Ladder] = {
     "repair": REPAIR,
     "repair_done": REPAIR_DONE,
     "repair_failed": REPAIR_FAILED,
+    "park": PARK,
+    "claim": CLAIM,
 }
 
 
@@ -1162,6 +1289,10 @@ class DaemonMachine(StateMachine):
     repair = dirty.to(repairing, cond=REPAIR.guards, on="accept") | _answered(*_LOADED)
     repair_done = repairing.to(clean, cond=REPAIR_DONE.guards, on="accept") | _answered(*_LOADED)
     repair_failed = repairing.to(dirty, cond=REPAIR_FAILED.guards, on="accept") | _answered(*_LOADED)
+    # A warm standby (issue 18): a park never changes the phase; a claim is granted only on a clean
+    # daemon (a pending move's mover is attached and unparked: taken), answered in every phase.
+    park = _kept(*_LOADED, cond=PARK.guards) | _answered(*_LOADED)
+    claim = clean.to.itself(internal=True, cond=CLAIM.guards, on="accept") | _answered(*_LOADED)
 
     _tables: ClassVar[dict[type, dict[tuple[str, str], tuple[DeclaredTransition, ...]]]] = {}
 
@@ -1264,6 +1395,10 @@ class DaemonMachine(StateMachine):
             return self.abort_move(request)
         if isinstance(request, RepairRequest):
             return self.begin_repair()
+        if isinstance(request, ParkRequest):
+            return self.park_engine(request)
+        if isinstance(request, ClaimRequest):
+            return self.claim_primary(request)
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
@@ -1298,6 +1433,14 @@ class DaemonMachine(StateMachine):
     def repair_fails(self, reason: Reason, why: str) -> Reply:
         """The adapter's reload failed or was refused: dirty, ``why`` kept."""
         return cast(Reply, self._take("repair_failed", RepairFailed(reason, why)))
+
+    def park_engine(self, request: ParkRequest) -> Reply:
+        """A warm standby parks its attachment; ``data["notified"]`` names the parked standbys to tell now."""
+        return cast(Reply, self._take("park", request))
+
+    def claim_primary(self, request: ClaimRequest) -> Reply:
+        """A parked standby claims the primary role; granted with the record, or busy (taken), or refused."""
+        return cast(Reply, self._take("claim", request))
 
     def query_state(self, include_map: bool = False) -> Reply:
         return self.handle(QueryRequest(include_map))

@@ -102,6 +102,15 @@ class EngineState:
     phase = _ViewField()
     rebalance = _ViewField()
 
+    @property
+    def role(self) -> str:
+        return self.view.role
+
+    @role.setter
+    def role(self, value: str) -> None:
+        if value != self.view.role:
+            self.view = _evolve(self.view, {"role": value})
+
     def _set(self, **changes: Any) -> None:
         self.view = _evolve(self.view, changes)
 
@@ -565,6 +574,101 @@ class EngineState:
             commits=nothing,
         )
 
+    # -- a warm standby (issue 18): the spec's Park, Notify, Claim, Promote -----------------------
+
+    def acts_as_primary(self) -> bool:
+        """BeginChunk: ``Primary(e)``, an engine started as a primary or a promoted standby."""
+        return self.view.role in ("primary", "promoted")
+
+    def warmed_up(self) -> bool:
+        """Park from the warmup: the engine serves (``ephase[e] = "run"``: it loaded on every rank)."""
+        return self.view.phase == "run"
+
+    def to_park(self, rank: int) -> bool:
+        """Park: ``eclaim[e][r] \\in {"none", "release"}``, and the ranks before it parked (rank order)."""
+        claims = self.view.claims
+        return claims[rank] in ("none", "release") and all(c not in ("none", "release") for c in claims[:rank])
+
+    def parked_here(self, rank: int) -> bool:
+        """Notify: the notice reaches a rank whose role there is ``"parked"`` (else it changes nothing)."""
+        return self.view.claims[rank] == "parked"
+
+    def may_claim(self, rank: int) -> bool:
+        """Claim: every rank has its notice (the all-gather), and the ranks before it were granted."""
+        claims = self.view.claims
+        return (
+            all(c in ("notified", "granted") for c in claims)
+            and claims[rank] == "notified"
+            and all(c == "granted" for c in claims[:rank])
+        )
+
+    def all_granted(self) -> bool:
+        """``Granted(e)``: the claim was granted on every rank's daemon."""
+        return all(c == "granted" for c in self.view.claims)
+
+    def claims_ended(self) -> bool:
+        """``ClaimsEnded(e)``: every rank granted, or a claim taken or refused (the ranks claim in order)."""
+        return self.all_granted() or any(c in ("taken", "dirty") for c in self.view.claims)
+
+    def claim_refused(self) -> bool:
+        """``PromotionFails``: a daemon refused the claim (dirty, repairing, no record)."""
+        return "dirty" in self.view.claims
+
+    def take_standby_role(self) -> Step:
+        """The engine starts as a warm standby (``SGLANG_EXPERT_LAYOUT_ROLE=standby``): parked nowhere yet."""
+        self._set(claims=("none",) * self.view.num_ranks)
+        return Step.move(Reason.PARKED, "a warm standby: it starts as any engine, then parks after its warmup")
+
+    def take_park(self, rank: int, notified: bool) -> Step:
+        self._set(claims=_put(self.view.claims, rank, "notified" if notified else "parked"))
+        if notified:
+            return Step.move(Reason.PARKED, f"rank {rank} parked; no unparked engine is attached: claim")
+        return Step.pause(Reason.PARKED, f"rank {rank} parked; a primary is attached")
+
+    def take_notice(self, rank: int) -> Step:
+        self._set(claims=_put(self.view.claims, rank, "notified"))
+        return Step.move(Reason.PARKED, f"rank {rank}: no unparked engine is attached any more: claim")
+
+    def ignore_notice(self, rank: int) -> Step:
+        return Step.pause(Reason.PARKED, f"rank {rank}: a notice that changes nothing (not parked there, or told)")
+
+    def take_claim(self, rank: int, reply: object) -> Step:
+        """A claim's reply: granted (the record, kept as the rank's finding), taken (busy) or refused."""
+        parsed = Reply.from_wire(reply) if isinstance(reply, Mapping) and "status" in reply else None
+        if parsed is not None and parsed.ok:
+            try:
+                record = LayoutRecord.from_wire(parsed.data.get("record"))
+            except (ValueError, TypeError) as error:
+                self._set(claims=_put(self.view.claims, rank, "dirty"))
+                return Step.stop(Reason.UNREADABLE, f"rank {rank}: the granted record is invalid: {error}")
+            finding = RankFinding(rank, "record", record)
+            self._set(claims=_put(self.view.claims, rank, "granted"), findings=_put(self.view.findings, rank, finding))
+            return Step.move(Reason.PROMOTED, f"rank {rank}: primary at version {record.version}")
+        if parsed is not None and parsed.status is Status.BUSY:
+            self._set(claims=_put(self.view.claims, rank, "taken"))
+            return Step.pause(parsed.reason, f"rank {rank}: {parsed.message}")
+        self._set(claims=_put(self.view.claims, rank, "dirty"))
+        why = str(parsed) if parsed is not None else f"no usable reply ({reply!r})"
+        return Step.stop(_reason_of(reply), f"rank {rank}: claim refused: {why}", Severity.ERROR)
+
+    def fail_promotion(self) -> Step:
+        refused = [r for r, c in enumerate(self.view.claims) if c == "dirty"]
+        if refused:
+            return self._fail(Reason.DIRTY, f"the standby cannot take over: the daemons of ranks {refused} refused "
+                              f"the claim (see each rank's claim reply); {RESTART_DAEMONS}")  # fmt: skip
+        return self.fail_records_differ()
+
+    def take_promotion(self) -> Step:
+        first = self._agreed()
+        message = f"promoted: the primary now, adopting the daemons' layout version {first.version}"
+        step = self._route(StartupOutcome("adopt", Reason.ADOPT, message, first, shared_rebalance=True))
+        return Step.move(Reason.PROMOTED, step.message)
+
+    def release_claims(self) -> Step:
+        claims = tuple("release" if c in ("granted", "taken") else c for c in self.view.claims)
+        self._set(claims=claims)
+        return Step.pause(Reason.PRIMARY_ATTACHED, "a claim was taken: park again on every rank that claimed")
+
 
 # -- the machines: declarations only (states, transitions, the names of guards and actions) -----
 
@@ -638,7 +742,7 @@ class RebalanceMachine(StateMachine):
         | starting.to(off, unless="startup_shares", on="off_by_startup")
         | starting.to(idle, on="go_shared")
     )
-    chunk = idle.to(beginning, on="take_chunk")
+    chunk = idle.to(beginning, cond="acts_as_primary", on="take_chunk")
     begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
     decide = (
         beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")
@@ -659,4 +763,40 @@ class RebalanceMachine(StateMachine):
     )
 
 
-__all__ = ["EngineState", "RebalanceMachine", "StartupMachine"]
+class StandbyMachine(StateMachine):
+    """A warm standby's role (issue 18; spec: Park, Notify, Claim, Promote); ``primary`` for an engine
+    started as one, which takes none of these events but ``standby``, the role given at its start.
+
+    After its warmup the standby parks rank by rank (``park``: the reply may be the notice); a
+    daemon's ``notice`` on a parked rank; once every rank has one, the ranks ``claim`` in rank
+    order; ``promote`` on the gathered claims: fail (a refusal, or records that differ), promoted
+    (every rank granted: route with the records' map), or park again (a claim taken).
+    """
+
+    primary = State(initial=True)
+    warming = State()
+    parked = State()
+    promoted = State()
+    failed = State()  # the process exits; not final: a final state takes no event, and promoted has no path there
+
+    standby = primary.to(warming, on="take_standby_role")
+    park = warming.to(parked, cond="warmed_up and to_park", on="take_park") | parked.to.itself(
+        internal=True, cond="to_park", on="take_park"
+    )
+    notice = (
+        parked.to.itself(internal=True, cond="parked_here", on="take_notice")
+        | parked.to.itself(internal=True, on="ignore_notice")
+        | warming.to.itself(internal=True, on="ignore_notice")
+        | promoted.to.itself(internal=True, on="ignore_notice")
+        | failed.to.itself(internal=True, on="ignore_notice")
+    )
+    claim = parked.to.itself(internal=True, cond="may_claim", on="take_claim")
+    promote = (
+        parked.to(failed, cond="claims_ended and claim_refused", on="fail_promotion")
+        | parked.to(failed, cond="claims_ended and all_granted and records_differ", on="fail_promotion")
+        | parked.to(promoted, cond="claims_ended and all_granted", on="take_promotion")
+        | parked.to.itself(internal=True, cond="claims_ended", on="release_claims")
+    )
+
+
+__all__ = ["EngineState", "RebalanceMachine", "StandbyMachine", "StartupMachine"]

@@ -29,7 +29,12 @@ COMMIT = "expert_layout_commit"
 ABORT = "expert_layout_abort"
 # An operator's request (``expert-layout repair``): a dirty daemon reloads the interrupted layers.
 REPAIR = "expert_layout_repair"
-LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT, REPAIR})
+# A warm standby's requests (issue 18): park its attachment after warmup, claim the primary role.
+PARK = "expert_layout_park"
+CLAIM = "expert_layout_claim"
+# The daemon's message on a parked standby's attach connection: no unparked engine is attached any more.
+NOTICE = "expert_layout_no_primary"
+LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT, REPAIR, PARK, CLAIM})
 # The optional field of sglang's existing ``fetch_state`` request.
 FETCH_FIELD = "expert_layout"
 # Another optional field of ``fetch_state``: an engine whose layout plugin is only partly installed
@@ -87,6 +92,22 @@ class RepairRequest:
 
 
 @dataclass(frozen=True)
+class ParkRequest:
+    """A warm standby parks its attachment (after its warmup, or again after a claim taken)."""
+
+    engine_id: str
+    session: str
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A parked standby claims the primary role on this daemon."""
+
+    engine_id: str
+    session: str
+
+
+@dataclass(frozen=True)
 class FetchLayoutField:
     """What an attached engine claims about the layout it will route with."""
 
@@ -96,7 +117,16 @@ class FetchLayoutField:
     digest: str
 
 
-LayoutRequest = AttachRequest | QueryRequest | BeginRequest | CommitRequest | AbortRequest | RepairRequest
+LayoutRequest = (
+    AttachRequest
+    | QueryRequest
+    | BeginRequest
+    | CommitRequest
+    | AbortRequest
+    | RepairRequest
+    | ParkRequest
+    | ClaimRequest
+)
 
 
 # -- builders (what engines send) --------------------------------------------------------
@@ -140,6 +170,19 @@ def repair_request() -> dict[str, Any]:
     return {"type": REPAIR}
 
 
+def park_request(engine_id: str, session: str) -> dict[str, Any]:
+    return {"type": PARK, "engine_id": engine_id, "session": session}
+
+
+def claim_request(engine_id: str, session: str) -> dict[str, Any]:
+    return {"type": CLAIM, "engine_id": engine_id, "session": session}
+
+
+def notice_message() -> dict[str, Any]:
+    """What the daemon writes on a parked standby's attach connection when no unparked engine is left."""
+    return {"type": NOTICE}
+
+
 def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) -> dict[str, Any]:
     return {"engine_id": engine_id, "session": session, "version": version, "digest": digest}
 
@@ -158,6 +201,10 @@ def request_wire(request: LayoutRequest | FetchLayoutField) -> dict[str, Any]:
         return abort_request(request.engine_id, request.session)
     if isinstance(request, RepairRequest):
         return repair_request()
+    if isinstance(request, ParkRequest):
+        return park_request(request.engine_id, request.session)
+    if isinstance(request, ClaimRequest):
+        return claim_request(request.engine_id, request.session)
     if isinstance(request, FetchLayoutField):
         return fetch_layout_field(request.engine_id, request.session, request.version, request.digest)
     raise TypeError(f"not a layout request: {type(request).__name__}")
@@ -276,6 +323,10 @@ def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
         return AbortRequest(_engine_id(msg), _session(msg))
     if kind == REPAIR:
         return RepairRequest()
+    if kind == PARK:
+        return ParkRequest(_engine_id(msg), _session(msg))
+    if kind == CLAIM:
+        return ClaimRequest(_engine_id(msg), _session(msg))
     raise _Malformed("type", f"{kind!r} is not a layout request")
 
 

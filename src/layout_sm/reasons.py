@@ -42,6 +42,8 @@ class Reason(StrEnum):
     SERVED_NO_RECORD = "served_no_record"
     REPAIRED = "repaired"
     REPAIR_BEGUN = "repair_begun"
+    PARKED = "parked"  # a warm standby's attachment is parked (issue 18)
+    PROMOTED = "promoted"  # a parked standby's claim of the primary role was granted
     # refused: the request itself
     MALFORMED = "malformed"
     NOT_ATTACHED = "not_attached"
@@ -62,12 +64,15 @@ class Reason(StrEnum):
     REPAIR_UNSAFE = "repair_unsafe"
     REPAIR_UNSUPPORTED = "repair_unsupported"
     REPAIR_FAILED = "repair_failed"
+    # refused: a warm standby's request (issue 18)
+    NOT_PARKED = "not_parked"
     # busy: transient
     MOVE_PENDING = "move_pending"
     OTHER_ENGINE_ATTACHED = "other_engine_attached"
     TOO_MANY_ATTACHMENTS = "too_many_attachments"
     OVERLOADED = "overloaded"
     REPAIR_RUNNING = "repair_running"
+    PRIMARY_ATTACHED = "primary_attached"  # a claim while an unparked engine is attached: stay parked
     # layout_refused (fetch_state)
     DIGEST_MISMATCH = "digest_mismatch"
     OLDER_ENGINE_AFTER_MOVE = "older_engine_after_move"

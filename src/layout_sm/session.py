@@ -51,8 +51,17 @@ from layout_sm.engine import (
     Step,
     fetch_refusal,
 )
-from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, QueryRequest
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
+from layout_sm.messages import (
+    AbortRequest,
+    AttachRequest,
+    BeginRequest,
+    ClaimRequest,
+    CommitRequest,
+    FetchLayoutField,
+    ParkRequest,
+    QueryRequest,
+)
 from layout_sm.reasons import Status
 from layout_sm.record import Rows
 
@@ -68,11 +77,19 @@ class EngineSession:
 
     startup_machine: type[StateMachine] = StartupMachine
     rebalance_machine: type[StateMachine] = RebalanceMachine
+    standby_machine: type[StateMachine] = StandbyMachine
 
     def __init__(
-        self, engine_id: str, num_ranks: int, layout: EngineLayout | None, *, statemachine: bool = False
+        self,
+        engine_id: str,
+        num_ranks: int,
+        layout: EngineLayout | None,
+        *,
+        statemachine: bool = False,
+        standby: bool = False,
     ) -> None:
-        """``layout`` is the engine's own (None only for an engine that never attaches)."""
+        """``layout`` is the engine's own (None only for an engine that never attaches); ``standby``:
+        started as a warm standby (issue 18)."""
         if num_ranks < 1:
             raise ValueError(f"an engine has at least one rank, not {num_ranks}")
         self.layout = layout
@@ -80,6 +97,9 @@ class EngineSession:
         self._statemachine = statemachine
         self._startup = Declared.of(self.startup_machine, EngineState, "phase")
         self._rebalance = Declared.of(self.rebalance_machine, EngineState, "rebalance")
+        self._standby = Declared.of(self.standby_machine, EngineState, "role")
+        if standby:
+            self._fire(self._standby, "standby")
         self._machines: dict[str, StateMachine] = {}
 
     @classmethod
@@ -311,6 +331,41 @@ class EngineSession:
         for rank, reply in enumerate(replies):
             self._answered(event, rank, reply)
         return self._fire(self._rebalance, then)
+
+    # -- a warm standby (issue 18) ------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        """``primary``, or a standby's ``warming``, ``parked``, ``promoted``, ``failed``."""
+        return self.model.view.role
+
+    def park_request(self, rank: int) -> ParkRequest:
+        """Rank ``rank``'s park, after the warmup (every rank has stopped its forward passes), or again."""
+        self._require(self.model.to_park(rank), f"rank {rank} has no park to send")
+        return ParkRequest(self.model.view.engine_id, self._token(rank))
+
+    def parked(self, rank: int, reply: object) -> Step:
+        """Rank ``rank``'s park reply: move (claim: it is the notice) or pause (wait for the notice)."""
+        notified = isinstance(reply, Mapping) and self.model.view.engine_id in (reply.get("notified") or ())
+        return self._fire(self._standby, "park", rank=rank, notified=notified)
+
+    def noticed(self, rank: int) -> Step:
+        """Rank ``rank``'s daemon wrote the notice on its attach connection (no unparked engine is left)."""
+        return self._fire(self._standby, "notice", rank=rank)
+
+    def claim_request(self, rank: int) -> ClaimRequest:
+        """Rank ``rank``'s claim, once every rank has its notice and the ranks before it were granted."""
+        self._require(self.model.may_claim(rank), f"rank {rank} has no claim to send")
+        return ClaimRequest(self.model.view.engine_id, self._token(rank))
+
+    def claimed(self, rank: int, reply: object) -> Step:
+        """Rank ``rank``'s claim reply (as it came off the wire)."""
+        return self._fire(self._standby, "claim", rank=rank, reply=reply)
+
+    def promote(self) -> Step:
+        """The gathered claims: move (promoted: ``layout_to_install`` is the map to update the metadata
+        to, then unpark), stop (failed: the reason), or pause (park again: ``park_request`` per rank)."""
+        return self._fire(self._standby, "promote")
 
 
 __all__ = [

@@ -14,6 +14,8 @@ Commands (values are Python literals):
   fetch A [digest=initial|current] [version=N] [session=…]   an attached engine's fetch_state
   fetch older                          an engine without the plugin (no expert_layout field)
   query
+  park A [session=…]                   a warm standby parks its attachment (issue 18)
+  claim A [session=…]                  a parked standby claims the primary role
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField
+from layout_sm.messages import (
+    AbortRequest,
+    AttachRequest,
+    BeginRequest,
+    ClaimRequest,
+    CommitRequest,
+    FetchLayoutField,
+    ParkRequest,
+)
 from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord
 
@@ -67,6 +77,8 @@ class ScenarioRunner:
         elif command == "detach":
             effect = daemon.detach_engine(engine, self._session(engine, args))
             out = f"{'dropped' if effect.dropped else 'ignored'}: {effect.message}"
+            if effect.notified:
+                out += f"\nnotice to {list(effect.notified)}"
         elif command == "begin":
             req = BeginRequest(engine, self._session(engine, args), args["base"], tuple(args["layers"]))
             out = _render_reply(daemon.begin_move(req))
@@ -84,6 +96,11 @@ class ScenarioRunner:
             out = _render_reply(daemon.repair_ended(tuple(args["layers"]), "reloaded"))
         elif command == "repair_failed":
             out = _render_reply(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
+        elif command == "park":
+            reply = daemon.park_engine(ParkRequest(engine, self._session(engine, args)))
+            out = _render_reply(reply) + (f"\nnotice to {reply.data['notified']}" if reply.data.get("notified") else "")
+        elif command == "claim":
+            out = _render_reply(daemon.claim_primary(ClaimRequest(engine, self._session(engine, args))))
         elif command == "query":
             out = _render_reply(daemon.query_state())
         else:
@@ -129,6 +146,7 @@ def _render_state(view: DaemonView) -> str:
         f"state: {view.phase} {version} pending={pending} dirty={dirty} "
         f"attached={sorted(view.attachments)} non_following={'yes' if view.non_following_seen else 'no'}"
         + ("" if view.repair_failure is None else f" repair_failure={view.repair_failure!r}")
+        + ("" if not view.parked else f" parked={sorted(view.parked)}")
     )
 
 

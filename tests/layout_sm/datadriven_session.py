@@ -26,6 +26,12 @@ Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rot
   move [map=moved]                         sglang moved the chunk: the engine's whole new map
   commit R ok [version=N] [map=moved] | refused | none
   verify
+  session ranks=2 standby                  a warm standby E (issue 18)
+  park R [notified]                        rank R's park reply (notified: it is the notice)
+  notice R                                 rank R's daemon wrote the notice on its attach connection
+  claim R granted [version=N] [map=moved] | taken | dirty
+                                           rank R's claim reply
+  promote                                  the gathered claims
 """
 
 from __future__ import annotations
@@ -61,7 +67,12 @@ class SessionRunner:
             self.maps = MAPS if redundant == 0 else WIDER
             initial = self.maps["initial"]
             layout = EngineLayout(2, len(initial[0]), 4, layout_digest(initial), "static" not in positional)
-            self.session = EngineSession("E", int(args["ranks"]), layout)  # type: ignore[arg-type]
+            self.session = EngineSession(
+                "E",
+                int(args["ranks"]),  # type: ignore[arg-type]
+                layout,
+                standby="standby" in positional,
+            )
             return _render_state(self.session)
         session = self.session
         assert session is not None, "start with a 'session' command"
@@ -119,6 +130,20 @@ class SessionRunner:
             return "answered"
         if command == "verify":
             return _render_step(session.verify())
+        if command == "park":
+            session.park_request(rank)  # raises when the rank has no park to send
+            notified = ["E"] if "notified" in positional else []
+            return _render_step(session.parked(rank, ok(Reason.PARKED, "parked", notified=notified).to_wire()))
+        if command == "notice":
+            return _render_step(session.noticed(rank))
+        if command == "claim":
+            session.claim_request(rank)  # raises when the rank may not claim yet
+            return _render_step(session.claimed(rank, self._claim_reply(what, args)))
+        if command == "promote":
+            step = session.promote()
+            installs = session.layout_to_install()
+            shown = step.go.value == "move" and installs is not None
+            return _render_step(step) + (f"\ninstall: {_map_name(self.maps, installs)}" if shown else "")
         raise ValueError(f"unknown session command {command!r}")
 
     def _finding(self, rank: int, kind: str, positional: list[str], args: dict[str, Any]) -> RankFinding:
@@ -148,6 +173,14 @@ class SessionRunner:
         if what == "pending":
             reply["pending"] = {"engine_id": "X", "layers": [0], "base_version": 0}
         return reply
+
+    def _claim_reply(self, what: str, args: dict[str, Any]) -> Any:
+        if what == "granted":
+            record = self._record(args)
+            return ok(Reason.PROMOTED, "primary", version=record.version, record=record.to_wire()).to_wire()
+        if what == "taken":
+            return busy(Reason.PRIMARY_ATTACHED, "engines ['P'] are attached and not parked").to_wire()
+        return refused(Reason.DIRTY, "the layout is unknown: engine 'P' went away while moving layers [0]").to_wire()
 
     def _commit_reply(self, what: str, session: EngineSession, args: dict[str, Any]) -> Any:
         if what == "none":
@@ -218,6 +251,8 @@ def _render_state(session: EngineSession) -> str:
     line = f"state: {v.phase}/{v.rebalance} v{v.version} shares={'yes' if v.shares else 'no'} found=[{findings}]"
     if v.served:
         line += f" served={sorted(v.served)}"
+    if v.claims:
+        line += f" role={v.role} claims=[{','.join(v.claims)}]"
     if v.chunk:
         line += f" chunk={list(v.chunk)} begins=[{','.join(_render_answer(a) for a in v.begins)}]"
         if v.aborted:

@@ -38,7 +38,16 @@ from layout_sm.daemon import (
     RepairEnded,
     RepairFailed,
 )
-from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, CommitRequest, FetchLayoutField, RepairRequest
+from layout_sm.messages import (
+    AbortRequest,
+    AttachRequest,
+    BeginRequest,
+    ClaimRequest,
+    CommitRequest,
+    FetchLayoutField,
+    ParkRequest,
+    RepairRequest,
+)
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord
 
@@ -48,7 +57,9 @@ RECORD = LayoutRecord.build([[0, 1], [1, 0]], 2, version=3)
 INITIAL = LayoutRecord.initial([[1, 0], [0, 1]], 2)  # another map: another digest
 MOVE = Move("A", "sA", (0,), RECORD.version)
 LOADED = (NO_RECORD, CLEAN, PENDING, DIRTY, REPAIRING)
-REQUEST_EVENTS = ("attach", "fetch", "begin", "commit", "abort", "detach", "repair", "repair_done", "repair_failed")
+REQUEST_EVENTS = (
+    "attach", "fetch", "begin", "commit", "abort", "detach", "repair", "repair_done", "repair_failed", "park", "claim",
+)  # fmt: skip
 
 
 def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> FetchLayoutField:
@@ -83,8 +94,12 @@ def test_each_event_changes_the_phase_only_where_the_spec_does() -> None:
         ("repair_done", REPAIRING, CLEAN),  # RepairDone
         ("repair_failed", REPAIRING, DIRTY),  # RepairFails
     }
-    # Attach and Fetch leave dphase: attach is taken in every loaded phase, fetch served when clean.
-    assert kept == {("attach", phase) for phase in LOADED} | {("fetch", CLEAN)}
+    # Attach, Fetch, Park and Claim leave dphase: attach and park are taken in every loaded phase, fetch
+    # served and a claim granted when clean.
+    assert kept == {(event, phase) for event in ("attach", "park") for phase in LOADED} | {
+        ("fetch", CLEAN),
+        ("claim", CLEAN),
+    }
     assert answered == {(event, phase) for event in REQUEST_EVENTS for phase in LOADED}
 
 
@@ -159,6 +174,10 @@ VIEWS = {
     "repairing": DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version), repairing=True),
     "pending, A's, no auto repair": DaemonView(RECORD, {"A": "sA"}, pending=MOVE, auto_repair=False),
     "full": DaemonView(RECORD, {f"E{i}": f"s{i}" for i in range(MAX_ATTACHMENTS)}),
+    # warm standbys (issue 18): A parked alone, A parked beside the primary B, A parked on a dirty daemon
+    "clean, A parked": DaemonView(RECORD, {"A": "sA"}, parked=frozenset({"A"})),
+    "clean, A parked, B primary": DaemonView(RECORD, {"A": "sA", "B": "sB"}, parked=frozenset({"A"})),
+    "dirty, A parked": DaemonView(RECORD, {"A": "sA"}, dirty=DirtyInfo("B", (0,), RECORD.version), parked={"A"}),
 }
 REQUESTS: dict[str, list[Any]] = {
     "attach": [Attach("A", "sA2"), Attach("C", "sC")],
@@ -181,6 +200,8 @@ REQUESTS: dict[str, list[Any]] = {
     "repair": [RepairRequest()],
     "repair_done": [RepairEnded((0,), "reloaded"), RepairEnded((1,), "reloaded")],
     "repair_failed": [RepairFailed(Reason.REPAIR_FAILED, "a read error")],
+    "park": [ParkRequest("A", "sA"), ParkRequest("A", "old")],
+    "claim": [ClaimRequest("A", "sA"), ClaimRequest("A", "old")],
 }
 ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "attach": lambda m, r: m.attach_engine(AttachRequest(r.engine_id), r.session),
@@ -192,6 +213,8 @@ ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "repair": lambda m, r: m.begin_repair(),
     "repair_done": lambda m, r: m.repair_ended(r.layers, r.message, **r.data),
     "repair_failed": lambda m, r: m.repair_fails(r.reason, r.why),
+    "park": DaemonMachine.park_engine,
+    "claim": DaemonMachine.claim_primary,
 }
 CASES = [
     (view_name, event, request)
@@ -268,6 +291,8 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
         Reason.REPAIR_FAILED,
         DIRTY,
     ),
+    "park": (VIEWS["clean, two engines"], ParkRequest("A", "sA"), Reason.PARKED, CLEAN),
+    "claim": (VIEWS["clean, A parked"], ClaimRequest("A", "sA"), Reason.PROMOTED, CLEAN),
 }
 BREAKS = [
     Break("attach", "engine_id_free", CLEAN_VIEW, Attach("A", "sA2"), Reason.ENGINE_ID_IN_USE),
@@ -308,6 +333,27 @@ BREAKS = [
     Break("repair_done", "is_repairing", VIEWS["dirty"], RepairEnded((0,), "reloaded"), Reason.NOT_DIRTY),
     Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairEnded((1,), "reloaded"), Reason.REPAIR_UNSAFE),
     Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailed(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
+    Break("park", "holds", CLEAN_VIEW, ParkRequest("A", "old"), Reason.NOT_ATTACHED),
+    Break("claim", "holds", VIEWS["clean, A parked"], ClaimRequest("A", "old"), Reason.NOT_ATTACHED),
+    Break("claim", "is_parked", CLEAN_VIEW, ClaimRequest("A", "sA"), Reason.NOT_PARKED),
+    Break(
+        "claim", "none_unparked", VIEWS["clean, A parked, B primary"], ClaimRequest("A", "sA"), Reason.PRIMARY_ATTACHED
+    ),
+    Break(
+        "claim",
+        "has_record",
+        DaemonView(None, {"A": "sA"}, parked=frozenset({"A"})),
+        ClaimRequest("A", "sA"),
+        Reason.NO_RECORD,
+    ),
+    Break("claim", "is_dirty", VIEWS["dirty, A parked"], ClaimRequest("A", "sA"), Reason.DIRTY),
+    Break(
+        "claim",
+        "is_repairing",
+        replace(VIEWS["dirty, A parked"], repairing=True),
+        ClaimRequest("A", "sA"),
+        Reason.REPAIRING,
+    ),
 ]
 
 

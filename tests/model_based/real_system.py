@@ -91,8 +91,15 @@ class EngineSide:
 class RealSystem:
     """Real daemons (one process per rank) and protocol-speaking engines, driven step by step."""
 
-    def __init__(self, host: DaemonHost, init: Record, older: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        host: DaemonHost,
+        init: Record,
+        older: frozenset[str] = frozenset(),
+        standbys: frozenset[str] = frozenset(),
+    ) -> None:
         self.ranks = len(init["dphase"])
+        self.standbys = standbys
         self.num_layers = len(_at(init["dmap"], 1))
         self.older = older
         self.initial_rows = rows_of_perms((0,) * self.num_layers)
@@ -125,7 +132,11 @@ class RealSystem:
     def engine(self, e: Any) -> EngineSide:
         name = _name(e)
         if name not in self.engines:
-            session = None if name in self.older else EngineSession(name, self.ranks, self.engine_layout)
+            session = (
+                None
+                if name in self.older
+                else EngineSession(name, self.ranks, self.engine_layout, standby=name in self.standbys)
+            )
             self.engines[name] = EngineSide(name, session)
         return self.engines[name]
 
@@ -270,6 +281,62 @@ class RealSystem:
     def do_Crash(self, before: Record, after: Record, e: Any) -> None:
         self.engine(e).dead = True  # its connections close when each daemon is to notice (Detach)
 
+    # -- a warm standby (issue 18) ---------------------------------------------------------
+
+    def do_Park(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        wire = self.request(r, request_wire(eng.steps.park_request(r - 1)))
+        if wire.get("reason") != "parked":
+            raise Mismatch(f"Park({eng.name}, {r}): daemon replied {wire.get('status')}({wire.get('reason')})")
+        eng.steps.parked(r - 1, wire)
+        self._read_notices(r, [n for n in wire.get("notified", ()) if n != eng.name], f"Park({eng.name}, {r})")
+        self._expect_claims(after, f"Park({eng.name}, {r})")
+
+    def do_Claim(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        wire = self.request(r, request_wire(eng.steps.claim_request(r - 1)))
+        eng.steps.claimed(r - 1, wire)
+        self._expect_claims(after, f"Claim({eng.name}, {r})")
+
+    def do_Promote(self, before: Record, after: Record, e: Any) -> None:
+        eng = self.engine(e)
+        step = eng.steps.promote()
+        want = after["ephase"][e]
+        got = {"move": "run", "stop": "failed", "pause": "parked"}[step.go.value]
+        if got != want:
+            raise Mismatch(f"Promote({eng.name}): the session said {step.go.value} ({step.message}); spec {want!r}")
+        if want == "run":
+            view = eng.steps.view()
+            if view.rows is None or tuple(map(tuple, view.rows)) != rows_of_perms(after["eroute"][e]):
+                raise Mismatch(f"Promote({eng.name}): routes with {view.rows}; spec {after['eroute'][e]}")
+        self._expect_claims(after, f"Promote({eng.name})")
+
+    def _read_notices(self, r: int, engines: list[str] | tuple[str, ...], where: str) -> None:
+        """The notice the daemon wrote on each of ``engines``' attach connection to daemon ``r``: a live
+        standby's rank reads it at once (its reader blocks on the connection); a dead one's is dropped."""
+        for name in engines:
+            eng = self.engines[name]
+            conn = eng.conns.get(r)
+            if conn is None:
+                continue
+            notice = conn.notice(NOTICE_TIMEOUT_S)
+            if not isinstance(notice, dict) or notice.get("type") != messages.NOTICE:
+                raise Mismatch(f"{where}: {name} got {notice!r} on its attach connection to daemon {r}, not the notice")
+            self.log.append(f"  d{r} -> {name}: notice")
+            if not eng.dead:
+                eng.steps.noticed(r - 1)
+
+    def _expect_claims(self, after: Record, where: str) -> None:
+        for name, eng in self.engines.items():
+            if eng.dead or eng.session is None or name not in self.standbys:
+                continue
+            view = eng.steps.view()
+            if view.role == "failed":
+                continue
+            want = tuple(_at(after["eclaim"][ModelValue(name)], r) for r in range(1, self.ranks + 1))
+            if view.claims != want:
+                raise Mismatch(f"{where}: {name}'s roles per rank are {view.claims}; the spec's are {want}")
+
     def do_Detach(self, before: Record, after: Record, r: int, e: Any) -> None:
         eng = self.engine(e)
         self.touched.add(r)
@@ -277,6 +344,10 @@ class RealSystem:
         deadline = time.monotonic() + NOTICE_TIMEOUT_S
         while time.monotonic() < deadline:
             if eng.name not in self.query(r).get("attached", []):
+                parked = sorted(_name(x) for x in _at(after["dpark"], r))
+                if set(parked) == {_name(x) for x in _at(after["datt"], r)}:  # only parked standbys are left
+                    self._read_notices(r, parked, f"Detach({r}, {eng.name})")
+                self._expect_claims(after, f"Detach({r}, {eng.name})")
                 return
             time.sleep(0.002)
         raise Mismatch(f"Detach({r}, {eng.name}): daemon {r} did not notice the EOF within {NOTICE_TIMEOUT_S} s")

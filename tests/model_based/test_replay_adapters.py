@@ -32,12 +32,20 @@ from tests.model_based.test_replay_mirror import load
 FULL = os.environ.get("REPLAY_FULL") == "1"
 # `make mutants` runs this suite once per mutant: smaller samples there (LAYOUT_TEST_PROFILE=mutants)
 MUTANTS = os.environ.get("LAYOUT_TEST_PROFILE") == "mutants"
-PROCESS_SAMPLE = {"MCSmall": 30, "MCFull": 30} if not MUTANTS else {"MCSmall": 0, "MCFull": 0}
-INPROCESS_CI = {"MCSmall": None, "MCFull": 300} if not MUTANTS else {"MCSmall": 300, "MCFull": 60}  # None: all
+PROCESS_SAMPLE = (
+    {"MCSmall": 30, "MCFull": 30, "MCStandby": 30} if not MUTANTS else {"MCSmall": 0, "MCFull": 0, "MCStandby": 0}
+)
+INPROCESS_CI = (  # None: all
+    {"MCSmall": None, "MCFull": 300, "MCStandby": 300}
+    if not MUTANTS
+    else {"MCSmall": 300, "MCFull": 60, "MCStandby": 60}
+)
 MAX_REPORTED = 5
 # The whole MCSmall suite took ~490 s as one test here and ran past pytest's 600 s timeout on CI;
 # 4 shards of ~1600 behaviours keep each near 2 minutes with every behaviour still replayed.
-INPROCESS_SHARDS = {"MCSmall": 4, "MCFull": 1} if not MUTANTS else {"MCSmall": 1, "MCFull": 1}
+INPROCESS_SHARDS = (
+    {"MCSmall": 4, "MCFull": 1, "MCStandby": 1} if not MUTANTS else {"MCSmall": 1, "MCFull": 1, "MCStandby": 1}
+)
 INPROCESS_PARAMS = [
     pytest.param(model, k, id=model if INPROCESS_SHARDS[model] == 1 else f"{model}-{k + 1}of{INPROCESS_SHARDS[model]}")
     for model in MODELS
@@ -55,13 +63,14 @@ def sample(n_total: int, n: int | None) -> list[int]:
 def replay_on_adapters(
     model: str, suite: Suite, host: DaemonHost, indexes: Iterable[int]
 ) -> tuple[list[str], dict[str, int]]:
-    older = frozenset(load_model(SPEC, model).older)
+    constants = load_model(SPEC, model)
+    older, standbys = frozenset(constants.older), constants.standbys
     problems: list[str] = []
     stats = {"behaviours": 0, "steps": 0}
     for k in indexes:
         name, i0, steps = suite.paths[k]
         init = suite.state(i0)
-        real = RealSystem(host, init, older)
+        real = RealSystem(host, init, older, standbys)
         stats["behaviours"] += 1
         try:
             real.check_daemons(init, "the initial state")

@@ -51,8 +51,8 @@ def test_witness_replays_on_the_mirror(name: str) -> None:
 
 def replay(name: str, host: DaemonHost) -> list[str]:
     behaviour = load_witness(name)
-    older = frozenset(load_model(SPEC, witness(name).model).older)
-    real = RealSystem(host, behaviour.init, older)
+    model = load_model(SPEC, witness(name).model)
+    real = RealSystem(host, behaviour.init, frozenset(model.older), model.standbys)
     try:
         real.check_daemons(behaviour.init, "the initial state")
         before = behaviour.init

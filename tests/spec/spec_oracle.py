@@ -349,6 +349,9 @@ class SpecOracle:
             fn(s[EPHASE]), fn(tuple(tuple(finding(f) for f in fs) for fs in s[EFIND])), fn(s[EROUTE]),
             fn(s[EVER]), fn(s[ESERV]), fn(s[ESHARE]),
             fn(tuple(Record(step=b[0], chunk=b[1], replies=b[2]) for b in s[REB])), s[MOVES],
+            # dpark, eclaim: the oracle leaves out the warm standbys (issue 18) and runs on models without
+            # one, where they keep their initial values.
+            tuple(frozenset() for _ in range(self.R)), fn(tuple(("none",) * self.R for _ in self.E)),
         )  # fmt: skip
 
 

@@ -63,7 +63,7 @@ def test_every_spec_variable_is_mapped() -> None:
 
 
 def test_every_checked_property_has_a_python_twin() -> None:
-    for model in ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails"):
+    for model in ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys"):
         m = load_model(SPEC, model)
         assert set(m.invariants) <= set(INVARIANTS), model
         assert set(m.properties) <= set(ACTION_PROPERTIES) | set(LIVENESS), model

@@ -14,8 +14,11 @@ import tla
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()
-MODULES = ("LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
-MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
+MODULES = (
+    "LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails",
+    "MCStandby", "MCTwoStandbys",
+)  # fmt: skip
+MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -55,6 +58,8 @@ def test_required_properties_are_named_operators() -> None:
         "DirtySticky", "VersionMonotonic", "DeadMoverEndsDirty", "WaitEnds", "FairSpec",
         "PendingHasMover", "LoadsOnCleanFindings", "SharesOnlyAdopted",
         "StartsAlone", "FindingsAgreedServes", "PendingEnds", "LiveMoveFreesDaemon",
+        "OneRole", "OnePromoted", "ClaimsAlone", "BusyOnlyByUnparked", "StandbyTakesOver",
+        "ParkedStandbysDoNotBlock", "PartialGrantEnds",
     }  # fmt: skip
     assert required <= defs, sorted(required - defs)
 

@@ -43,7 +43,7 @@ from pathlib import Path
 VERSION = "v1.7.4"
 RELEASE_URL = f"https://github.com/tlaplus/tlaplus/releases/download/{VERSION}/tla2tools.jar"
 CACHE = Path.home() / ".cache" / "tla2tools" / VERSION / "tla2tools.jar"
-MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails")
+MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
 
 
 @dataclass
@@ -180,6 +180,22 @@ WITNESSES = (
         "KillMidMoveRepairedThenAdopted",
         "MCRepair",
         "a SIGKILL mid-move; the daemons repair; the next engine adopts the base version and serves",
+    ),
+    Witness(
+        "StandbyFollowsMoves",
+        "MCStandby",
+        "the primary commits two moves while the standby is parked, then dies; the standby promotes"
+        " and serves the moved layout",
+    ),
+    Witness(
+        "StandbyAfterDirtyFails",
+        "MCStandby",
+        "the primary dies mid-move; the daemons are dirty; the standby fails with the dirty reason",
+    ),
+    Witness(
+        "TwoStandbysOnePromotes",
+        "MCTwoStandbys",
+        "two standbys parked when the primary dies: one promotes, the other's claim is taken and it stays parked",
     ),
 )
 

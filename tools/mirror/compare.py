@@ -7,7 +7,11 @@ meaning sorted (set elements, record fields, function pairs: ``render.canonical_
 TLC version that orders names differently still compares equal. Edges
 are matched as (canonical source state, action label without spaces, canonical target state).
 
-    python -m tools.mirror.compare A.dot B.dot [--max N]
+    python -m tools.mirror.compare A.dot B.dot [--max N] [--ignore-var NAME ...]
+
+``--ignore-var`` drops a variable from both sides before matching: a spec that adds variables
+(the standby's ``dpark``, ``eclaim``) whose values never change in a model is compared with the
+dump of the spec before them (it is then the same graph plus constant columns).
 
 Prints every difference (states only in A or B, edges only in A or B, initial states that
 differ) and exits 0 iff the graphs are equal.
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.mirror.dot import StateGraph, load_dot
-from tools.mirror.render import canonical_state
+from tools.mirror.render import canonical_state, canonical_text, state_vars
 
 __all__ = ["Diff", "compare_graphs", "main"]
 
@@ -91,8 +95,17 @@ def _label(label: str, names_only: bool) -> str:
     return text.split("(", 1)[0] if names_only else text
 
 
-def _canon(g: StateGraph, names_only: bool) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
-    canon = {sid: canonical_state(text) for sid, text in g.texts.items()}
+def _state_key(text: str, ignore: frozenset[str]) -> str:
+    if not ignore:
+        return canonical_state(text)
+    kept = {k: v for k, v in state_vars(text).items() if k not in ignore}
+    return "\n".join(f"{k}={canonical_text(v)}" for k, v in sorted(kept.items()))
+
+
+def _canon(
+    g: StateGraph, names_only: bool, ignore: frozenset[str] = frozenset()
+) -> tuple[dict[int, str], set[str], set[tuple[str, str, str]]]:
+    canon = {sid: _state_key(text, ignore) for sid, text in g.texts.items()}
     initial = {canon[sid] for sid in g.initial if sid in canon}
     edges = set()
     for e in g.edges:
@@ -111,7 +124,7 @@ def _has_parameters(g: StateGraph) -> bool:
     return any(e.action.args for e in g.edges)
 
 
-def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:
+def compare_graphs(a: StateGraph, b: StateGraph, ignore: Iterable[str] = ()) -> Diff:
     """Every state and edge of ``a`` missing from ``b`` and the reverse.
 
     TLC releases before the ones that print action parameters label edges with the action
@@ -119,8 +132,9 @@ def compare_graphs(a: StateGraph, b: StateGraph) -> Diff:
     compared by action name (the states still identify them).
     """
     names_only = bool(a.edges and b.edges) and not (_has_parameters(a) and _has_parameters(b))
-    ca, ia, ea = _canon(a, names_only)
-    cb, ib, eb = _canon(b, names_only)
+    dropped = frozenset(ignore)
+    ca, ia, ea = _canon(a, names_only, dropped)
+    cb, ib, eb = _canon(b, names_only, dropped)
     sa, sb = set(ca.values()), set(cb.values())
     return Diff(
         only_a_states=sorted(sa - sb),
@@ -139,8 +153,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("a", type=Path)
     ap.add_argument("b", type=Path)
     ap.add_argument("--max", type=int, default=None, help="list at most N items per section")
+    ap.add_argument("--ignore-var", action="append", default=[], help="drop this variable on both sides (repeatable)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    diff = compare_graphs(load_dot(args.a), load_dot(args.b))
+    diff = compare_graphs(load_dot(args.a), load_dot(args.b), args.ignore_var)
     print(diff.report(str(args.a), str(args.b), args.max))
     return 0 if diff.equal else 1
 

@@ -36,7 +36,8 @@ def TypeOK(m: Model, s: Vars) -> bool:
     ok &= all(s.dpend[r] == NONE or isinstance(s.dpend[r], Record) for r in ranks)
     ok &= all({e.name for e in s.datt[r]} <= set(m.newer) for r in ranks)
     ok &= all(set(s.truth[r]) <= bits for r in ranks)
-    ok &= all(s.ephase[e] in ("start", "load", "run", "failed", "dead") for e in m.engines)
+    ok &= all(s.ephase[e] in ("start", "load", "run", "parked", "failed", "dead") for e in m.engines)
+    ok &= all(s.dpark[r] <= s.datt[r] and {e.name for e in s.dpark[r]} <= m.standbys for r in ranks)
     ok &= all(0 <= s.ever[e] <= m.max_moves for e in m.engines)
     ok &= all(s.eserv[e] <= set(m.ranks) for e in m.engines)
     ok &= 0 <= s.moves <= m.max_moves
@@ -49,7 +50,10 @@ def _moving(s: Vars, e: str) -> bool:
 
 def SafeRouting(m: Model, s: Vars) -> bool:
     return all(
-        s.eroute[e] == s.truth[r - 1] for e in m.engines for r in m.ranks if r in s.eserv[e] and not _moving(s, e)
+        s.eroute[e] == s.truth[r - 1]
+        for e in m.engines
+        for r in m.ranks
+        if r in s.eserv[e] and not _moving(s, e) and s.ephase[e] != "parked"
     )
 
 
@@ -64,14 +68,15 @@ def OneMover(m: Model, s: Vars) -> bool:
         pend = s.dpend[r - 1]
         if pend == NONE:
             return False
-        if any(r in s.eserv[e] for e in m.engines if e != pend["mover"].name):
+        parked = {p.name for p in s.dpark[r - 1]}
+        if any(r in s.eserv[e] and e not in parked for e in m.engines if e != pend["mover"].name):
             return False
     return True
 
 
 def AgreedVersions(m: Model, s: Vars) -> bool:
     for e in m.newer:
-        if not s.eserv[e]:
+        if not s.eserv[e] or s.ephase[e] == "parked":
             continue
         recs = [f for f in s.efind[e] if f["found"] == "record"]
         if any(f["fver"] != recs[0]["fver"] or f["fmap"] != recs[0]["fmap"] for f in recs):
@@ -107,6 +112,32 @@ def SharesOnlyAdopted(m: Model, s: Vars) -> bool:
     return all(f["found"] == "record" for e in m.newer if s.eshare[e] for f in s.efind[e])
 
 
+_PARKED_CLAIMS = ("parked", "notified", "taken", "dirty")
+
+
+def OneRole(m: Model, s: Vars) -> bool:
+    for e in m.engines:
+        if _gone(s, e):
+            continue
+        claims = s.eclaim[e]
+        for r in m.ranks:
+            parked = ModelValue(e) in s.dpark[r - 1]
+            if claims[r - 1] in _PARKED_CLAIMS and not parked:
+                return False
+            if claims[r - 1] in ("none", "granted") and parked:
+                return False
+        if s.ephase[e] != "parked" and any(c not in ("none", "granted") for c in claims):
+            return False
+        if s.ephase[e] == "run" and not (all(c == "none" for c in claims) or all(c == "granted" for c in claims)):
+            return False
+    return True
+
+
+def OnePromoted(m: Model, s: Vars) -> bool:
+    live = [e for e in m.standbys if not _gone(s, e)]
+    return all(sum(s.eclaim[e][r - 1] == "granted" for e in live) <= 1 for r in m.ranks)
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
@@ -116,10 +147,13 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "PendingHasMover": PendingHasMover,
     "LoadsOnCleanFindings": LoadsOnCleanFindings,
     "SharesOnlyAdopted": SharesOnlyAdopted,
+    "OneRole": OneRole,
+    "OnePromoted": OnePromoted,
 }
 
 
-# What the action properties read of a state: (dphase, dver, ever, gone engines, datt, eserv, movers)
+# What the action properties read of a state: (dphase, dver, ever, gone engines, unparked attachments,
+# eserv, movers, parked attachments, each engine's eclaim, each engine's begin replies)
 StepView = tuple[Any, ...]
 
 
@@ -142,15 +176,33 @@ def BeginsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
             mover = t[6][r - 1]
             if s[4][r - 1] != frozenset({mover}):
                 return False
-            if any(r in serv and e != mover for e, serv in zip(m.engines, s[5], strict=True)):
+            if any(r in serv and e != mover and e not in s[7][r - 1] for e, serv in zip(m.engines, s[5], strict=True)):
                 return False
     return True
+
+
+def ClaimsAlone(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[8][i][r - 1] != "granted" and t[8][i][r - 1] == "granted" and (s[4][r - 1] or s[0][r - 1] != "clean")
+        for i in range(len(m.engines))
+        for r in m.ranks
+    )
+
+
+def BusyOnlyByUnparked(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[9][i][r - 1] == "none" and t[9][i][r - 1] == "busy" and s[0][r - 1] != "pending" and not (s[4][r - 1] - {e})
+        for i, e in enumerate(m.engines)
+        for r in m.ranks
+    )
 
 
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
     "DirtySticky": DirtySticky,
     "VersionMonotonic": VersionMonotonic,
     "BeginsAlone": BeginsAlone,
+    "ClaimsAlone": ClaimsAlone,
+    "BusyOnlyByUnparked": BusyOnlyByUnparked,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
@@ -163,4 +215,7 @@ LIVENESS = (
     "LiveMoveFreesDaemon",
     "RepairEnds",
     "TornMoveRepaired",
+    "StandbyTakesOver",
+    "PartialGrantEnds",
+    "ParkedStandbysDoNotBlock",
 )

@@ -37,13 +37,16 @@ from pathlib import Path
 from tools.mirror.check_spec import WITNESSES, find_jar, parse_stdout, run_witness, scrub
 
 SPEC_FILE = "LayoutProtocol.tla"
-ACTION_PROPERTIES = ("DirtySticky", "VersionMonotonic", "BeginsAlone")  # checked with safety
+ACTION_PROPERTIES = (  # checked with safety
+    "DirtySticky", "VersionMonotonic", "BeginsAlone", "ClaimsAlone", "BusyOnlyByUnparked",
+)  # fmt: skip
 # Liveness is checked on the smallest model only: with FairSpec, TLC needs minutes on MCSmall and
 # tens of minutes on MCChunks and MCFull on 2 shared cores.
 LIVENESS_MODELS = ("MCSmall",)
 # The repair models are small (under a minute with FairSpec): a mutant of the repair is judged on its
 # own models' liveness too.
-SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails")
+# So are the standby models (MCStandby under a minute, MCTwoStandbys about two).
+SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
 BASELINE_CACHE = Path("build") / "spec-mutants-baseline.json"
 
 
@@ -284,8 +287,8 @@ CATALOG: tuple[SpecMutant, ...] = (
     ),
     _m(
         "begin_ignores_other_attached",
-        "begin is busy while another engine is attached",
-        '      [] datt[r] \\ {e} # {}                                 -> "busy"\n',
+        "begin is busy while another unparked engine is attached",
+        '      [] Unparked(r) \\ {e} # {}                             -> "busy"\n',
         "",
     ),
     _m(
@@ -422,8 +425,8 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "repair_bumps_version",
         "the repair returns to the base version (dver unchanged)",
-        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves>>",
-        "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] /\\ UNCHANGED <<dmap, datt, dnf, engineVars, moves>>",
+        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves, dpark>>",
+        "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] /\\ UNCHANGED <<dmap, datt, dnf, engineVars, moves, dpark>>",
         ("MCRepair",),
     ),
     _m(
@@ -453,6 +456,125 @@ CATALOG: tuple[SpecMutant, ...] = (
         '    /\\ dphase[r] = "repairing"\n    /\\ dphase\' = [dphase EXCEPT ![r] = "dirty"]',
         '    /\\ dphase[r] = "repairing"\n    /\\ dphase\' = [dphase EXCEPT ![r] = "clean"]',
         ("MCRepairFails",),
+    ),
+    # --- warm standbys (issue 18) ---------------------------------------------------------------
+    _m(
+        "park_not_recorded",
+        "a park makes the daemon keep the attachment as parked",
+        "    /\\ dpark' = [dpark EXCEPT ![r] = @ \\cup {e}]\n    /\\ ephase' = [ephase EXCEPT ![e] = \"parked\"]",
+        "    /\\ dpark' = dpark\n    /\\ ephase' = [ephase EXCEPT ![e] = \"parked\"]",
+        ("MCStandby",),
+    ),
+    _m(
+        "parked_standby_serves",
+        "a parked standby runs no forward pass",
+        "    /\\ dpark' = [dpark EXCEPT ![r] = @ \\cup {e}]\n    /\\ ephase' = [ephase EXCEPT ![e] = \"parked\"]",
+        "    /\\ dpark' = [dpark EXCEPT ![r] = @ \\cup {e}]\n    /\\ ephase' = ephase",
+        ("MCStandby",),
+    ),
+    _m(
+        "begin_busy_by_parked",
+        "a begin is busy only while another unparked engine is attached",
+        '      [] Unparked(r) \\ {e} # {}                             -> "busy"',
+        '      [] datt[r] \\ {e} # {}                                 -> "busy"',
+        ("MCStandby",),
+    ),
+    _m(
+        "detach_no_notice",
+        "the last unparked attachment's EOF notifies the parked standbys",
+        "    /\\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r])",
+        "    /\\ eclaim' = eclaim",
+        ("MCStandby",),
+    ),
+    _m(
+        "park_reply_no_notice",
+        "a park's reply is the notice when no unparked engine is attached",
+        "    /\\ eclaim' = Notify([eclaim EXCEPT ![e][r] = \"parked\"], r, datt[r], dpark'[r])",
+        '    /\\ eclaim\' = [eclaim EXCEPT ![e][r] = "parked"]',
+        ("MCStandby",),
+    ),
+    _m(
+        "notice_while_unparked",
+        "a notice is sent only when no unparked engine is attached",
+        '        IF f \\in park /\\ c[f][r] = "parked" /\\ att \\ park = {}',
+        '        IF f \\in park /\\ c[f][r] = "parked"',
+        ("MCStandby",),
+        defence="the notice only starts a claim; the daemon's grant (ClaimReply) refuses while an unparked "
+        "engine is attached, so a spurious notice costs one claim round trip and a park again: "
+        "tests/layout_sm (claim refused as taken while a primary is attached)",
+    ),
+    _m(
+        "claim_ignores_unparked",
+        "a claim is granted only while no unparked engine is attached",
+        '    CASE Unparked(r) # {}         -> "taken"',
+        '    CASE FALSE                    -> "taken"',
+        ("MCStandby", "MCTwoStandbys"),
+    ),
+    _m(
+        "claim_ignores_dirty",
+        "a claim is granted only on a clean daemon",
+        '      [] dphase[r] # "clean"      -> "dirty"',
+        '      [] FALSE                    -> "dirty"',
+        ("MCStandby",),
+    ),
+    _m(
+        "claim_before_every_notice",
+        "the ranks claim only once every rank has its notice (the all-gather)",
+        '    /\\ \\A q \\in Ranks : eclaim[e][q] \\in {"notified", "granted"}\n',
+        "",
+        ("MCStandby", "MCTwoStandbys"),
+    ),
+    _m(
+        "claims_any_rank_order",
+        "the ranks claim in rank order, each after the ranks before it were granted",
+        '    /\\ \\A q \\in 1..(r - 1) : eclaim[e][q] = "granted"\n'
+        "    /\\ eclaim' = [eclaim EXCEPT ![e][r] = ClaimReply(e, r)]",
+        "    /\\ eclaim' = [eclaim EXCEPT ![e][r] = ClaimReply(e, r)]",
+        ("MCTwoStandbys",),
+    ),
+    _m(
+        "grant_keeps_parked",
+        "a granted claim unparks the attachment",
+        "         THEN /\\ dpark' = [dpark EXCEPT ![r] = @ \\ {e}]",
+        "         THEN /\\ dpark' = dpark",
+        ("MCStandby",),
+    ),
+    _m(
+        "promote_on_some_grants",
+        "a standby promotes only when every rank was granted",
+        "         ELSE IF Granted(e)\n",
+        '         ELSE IF \\E r \\in Ranks : eclaim[e][r] = "granted"\n',
+        ("MCStandby",),
+    ),
+    _m(
+        "promote_keeps_stale_route",
+        "a promoted standby adopts the records' map",
+        "              /\\ eroute' = [eroute EXCEPT ![e] = efind[e][1].fmap]",
+        "              /\\ eroute' = eroute",
+        ("MCStandby",),
+    ),
+    _m(
+        "taken_keeps_grants",
+        "a taken claim parks the standby again where it was granted",
+        'IF eclaim[e][r] \\in {"granted", "taken"}',
+        'IF eclaim[e][r] \\in {"taken"}',
+        ("MCStandby", "MCTwoStandbys"),
+    ),
+    _m(
+        "taken_rank_not_parked_again",
+        "the taken rank parks again too (its park reply is the notice a claim may have missed)",
+        'IF eclaim[e][r] \\in {"granted", "taken"}\n'
+        '                                                 THEN "release" ELSE eclaim[e][r]]]',
+        'CASE eclaim[e][r] = "granted" -> "release" [] eclaim[e][r] = "taken" -> "parked"\n'
+        "                                                 [] OTHER -> eclaim[e][r]]]",
+        ("MCStandby",),
+    ),
+    _m(
+        "standby_steps_not_fair",
+        "a standby's own steps (its startup, park, claims, promotion) run to their end (weak fairness on EngineSteps)",
+        "    /\\ \\A e \\in Engines : WF_vars(EngineSteps(e))\n",
+        "    /\\ \\A e \\in Engines \\ Standbys : WF_vars(EngineSteps(e))\n",
+        ("MCStandby",),
     ),
     _m(
         "detach_live_engine",

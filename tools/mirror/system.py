@@ -47,7 +47,7 @@ NUM_LOGICAL = 2
 # The spec's variables, in declaration order (the order TLC prints them).
 VARIABLES = (
     "dphase", "dver", "dmap", "dpend", "datt", "dnf", "truth",
-    "ephase", "efind", "eroute", "ever", "eserv", "eshare", "reb", "moves",
+    "ephase", "efind", "eroute", "ever", "eserv", "eshare", "reb", "moves", "dpark", "eclaim",
 )  # fmt: skip
 
 # Spec action -> parameter names (the spec's Next, in order).
@@ -70,6 +70,9 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "RepairDone": ("r",),
     "RepairFails": ("r",),
     "RepairAgain": ("r",),
+    "Park": ("e", "r"),
+    "Claim": ("e", "r"),
+    "Promote": ("e",),
 }
 
 # How each spec variable is computed from the mirror's state (for the structural cross-check).
@@ -89,6 +92,8 @@ VARIABLE_SOURCES: dict[str, str] = {
     "eshare": "EngineView.shares (set by the actions of Agree, Decide and Verify)",
     "reb": "EngineView.rebalance / chunk / begins, aborted, commits",
     "moves": "SysState.moves",
+    "dpark": "DaemonView.parked (engine ids)",
+    "eclaim": 'EngineView.claims (a standby\'s role per rank; all "none" for a primary)',
 }
 
 
@@ -107,6 +112,7 @@ class Model:
     daemon_restarts: bool
     repairs: bool = False  # Repairs: the daemons start with auto repair
     repair_may_fail: bool = False  # RepairMayFail
+    standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -161,6 +167,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         daemon_restarts=const("DaemonRestarts") == "TRUE",
         repairs=const("Repairs") == "TRUE",
         repair_may_fail=const("RepairMayFail") == "TRUE",
+        standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )
@@ -232,8 +239,11 @@ class System:
         # them (``restore``), never rebuilt.
         self.machines = [DaemonMachine(self.initial_record, auto_repair=model.repairs) for _ in model.ranks]
         self.sessions = {
-            e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine) for e in model.newer
+            e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine, standby=e in model.standbys)
+            for e in model.newer
         }
+        # Each engine's view at its start (a standby's has taken its role).
+        self.fresh = {e: session.view().bare() for e, session in self.sessions.items()}
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
         self._session_memo: dict[tuple[Any, ...], tuple[Any, EngineView]] = {}
         self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
@@ -268,6 +278,10 @@ class System:
             result = m.repair_ended(arg, "reloaded")
         elif op == "repair_failed":
             result = m.repair_fails(Reason.REPAIR_FAILED, "a read error")
+        elif op == "park":
+            result = m.park_engine(arg)
+        elif op == "claim":
+            result = m.claim_primary(arg)
         else:  # pragma: no cover
             raise ValueError(op)
         out = (result, m.view())
@@ -299,7 +313,7 @@ class System:
         m = self.model
         out = []
         lack = sorted(m.may_lack_record)
-        engines = tuple(OlderEngine("load") if e in m.older else EngineView.fresh(e, self.R) for e in m.engines)
+        engines = tuple(OlderEngine("load") if e in m.older else self.fresh[e] for e in m.engines)
         for mask in range(1 << len(lack)):
             without = {lack[i] for i in range(len(lack)) if mask >> i & 1}
             daemons = tuple(
@@ -316,7 +330,7 @@ class System:
         return es if isinstance(es, EngineView) else None
 
     def _with(self, s: SysState, e: str, es: Engine, **kw: Any) -> SysState:
-        if isinstance(es, EngineView) and es.phase == "failed":
+        if isinstance(es, EngineView) and (es.phase == "failed" or es.role == "failed"):
             es = GoneEngine("failed")  # the process exits: its memory is gone
         engines = list(s.engines)
         engines[self.eidx[e]] = es
@@ -395,6 +409,8 @@ class System:
     def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance != "idle" or s.moves >= self.model.max_moves:
+            return None
+        if not self._guard(e, v, "acts_as_primary"):
             return None
         _, v2 = self._step(e, v, "begin_chunk", _layers(c))
         return self._with(s, e, v2, moves=s.moves + 1)
@@ -478,8 +494,8 @@ class System:
         view = s.daemons[r - 1]
         if e not in view.attachments or not isinstance(s.engines[self.eidx[e]], GoneEngine):
             return None
-        _, view2 = self._call(r, view, "detach", e)
-        return replace(s, daemons=self._set_daemon(s, r, view2))
+        effect, view2 = self._call(r, view, "detach", e)
+        return self._notify(replace(s, daemons=self._set_daemon(s, r, view2)), r, effect.notified)
 
     def Restart(self, s: SysState, r: int) -> SysState | None:
         view = s.daemons[r - 1]
@@ -520,6 +536,49 @@ class System:
         reply, view2 = self._call(r, view, "repair", None)
         assert reply.ok, reply
         return replace(s, daemons=self._set_daemon(s, r, view2))
+
+    def Park(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or not (v.role == "parked" or (v.role == "warming" and self._guard(e, v, "warmed_up"))):
+            return None
+        if not self._guard(e, v, "to_park", r - 1):
+            return None
+        req, _ = self._step(e, v, "park_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "park", req)
+        _, v2 = self._step(e, v, "parked", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        s2 = self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+        return self._notify(s2, r, tuple(f for f in reply.data.get("notified", ()) if f != e))
+
+    def Claim(self, s: SysState, e: str, r: int) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.role != "parked" or not self._guard(e, v, "may_claim", r - 1):
+            return None
+        req, _ = self._step(e, v, "claim_request", r - 1)
+        reply, daemon = self._call(r, s.daemons[r - 1], "claim", req)
+        _, v2 = self._step(e, v, "claimed", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
+    def Promote(self, s: SysState, e: str) -> SysState | None:
+        v = self._view(s, e)
+        if v is None or v.role != "parked" or not self._guard(e, v, "claims_ended"):
+            return None
+        _, v2 = self._step(e, v, "promote")
+        return self._with(s, e, v2)
+
+    def _guard(self, e: str, v: EngineView, name: str, *args: Any) -> bool:
+        """One of the session's guards (``EngineState``'s conjuncts) on ``v``: what enables a step."""
+        session = self.sessions[e]
+        session.restore(v)
+        return bool(getattr(session.model, name)(*args))
+
+    def _notify(self, s: SysState, r: int, engines: tuple[str, ...]) -> SysState:
+        """Daemon ``r``'s notice reaches each of ``engines`` (rank ``r``'s reader; a dead process reads nothing)."""
+        for f in engines:
+            vf = self._view(s, f)
+            if vf is not None:
+                _, vf2 = self._step(f, vf, "noticed", r - 1)
+                s = self._with(s, f, vf2)
+        return s
 
     # -- successor enumeration (the spec's Next, in order) --------------------------------
 
@@ -569,6 +628,8 @@ class System:
             s.truth,
             *(_fn(self.model.engines, [x[i] for x in engines]) for i in range(7)),
             s.moves,
+            tuple(frozenset(ModelValue(e) for e in v.parked) for v in s.daemons),
+            _fn(self.model.engines, [x[7] for x in engines]),
         )
 
     def spec_state(self, s: SysState) -> Record:
@@ -576,24 +637,26 @@ class System:
         return Record(zip(VARIABLES, self.project(s), strict=True))
 
     def _spec_engine(self, es: Engine) -> tuple[Any, ...]:
-        """One engine's spec variables: ephase, efind, eroute, ever, eserv, eshare, reb."""
+        """One engine's spec variables: ephase, efind, eroute, ever, eserv, eshare, reb, eclaim."""
         hit = self._spec_memo.get(es)
         if hit is not None:
             return hit
         blank = (tuple(self._find_rec(None) for _ in range(self.R)), self.initial_perms, 0)
+        no_claims = ("none",) * self.R
         if isinstance(es, GoneEngine):
-            out = (es.phase, *blank, frozenset(), False, _IDLE_REB[self.R])
+            out = (es.phase, *blank, frozenset(), False, _IDLE_REB[self.R], no_claims)
         elif isinstance(es, OlderEngine):
-            out = (es.phase, *blank, es.serv, False, _IDLE_REB[self.R])
+            out = (es.phase, *blank, es.serv, False, _IDLE_REB[self.R], no_claims)
         else:
             out = (
-                es.phase,
+                "parked" if es.role == "parked" else es.phase,
                 tuple(self._find_rec(f) for f in es.findings),
                 self.route(es),
                 es.version,
                 frozenset(r + 1 for r in es.served),
                 es.shares,
                 _reb(es),
+                es.claims or no_claims,
             )
         self._spec_memo[es] = out
         return out
@@ -609,17 +672,20 @@ class System:
     def render(self, s: SysState) -> str:
         return render_projection(self.project(s))
 
-    @staticmethod
-    def step_view(s: SysState) -> tuple[Any, ...]:
+    def step_view(self, s: SysState) -> tuple[Any, ...]:
         """What the action properties read (``invariants.StepView``)."""
+        engines = [self._spec_engine(es) for es in s.engines]
         return (
             tuple(v.phase for v in s.daemons),
             tuple(0 if v.record is None else v.record.version for v in s.daemons),
             tuple(es.version if isinstance(es, EngineView) else 0 for es in s.engines),
             tuple(isinstance(es, GoneEngine) for es in s.engines),
-            tuple(frozenset(v.attachments) for v in s.daemons),
+            tuple(frozenset(e for e in v.attachments if e not in v.parked) for v in s.daemons),
             tuple(_serv(es) for es in s.engines),
             tuple(None if v.pending is None else v.pending.engine_id for v in s.daemons),
+            tuple(v.parked for v in s.daemons),
+            tuple(x[7] for x in engines),
+            tuple(x[6]["replies"] for x in engines),
         )
 
 
