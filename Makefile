@@ -46,7 +46,10 @@ check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror
 	$(VENV)/bin/ruff format --check src tools tests
 	$(PY) -m pytest -q -x $(CHECK_TESTS)
 	$(PY) -m tools.mirror.explore MCSmall --spec-dir spec --dot-dir build/mirror --quiet
-	@if [ -f ../shared/tlc/MCSmall.dot.gz ]; then $(PY) -m tools.mirror.compare build/mirror/MCSmall.dot ../shared/tlc/MCSmall.dot.gz; \
+	@# The standby's variables (dpark, eclaim) are constant on MCSmall, and a dump of the spec before
+	@# them (ed13107) lacks them: compared without them, the graphs must still be equal.
+	@if [ -f ../shared/tlc/MCSmall.dot.gz ]; then $(PY) -m tools.mirror.compare build/mirror/MCSmall.dot ../shared/tlc/MCSmall.dot.gz \
+	  --ignore-var dpark --ignore-var eclaim; \
 	else echo "check: no ../shared/tlc/MCSmall.dot.gz here: the mirror's graph was not compared with TLC's"; fi
 
 test: $(STAMP)  ## the full suite, real sglang servers included (what CI runs; about 20 minutes here)
