@@ -155,7 +155,7 @@ def repair_against_restart(model: Path, workdir: Path, step: Any) -> dict[str, A
         torn_move.wait_phase(daemons, "clean")
         eof = time.monotonic()
         torn_move.tear_move(engines, 0, 1)
-        clean = torn_move.wait_phase(daemons, "clean", timeout_s=300.0, poll_s=0.01)
+        clean = torn_move.wait_phase(daemons, "clean", timeout_s=300.0, poll_s=0.01, detached=True)
         repair_s = time.monotonic() - eof
         logged = torn_move.logged_repairs(daemons.tree.log_path.read_text(errors="replace"))
     finally:

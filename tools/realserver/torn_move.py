@@ -102,14 +102,15 @@ def queried_states(sockets: list[str]) -> list[dict[str, Any]]:
 
 
 def wait_phase(
-    daemons: StandaloneDaemons, phase: str, timeout_s: float = 30.0, poll_s: float = 0.2
+    daemons: StandaloneDaemons, phase: str, timeout_s: float = 30.0, poll_s: float = 0.2, detached: bool = False
 ) -> list[dict[str, Any]]:
-    """Every daemon's state once all are in ``phase`` with nothing attached; AssertionError after ``timeout_s``."""
+    """Every daemon's state once all are in ``phase`` (``detached``: and with nothing attached);
+    AssertionError after ``timeout_s``."""
     sockets = [daemons.run.socket_path(rank) for rank in range(daemons.topology.tp_size)]
     deadline = time.monotonic() + timeout_s
     while True:
         found = queried_states(sockets)
-        if all(s.get("phase") == phase and not s.get("attached") for s in found):
+        if all(s.get("phase") == phase and not (detached and s.get("attached")) for s in found):
             return found
         assert time.monotonic() < deadline, f"daemons not {phase}: {found}"
         time.sleep(poll_s)
