@@ -142,7 +142,7 @@ def repair_against_restart(model: Path, workdir: Path, step: Any) -> dict[str, A
     """A torn move's repair (issue 19) against what it replaces, restarting the daemon set, on one
     standalone set with auto repair (the default): start it (loading from disk), commit a move of
     layer 0 and tear a second one (``tools.realserver.torn_move``), time from the EOF to every daemon
-    clean again as ``expert-layout status`` sees it (polled every 10 ms), then stop the set and start
+    clean again (``expert_layout_query`` on their sockets every 10 ms), then stop the set and start
     it again, timed the same way (launch to every daemon's ready file)."""
     topology = _topology(model)
     daemons = rs.StandaloneDaemons(rs.RunDir(workdir / "repair"), topology).start()
@@ -217,7 +217,7 @@ def _repair_rows(p: dict[str, Any] | None) -> list[str]:
     share = ", ".join(f"{b / whole:.1%}" for b in read) if whole else "?"
     return [
         "| a torn move's repair (auto, TP2 standalone daemons): from the mover's EOF to every daemon clean at "
-        f"the base version, polled by `expert-layout status` | {p['repair_s']} s (in the daemons: "
+        f"the base version, asked on the daemons' sockets every 10 ms | {p['repair_s']} s (in the daemons: "
         f"{p['repair_in_daemons_s']} s); bytes reloaded per rank {read} of a {whole}-byte checkpoint ({share}) | "
         f"{p['restart_s']} s to restart the daemon set (load from disk; its first start: {p['first_start_s']} s) | "
         f"{p['restart_to_repair']}x faster | faster than a restart: {_met(p['repair_s'] < p['restart_s'])} |",
