@@ -128,6 +128,10 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     RepairDone = _action_rule("RepairDone")
     RepairFails = _action_rule("RepairFails")
     RepairAgain = _action_rule("RepairAgain")
+    # never enabled on MCSmall (Standbys = {}); the standby witnesses and MCStandby's suite replay them
+    Park = _action_rule("Park")
+    Claim = _action_rule("Claim")
+    Promote = _action_rule("Promote")
 
     @precondition(lambda self: self.state is not None and not any(True for _ in system().successors(self.state)))
     @rule()
