@@ -213,10 +213,14 @@ class DaemonView:
         """A live attachment of ``engine_id`` holds ``session`` (spec: ``e \\in datt[r]``)."""
         return self.attachments.get(engine_id) == session
 
+    def unparked(self) -> list[str]:
+        """The attached engines that are not parked standbys (spec: ``Unparked(r)``), in attach order."""
+        return [e for e in self.attachments if e not in self.parked]
+
     def alone(self, engine_id: str) -> bool:
         """No other unparked engine is attached (spec: ``Unparked(r) \\ {e} = {}``): a parked standby
         runs no forward pass, so it does not count."""
-        return all(e == engine_id or e in self.parked for e in self.attachments)
+        return all(e == engine_id for e in self.unparked())
 
     def is_parked(self, engine_id: str) -> bool:
         """The engine's attachment is a parked standby's (spec: ``e \\in dpark[r]``)."""
@@ -224,15 +228,14 @@ class DaemonView:
 
     def none_unparked(self) -> bool:
         """Every attachment is a parked standby's (spec: ``Unparked(r) = {}``)."""
-        return all(e in self.parked for e in self.attachments)
+        return not self.unparked()
 
     def notified(self, leaving: str | None = None) -> tuple[str, ...]:
         """The parked standbys the daemon notifies once ``leaving``'s attachment is gone (spec:
         ``Notify``): all of them when no unparked engine is left, else none."""
-        staying = [e for e in self.attachments if e != leaving]
-        if not all(e in self.parked for e in staying):
+        if not all(e == leaving for e in self.unparked()):
             return ()
-        return tuple(sorted(e for e in staying if e in self.parked))
+        return tuple(sorted(e for e in self.attachments if e != leaving and e in self.parked))
 
     def base_is_current(self, base_version: int) -> bool:
         """The engine's version is the record's (spec: ``ever[e] = dver[r]``)."""
@@ -755,7 +758,7 @@ def _move_pending(view: DaemonView, req: BeginRequest) -> Reply:
 
 
 def _other_engine_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    others = sorted(e for e in view.attachments if e != req.engine_id and e not in view.parked)
+    others = sorted(e for e in view.unparked() if e != req.engine_id)
     return busy(
         Reason.OTHER_ENGINE_ATTACHED,
         f"engines {others} also map these weights; experts move only while one engine is alone "
@@ -1085,7 +1088,7 @@ def _claim_not_parked(view: DaemonView, req: ClaimRequest) -> Reply:
 
 
 def _primary_attached(view: DaemonView, req: ClaimRequest) -> Reply:
-    others = sorted(e for e in view.attachments if e not in view.parked)
+    others = sorted(view.unparked())
     return busy(
         Reason.PRIMARY_ATTACHED,
         f"engines {others} are attached and not parked: the primary role is taken; stay parked (the daemon "
