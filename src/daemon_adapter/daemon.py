@@ -591,7 +591,13 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                     send_msg(conn, notice_message())
                 except OSError as error:
                     self._log_bad_frame(f"notice to {engine_id!r} not delivered: {type(error).__name__}: {error}")
-            logger.info("[LayoutAwareDaemon gpu=%s] told the parked standby %r: no primary", self.gpu_id, engine_id)
+            # The wall clock, to line the takeover's parts up across processes (engine_adapter.standby logs its own).
+            logger.info(
+                "[LayoutAwareDaemon gpu=%s] told the parked standby %r: no primary (at unix %.3f)",
+                self.gpu_id,
+                engine_id,
+                time.time(),
+            )
 
     # -- repair (issue 19) --------------------------------------------------------------
 

@@ -30,7 +30,7 @@ import os
 import pickle
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,10 +155,17 @@ def _row(status: DaemonStatus) -> list[str]:
         "-" if digest is None else str(digest)[:16],
         _describe_move(state.get("pending")),
         torn,
-        ",".join(state.get("attached") or []) or "-",
+        _attachments(state),
         "yes" if state.get("non_following_seen") else "no",
         "" if not failure else f"repair failed: {failure}",
     ]
+
+
+def _attachments(state: Mapping[str, Any]) -> str:
+    """Each attached engine and whether it is a parked warm standby (issue 18); an unparked one counts for begins."""
+    parked = set(state.get("parked") or ())
+    names = [f"{e} (standby, parked)" if e in parked else f"{e} (unparked)" for e in state.get("attached") or []]
+    return ",".join(names) or "-"
 
 
 def render_table(statuses: Sequence[DaemonStatus]) -> str:

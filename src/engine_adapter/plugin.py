@@ -13,14 +13,20 @@ from typing import Any
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-from engine_adapter import install_check
+from engine_adapter import install_check, roles
 from engine_adapter.targets import (
     CALL_SITES,
     CHUNK_TARGET,
+    CONTINUE_TARGET,
     FETCH_TARGET,
+    LOCAL_INPUTS_TARGET,
+    PAUSE_TARGET,
+    PAUSED_LOOP_TARGET,
     REBALANCE_TARGET,
     RECV_TARGET,
+    RESULT_DISPATCHER_TARGET,
     SEND_TARGET,
+    SERVER_STATE_TARGET,
     STARTUP_TARGET,
 )
 
@@ -42,11 +48,12 @@ _registered = False
 _lock = threading.Lock()
 
 
-def hooks() -> tuple[tuple[str, Callable[..., Any]], ...]:
-    """Every (target, AROUND hook) the protocol needs, in registration order."""
+def hooks(standby: bool = False) -> tuple[tuple[str, Callable[..., Any]], ...]:
+    """Every (target, AROUND hook) the protocol needs, in registration order; ``standby``: with a warm
+    standby's (a primary carries none of them)."""
     from engine_adapter import loader, rebalance, startup
 
-    return (
+    protocol = (
         (STARTUP_TARGET, startup.around_maybe_init_expert_location_metadata),
         (FETCH_TARGET, loader.around_fetch_from_cache),
         (SEND_TARGET, loader.around_send_msg),
@@ -54,6 +61,28 @@ def hooks() -> tuple[tuple[str, Callable[..., Any]], ...]:
         (REBALANCE_TARGET, rebalance.around_rebalance),
         (CHUNK_TARGET, rebalance.around_update_expert_location_with_recovery),
     )
+    if not standby:
+        return protocol
+    from engine_adapter import standby as parked
+
+    return (
+        *protocol,
+        (PAUSE_TARGET, parked.around_pause_generation),
+        (CONTINUE_TARGET, parked.around_continue_generation),
+        (LOCAL_INPUTS_TARGET, parked.around_poll_timeout_aborts),
+        (PAUSED_LOOP_TARGET, parked.around_paused_loop),
+        (SERVER_STATE_TARGET, parked.around_set_engine_state_field),
+        (RESULT_DISPATCHER_TARGET, parked.around_init_request_dispatcher),
+    )
+
+
+def _standby_role() -> bool:
+    """Whether this engine starts as a warm standby. A role that is not one registers a primary's hooks;
+    the startup hook then fails the engine with the variable and the valid roles."""
+    try:
+        return roles.is_standby()
+    except roles.RoleError:
+        return False
 
 
 def register() -> None:
@@ -66,7 +95,7 @@ def register() -> None:
 
         # sglang applies them after register() returns and only logs a target it fails to apply;
         # the startup hook checks that each is in place (engine_adapter.install_check).
-        registered = hooks()
+        registered = hooks(_standby_role())
         for target, hook in registered:
             HookRegistry.register(target, hook, HookType.AROUND)
         install_check.expect(registered)

@@ -43,7 +43,7 @@ class _StopRebalance(Exception):
     """Ends the current ``EPLBManager.rebalance`` between chunks (pause, disable, failed commit)."""
 
 
-def _all_gather(obj: Any) -> list[Any]:
+def all_gather(obj: Any) -> list[Any]:
     group = world_cpu_group()
     out: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
@@ -72,7 +72,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
     session = st.session
     if not session.rebalance_started:
         # Once, at the first rebalance: where every rank's weights came from (None: unknown).
-        sources = _all_gather(st.weights_source)
+        sources = all_gather(st.weights_source)
         session.start_rebalance(sources, elastic_ep=get_exec().moe.elastic_ep_backend is not None)
     step = session.rebalance()
     if step.go is not Go.MOVE:
@@ -88,7 +88,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         metrics.rebalance_ended()
 
 
-def _ask(st: state.EngineLayoutState, request: LayoutRequest) -> Any:
+def ask_daemon(st: state.EngineLayoutState, request: LayoutRequest) -> Any:
     """One request to this rank's daemon; None when it cannot be reached (counts as refused)."""
     assert st.socket_path is not None
     try:
@@ -110,11 +110,11 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
 
     t0 = time.perf_counter()
     session.begin_chunk([int(layer) for layer in kwargs["update_layer_ids"]])
-    begins = _all_gather(_ask(st, session.begin_request(rank)))
+    begins = all_gather(ask_daemon(st, session.begin_request(rank)))
     step = session.begun_all(begins)
     abort = session.abort_request(rank)  # None unless the chunk does not go on and this rank began it
     if abort is not None:
-        _ask(st, abort)
+        ask_daemon(st, abort)
     session.aborted_all()  # each rank aborts its own move, on the same replies
     st.counters.record_time("begin_s", time.perf_counter() - t0)
     metrics.protocol_time(time.perf_counter() - t0)
@@ -130,7 +130,7 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     session.moved(get_global_expert_location_metadata().physical_to_logical_map_cpu.tolist())
     t2 = time.perf_counter()
 
-    step = session.committed_all(_all_gather(_ask(st, session.commit_request(rank))))
+    step = session.committed_all(all_gather(ask_daemon(st, session.commit_request(rank))))
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)

@@ -32,7 +32,7 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
-from engine_adapter import install_check, metrics, state
+from engine_adapter import install_check, metrics, roles, state
 from layout_sm.engine import EngineLayout, Go, RankFinding, Step
 from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
 from layout_sm.record import layout_digest
@@ -151,9 +151,10 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     st = state.get()
     group = world_cpu_group()
     rank = dist.get_rank(group)
-    session = EngineSession(_engine_id(group), dist.get_world_size(group), _engine_layout(metadata))
+    standby = roles.is_standby()
+    session = EngineSession(_engine_id(group), dist.get_world_size(group), _engine_layout(metadata), standby=standby)
     path = daemon_socket_path(gpu_id)
-    st.session, st.rank, st.socket_path = session, rank, path
+    st.session, st.rank, st.socket_path, st.model_config = session, rank, path, model_config
     attachment = None
     try:
         timeout_s = _env_seconds(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sglang.srt.eplb.eplb_manager import EPLBManager
 
     from engine_adapter.compat import InstallCheck
+    from engine_adapter.standby import StandbyLink
 
 logger = logging.getLogger("engine_adapter")
 
@@ -52,6 +53,8 @@ class EngineLayoutState:
     startup_hook_ran: bool = False
     install: InstallCheck | None = None
     shared_moves_blocked: str | None = None
+    model_config: Any = None  # sglang's ModelConfig, for a map adopted after startup (a standby's promotion)
+    standby: StandbyLink | None = None  # a warm standby's notice reader, once it parked (issue 18)
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""

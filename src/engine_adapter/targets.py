@@ -20,3 +20,16 @@ CALL_SITES: dict[str, tuple[str, ...]] = {
     SEND_TARGET: ("sglang.srt.weight_cache.ipc_loader.send_msg",),
     RECV_TARGET: ("sglang.srt.weight_cache.ipc_loader.recv_msg",),
 }
+
+# A warm standby (issue 18, engine_adapter.standby). In the scheduler processes: sglang's in-place pause
+# and its continue (every TP rank runs them on the same iteration: they ride the scheduler's broadcast
+# of its inputs), the entry rank's per-iteration local inputs (the takeover request joins that
+# broadcast), and the paused loop (where a parked entry rank sleeps until a request or a notice).
+PAUSE_TARGET = "sglang.srt.managers.scheduler.Scheduler.pause_generation"
+CONTINUE_TARGET = "sglang.srt.managers.scheduler.Scheduler.continue_generation"
+LOCAL_INPUTS_TARGET = "sglang.srt.managers.scheduler.Scheduler._poll_timeout_aborts"
+PAUSED_LOOP_TARGET = "sglang.srt.managers.scheduler.Scheduler._record_scheduler_state_for_paused_engine"
+# In the HTTP server's process: the server status (held at Starting while the standby is parked: /health
+# and /health_generate answer 503) and the dispatcher of what the scheduler sends back (the promotion).
+SERVER_STATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._set_engine_state_field"
+RESULT_DISPATCHER_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager.init_request_dispatcher"

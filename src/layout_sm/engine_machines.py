@@ -655,7 +655,7 @@ class EngineState:
         refused = [r for r, c in enumerate(self.view.claims) if c == "dirty"]
         if refused:
             return self._fail(Reason.DIRTY, f"the standby cannot take over: the daemons of ranks {refused} refused "
-                              f"the claim (see each rank's claim reply); {RESTART_DAEMONS}")  # fmt: skip
+                              f"the claim (see each rank's claim reply); {REPAIR_OR_RESTART}")  # fmt: skip
         return self.fail_records_differ()
 
     def take_promotion(self) -> Step:

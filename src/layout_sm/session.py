@@ -62,7 +62,7 @@ from layout_sm.messages import (
     ParkRequest,
     QueryRequest,
 )
-from layout_sm.reasons import Status
+from layout_sm.reasons import Reason, Status
 from layout_sm.record import Rows
 
 POLL = QueryRequest(include_map=True)
@@ -252,6 +252,8 @@ class EngineSession:
         if v.off is not None:
             return v.off
         self._require(v.rebalance in ("local", "idle"), f"a rebalance cannot begin while the phase is {v.rebalance}")
+        if not self.model.acts_as_primary():  # BeginChunk: Primary(e)
+            return Step.pause(Reason.PARKED, "a warm standby moves no experts until it is promoted")
         assert v.mode is not None
         return v.mode
 

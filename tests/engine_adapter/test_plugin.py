@@ -41,3 +41,56 @@ def test_load_plugins_installs_every_hook():
     assert set(info["targets"]) <= set(info["patched"])
     assert info["startup_wrapped"] and info["send_rebound"]
     assert info["daemon_class"] == "LayoutAwareDaemon"  # daemon mode: spawned daemons are layout-aware
+
+
+STANDBY_PROBE = r"""
+import json
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+from engine_adapter import plugin
+print(json.dumps({
+    "patched": sorted(HookRegistry._patched),
+    "standby": [target for target, _ in plugin.hooks(True)],
+    "primary": [target for target, _ in plugin.hooks(False)],
+}))
+"""
+
+
+def _probe(role: str | None) -> dict[str, list[str]]:
+    env = dict(os.environ)
+    env.pop("SGLANG_PLUGINS", None)
+    env.pop("SGLANG_EXPERT_LAYOUT_ROLE", None)
+    if role is not None:
+        env["SGLANG_EXPERT_LAYOUT_ROLE"] = role
+    out = subprocess.run(
+        [sys.executable, "-c", STANDBY_PROBE], capture_output=True, text=True, env=env, timeout=240, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_standby_carries_the_parking_hooks_and_a_primary_none_of_them():
+    """sglang applies every standby hook (its pause, continue, paused loop, local inputs, server status and
+    result dispatcher) in a standby's processes; a primary, and a role that is not one, carry none."""
+    standby = _probe("standby")
+    parking = set(standby["standby"]) - set(standby["primary"])
+    assert len(parking) == 6, parking
+    assert parking <= set(standby["patched"])
+    for role in (None, "primary", "stand-by"):
+        assert not parking & set(_probe(role)["patched"]), role
+
+
+def test_a_role_that_is_not_one_is_refused_with_the_valid_ones(monkeypatch):
+    from engine_adapter import roles
+
+    monkeypatch.setenv(roles.ROLE_ENV, "stand-by")
+    try:
+        roles.role()
+    except roles.RoleError as error:
+        assert "'stand-by' is not a role" in str(error) and "primary, standby" in str(error)
+    else:
+        raise AssertionError("a bad role was accepted")
+    monkeypatch.setenv(roles.ROLE_ENV, "standby")
+    assert roles.is_standby()
+    monkeypatch.delenv(roles.ROLE_ENV)
+    assert roles.role() == roles.PRIMARY

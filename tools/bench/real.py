@@ -96,6 +96,17 @@ def _rebalance_seconds(server: rs.RealServer, tp_size: int) -> tuple[float, int]
     return max(per_rank) if per_rank else (float("nan"), 0)
 
 
+def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: int) -> tuple[float, int, int]:
+    """Requests until the server logged ``rebalances`` rebalances; seconds of rebalance work per rebalance."""
+    for _ in range(4 * rebalances):
+        if len(re.findall(REBALANCE_END, server.log_text())) >= rebalances:
+            break
+        server.generate(list(PROMPTS), 16)
+    done = len(re.findall(REBALANCE_END, server.log_text()))
+    seconds, calls = _rebalance_seconds(server, topology.tp_size)
+    return round(seconds / max(1, done), 4), done, calls
+
+
 def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
     """EPLB's rebalance, one layer per chunk, with the protocol and without, on spawned daemons; servers
     alternated (on, off, off, on, ...). Each figure: seconds of rebalance work per rebalance."""
@@ -116,17 +127,12 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
             server = rs.RealServer(run, topology, spec).start()
             try:
                 server.wait_ready()
-                for _ in range(4 * rebalances):
-                    if len(re.findall(REBALANCE_END, server.log_text())) >= rebalances:
-                        break
-                    server.generate(list(PROMPTS), 16)
-                done = len(re.findall(REBALANCE_END, server.log_text()))
-                seconds, calls = _rebalance_seconds(server, topology.tp_size)
+                per_rebalance, done, calls = _timed_rebalances(server, topology, rebalances)
             finally:
                 server.stop()
-            out[side].append(round(seconds / max(1, done), 4))
-            per = out[side][-1] * 1000
-            step(f"  rebalance, protocol {side}: {per:.1f} ms per rebalance ({done} rebalances, {calls} calls)")
+            out[side].append(per_rebalance)
+            ms = per_rebalance * 1000
+            step(f"  rebalance, protocol {side}: {ms:.1f} ms per rebalance ({done} rebalances, {calls} calls)")
     on, off = _median(out["on"]), _median(out["off"])
     return {
         "rebalance_s_protocol_on": out["on"],
@@ -135,6 +141,59 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
         "median_on_s": on,
         "median_off_s": off,
         "ratio_on_to_off": _ratio(on, off),
+    }
+
+
+def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
+    """A primary's EPLB rebalance, one layer per chunk, with a parked warm standby attached to its daemons
+    (issue 18) against the primary alone, on one standalone daemon set; primaries alternated (beside, alone,
+    alone, beside, ...). The standby starts once the primary is up, parks, and stops before the primary
+    does (it would otherwise take over). Each figure: seconds of rebalance work per rebalance."""
+    from engine_adapter.roles import ROLE_ENV, STANDBY
+
+    run = rs.RunDir(workdir / "standby")
+    topology = _topology(model)
+    daemons = rs.StandaloneDaemons(run, topology).start()
+    out: dict[str, list[float]] = {"beside": [], "alone": []}
+    busy: dict[str, int] = {"beside": 0, "alone": 0}
+    try:
+        daemons.wait_ready()
+        order = [("beside", "alone") if i % 2 == 0 else ("alone", "beside") for i in range(repeats)]
+        for i, pair in enumerate(order):
+            for side in pair:
+                spec = rs.ServerSpec(
+                    f"primary-{side}-{i}",
+                    rebalance_iterations=ITERATIONS,
+                    layers_per_chunk=1,
+                    extra_env={engine_probes.EPLB_TIME_ENV: "1"},
+                )
+                primary = rs.RealServer(run, topology, spec).start()
+                standby = None
+                try:
+                    primary.wait_ready()
+                    if side == "beside":
+                        role = {ROLE_ENV: STANDBY}
+                        parked = rs.ServerSpec(f"standby-{i}", rebalance_iterations=100_000, extra_env=role)
+                        standby = rs.RealServer(run, topology, parked).start()
+                        rs.wait_parked(run, standby, topology.tp_size)
+                    per_rebalance, done, _ = _timed_rebalances(primary, topology, rebalances)
+                    busy[side] += primary.log_text().count("rebalance paused")
+                finally:
+                    if standby is not None:
+                        standby.stop()
+                    primary.stop()
+                out[side].append(per_rebalance)
+                step(f"  rebalance, primary {side}: {per_rebalance * 1000:.1f} ms per rebalance ({done} rebalances)")
+    finally:
+        daemons.stop()
+    beside, alone = _median(out["beside"]), _median(out["alone"])
+    return {
+        "rebalance_s_beside_parked_standby": out["beside"],
+        "rebalance_s_alone": out["alone"],
+        "busy_pauses": busy,
+        "median_beside_s": beside,
+        "median_alone_s": alone,
+        "ratio_beside_to_alone": _ratio(beside, alone),
     }
 
 
@@ -188,9 +247,17 @@ def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -
     ready = ready_times(model, root, repeats, step)
     step("real servers: EPLB rebalance wall time with and without the protocol (spawned daemons)")
     rebalance = rebalance_times(model, root, rebalances, repeats, step)
+    step("real servers: EPLB rebalance wall time with a parked warm standby attached against the primary alone")
+    standby = standby_rebalance_times(model, root, rebalances, repeats, step)
     step("real daemons: a torn move's repair against restarting the daemon set")
     repair = repair_against_restart(model, root, step)
-    return {"ready": ready, "rebalance": rebalance, "repair": repair, "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "ready": ready,
+        "rebalance": rebalance,
+        "standby": standby,
+        "repair": repair,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 def markdown_rows(data: dict[str, Any]) -> list[str]:
@@ -206,7 +273,21 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
         f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | "
         f"≤{REBALANCE_RATIO_MAX}x: {_met(b['ratio_on_to_off'] <= REBALANCE_RATIO_MAX)} |",
+        *_standby_rows(data.get("standby")),
         *_repair_rows(data.get("repair")),
+    ]
+
+
+def _standby_rows(p: dict[str, Any] | None) -> list[str]:
+    if not p:
+        return []
+    return [
+        "| real EPLB rebalance of a primary, one layer per chunk, with a parked warm standby attached to its "
+        "standalone daemons (issue 18): seconds of rebalance work per rebalance, slowest rank | "
+        f"{p['median_beside_s']} s beside the standby ({p['rebalance_s_beside_parked_standby']}; busy pauses "
+        f"{p['busy_pauses']['beside']}) | {p['median_alone_s']} s alone ({p['rebalance_s_alone']}) | "
+        f"{p['ratio_beside_to_alone']}x | not busy, and ≤{REBALANCE_RATIO_MAX}x: "
+        f"{_met(p['busy_pauses']['beside'] == 0 and p['ratio_beside_to_alone'] <= REBALANCE_RATIO_MAX)} |",
     ]
 
 

@@ -214,6 +214,16 @@ class ServerSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StreamedReply:
+    """A streamed request's times (``time.monotonic()``) and its output ids."""
+
+    sent: float
+    first_token: float | None
+    done: float
+    output_ids: list[int]
+
+
 class RealServer:
     """A real sglang server: start, wait ready, greedy generation over HTTP, SIGKILL, beliefs."""
 
@@ -317,6 +327,39 @@ class RealServer:
             replies = json.loads(response.read())
         return [list(reply["output_ids"]) for reply in replies]
 
+    def generate_streamed(self, prompt: str, max_new_tokens: int = 16, timeout_s: float = 300.0) -> StreamedReply:
+        """One greedy streamed request: when its first token and its end arrived (monotonic), and its ids."""
+        body = {
+            "text": prompt,
+            "stream": True,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        }
+        request = urllib.request.Request(
+            self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        sent = time.monotonic()
+        first: float | None = None
+        chunks: list[list[int]] = []
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                ids = list(json.loads(line[len("data:") :]).get("output_ids") or [])
+                if ids and first is None:
+                    first = time.monotonic()
+                chunks.append(ids)
+        done = time.monotonic()
+        # sglang streams each chunk's new ids or the whole output so far, by a server flag: either way
+        # the whole output is the last chunk when that one holds every token, else the chunks joined.
+        last = chunks[-1] if chunks else []
+        ids = last if len(last) == max_new_tokens else [i for c in chunks for i in c]
+        return StreamedReply(sent, first, done, ids)
+
+    def health(self, timeout_s: float = 5.0) -> int:
+        """``/health``'s status code (a parked standby answers 503)."""
+        return self._get("/health", timeout=timeout_s)
+
     def beliefs(self) -> dict[int, dict[str, Any]]:
         """What each rank routes with, as its probe last wrote it: map, version, startup, pid."""
         out: dict[int, dict[str, Any]] = {}
@@ -364,6 +407,31 @@ def daemon_status(run: RunDir, include_map: bool = False, timeout_s: float = 30.
         return json.loads(done.stdout)
     except json.JSONDecodeError:
         return {"exit_code": done.returncode, "daemons": [], "stderr": done.stderr[-2000:]}
+
+
+def parked_engines(run: RunDir) -> list[list[str]]:
+    """Each daemon's parked warm standbys (``expert-layout status``), in rank order."""
+    return [list((d.get("state") or {}).get("parked") or []) for d in daemon_status(run)["daemons"]]
+
+
+def wait_parked(run: RunDir, standby: RealServer, ranks: int, timeout_s: float = 600.0) -> float:
+    """Seconds from the standby's start until it is parked on every daemon of ``run`` (a parked standby's
+    ``/health`` answers 503: this is its ready); ServerFailed if it exits first or the timeout passes."""
+    assert standby.tree.started_at is not None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not standby.tree.alive():
+            raise ServerFailed(
+                f"standby {standby.spec.name} exited with code {standby.tree.exit_code()} before it parked; "
+                f"{standby.tree.failure_report()}"
+            )
+        lists = parked_engines(run)
+        if len(lists) == ranks and all(lists):
+            standby.ready_s = time.monotonic() - standby.tree.started_at
+            return standby.ready_s
+        if time.monotonic() > deadline:
+            raise ServerFailed(f"standby {standby.spec.name} not parked after {timeout_s:.0f}s: {lists}")
+        time.sleep(0.2)
 
 
 def daemon_status_table(run: RunDir, timeout_s: float = 30.0) -> str:

@@ -33,10 +33,12 @@ import json
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tools.demo import memory_probe
 from tools.demo.real.lab import (
+    MAX_NEW_TOKENS,
     PAUSED,
     READY_TIMEOUT_S,
     WORLD,
@@ -52,8 +54,11 @@ from tools.demo.real.lab import (
 from tools.demo.results import Row
 from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
+from tools.realserver.model import PROMPTS
 
 UNWRITTEN_WARNING = r"\[expert-layout\] rank \d+: WARNING: [^\n]*--enable-eplb[^\n]*"
+# The takeover's target (issue 18; sglang's roadmap #33522: "<1s warm standby switch").
+TAKEOVER_LIMIT_S = 1.0
 REBALANCE_OFF = r"\[EPLBManager\] rebalance disabled: [^\n]*|\[expert-layout\] [^\n]*rebalancing[^\n]* off[^\n]*"
 
 
@@ -198,16 +203,16 @@ def m3_no_eplb(lab: Lab, ev: dict[str, Any]) -> list[Row]:
 
 def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case1", concurrent.futures.Future())
-    repaired: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault("case3b", concurrent.futures.Future())
+    repaired: concurrent.futures.Future[Callable[[], list[Row]]] = ev.setdefault("case3b", concurrent.futures.Future())
     try:
         chain = lab.chain("aware", standalone=True)  # auto repair on, the default
         lab.status(chain, "case 1: layout-aware daemons up")
         finished.set_result(case1_restart(lab, chain, ev))  # the other lane starts ref-map
         b: Launched = ev["1-B"]
         row_m2 = m2_older_engine(lab, chain)
-        row2 = case2_standby(lab, chain, b)
-        row3a, d = case3a_between_chunks(lab, chain, b)
-        repaired.set_result(case3b_repaired(lab, chain, d))  # the other lane starts ref-3b
+        row2, c = case2_standby(lab, chain, b)
+        row3a, d, takeover = case3a_between_chunks(lab, chain, b, c)
+        repaired.set_result(case3b_repaired(lab, chain, d, takeover))  # the other lane starts ref-3b
     except BaseException as exc:
         for future in (finished, repaired):
             if not future.done():
@@ -223,8 +228,11 @@ def reference_of(key: str) -> Callable[[Lab, dict[str, Any]], list[Row]]:
     the aware lane has the map it needs."""
 
     def run(lab: Lab, ev: dict[str, Any]) -> list[Row]:
-        finished: concurrent.futures.Future[Callable[[], Row]] = ev.setdefault(key, concurrent.futures.Future())
-        return [finished.result(timeout=4 * READY_TIMEOUT_S + 600)()]
+        finished: concurrent.futures.Future[Callable[[], Row | list[Row]]] = ev.setdefault(
+            key, concurrent.futures.Future()
+        )
+        rows = finished.result(timeout=4 * READY_TIMEOUT_S + 600)()
+        return rows if isinstance(rows, list) else [rows]
 
     return run
 
@@ -323,36 +331,87 @@ def m2_older_engine(lab: Lab, chain: Chain) -> Row:
     )
 
 
-def case2_standby(lab: Lab, chain: Chain, b: Launched) -> Row:
-    c = lab.server("2-C", chain)
+def case2_standby(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Launched]:
+    """Case 2: 2-C starts as a warm standby beside 1-B and parks; 1-B rebalances as if it were alone."""
+    # 2-C never reaches EPLB's interval: once promoted (case 3a) it serves the record's map, unmoved.
+    c = lab.server("2-C", chain, standby=True, rebalance=False)
     c_adopt = startups(c, "adopt")
-    st_c = lab.status(chain, "case 2: standby 2-C attached next to 1-B")
-    paused = lab.until(b, PAUSED, 1)
-    st_busy = lab.status(chain, f"case 2: 1-B's rebalance paused {paused} times (busy)")
-    lab.metrics(b, "case 2: 1-B while 2-C is attached")
-    unchanged = same_record(st_busy) and st_busy[0].get("digest") == st_c[0].get("digest")
-    lab.stop(c)
-    lab.status(chain, "case 2: 2-C stopped")
+    health = c.server.health()
+    st_c = lab.status(chain, f"case 2: standby 2-C parked beside 1-B (its /health answers {health})")
+    busy_before = b.log_count(PAUSED)
     again = lab.rebalance(b, 1)
-    st_again = lab.status(chain, f"case 2: 1-B rebalanced {again} times after 2-C stopped")
-    lab.metrics(b, "case 2: 1-B after its rebalance")
-    v_before, v_after = st_busy[0].get("version"), st_again[0].get("version")
-    return Row(
+    busy = b.log_count(PAUSED) - busy_before
+    st_again = lab.status(chain, f"case 2: 1-B rebalanced {again} times with 2-C parked ({busy} busy)")
+    lab.metrics(b, "case 2: 1-B with the parked standby 2-C")
+    v_before, v_after = st_c[0].get("version"), st_again[0].get("version")
+    parked = [len(s.get("parked") or []) for s in st_again]
+    row = Row(
         "2",
-        "warm standby",
-        "while B is attached A's rebalances are busy and the record does not change; after B stops A rebalances again",
-        f"2-C adopted on {c_adopt} ranks; 1-B's rebalance paused {paused} times with 2-C attached; record "
-        f"{'unchanged' if unchanged else 'CHANGED'} at version {v_before}; after 2-C stopped, 1-B rebalanced "
-        f"{again} times: version {v_before} -> {v_after}",
-        {"paused": paused, "version_busy": v_before, "version_after": v_after},
-        c_adopt == WORLD and paused > 0 and unchanged and again > 0 and (v_after or 0) > (v_before or 0),
-    )
+        "warm standby beside a rebalancing primary",
+        "the standby parks (/health 503); the primary's rebalances are not busy and the record moves on",
+        f"2-C (SGLANG_EXPERT_LAYOUT_ROLE=standby) adopted on {c_adopt} ranks and parked on {sum(parked)} of "
+        f"{WORLD} daemons, /health {health}; 1-B rebalanced {again} times beside it, {busy} busy: version "
+        f"{v_before} -> {v_after}",
+        {"parked_daemons": sum(parked), "health": health, "busy": busy, "version_after": v_after},
+        c_adopt == WORLD and parked == [1] * WORLD and health == 503 and again > 0 and busy == 0
+        and (v_after or 0) > (v_before or 0),
+    )  # fmt: skip
+    return row, c
 
 
-def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Launched]:
+@dataclass
+class TakeoverSeen:
+    """What case 3a saw of 2-C's takeover; its outputs are judged against ref-3b (the same map)."""
+
+    first_token_s: float
+    complete_s: float
+    health: int
+    beliefs_version: list[Any]
+    record_version: Any
+    routes_record: bool
+    c_map: list[list[int]]
+    c_out: list[list[int]]
+    parts: dict[str, float]
+
+
+def _takeover_parts(lab: Lab, chain: Chain, c: Launched, killed_unix: float) -> dict[str, float]:
+    """The takeover's parts, from the wall clocks the daemons and 2-C's ranks logged, in seconds after the kill."""
+    assert chain.daemons is not None
+    parts: dict[str, float] = {}
+    notices = re.findall(r"no primary \(at unix ([0-9.]+)\)", chain.daemons.tree.log_path.read_text(errors="replace"))
+    for rank, at in enumerate(notices[-WORLD:]):
+        parts[f"daemon {rank} saw the EOF, told 2-C"] = round(float(at) - killed_unix, 3)
+    for line in re.findall(r"rank (\d+): promoted[^\n]*takeover times \(unix s\): ([^\n]*)", c.log_text()):
+        for mark in line[1].split():
+            name, _, value = mark.partition("=")
+            parts[f"rank {line[0]} {name}"] = round(float(value) - killed_unix, 3)
+    return parts
+
+
+def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched, c: Launched) -> tuple[Row, Launched, TakeoverSeen]:
     took = lab.kill_at_stop(b)
-    lab.step(f"case 3a: 1-B parked after its 3rd commit (between two chunks) in {took:.0f}s and was SIGKILLed")
-    st_k = lab.wait_detached(chain, "case 3a: after the SIGKILL")
+    killed_unix = time.time() - (time.monotonic() - b.killed_at)
+    # A request sent right after the kill: the standby takes over and streams it.
+    streamed = c.server.generate_streamed(PROMPTS[1], MAX_NEW_TOKENS)
+    first_token_s = (streamed.first_token or streamed.done) - b.killed_at
+    complete_s = streamed.done - b.killed_at
+    lab.step(
+        f"case 3a: 1-B parked after its 3rd commit (between two chunks) in {took:.0f}s and was SIGKILLed; "
+        f"the standby 2-C took over: first token {first_token_s:.2f}s after the SIGKILL, complete {complete_s:.2f}s"
+    )
+    health = c.server.health()
+    st_c = lab.status(chain, f"case 3a: 2-C promoted (/health {health})")
+    c_map = believed_map(c.beliefs())
+    c_versions = versions(c)
+    c_out = c.generate()
+    parts = _takeover_parts(lab, chain, c, killed_unix)
+    lab.step("case 3a: the takeover's parts (s after the SIGKILL): " + ", ".join(f"{k} {v}" for k, v in parts.items()))
+    lab.stop(c)
+    takeover = TakeoverSeen(
+        first_token_s, complete_s, health, c_versions, st_c[0].get("version"), c_map == record_map(st_c), c_map,
+        c_out, parts,
+    )  # fmt: skip
+    st_k = lab.wait_detached(chain, "case 3a: after 2-C stopped")
     # 3a-D is 3b's mover: parked before its first commit (its chunk moved in memory, the record at the
     # base version: memory and record apart) and SIGKILLed there.
     d = lab.server("3a-D", chain, stop_at=StopPoint("before_commit", 1))
@@ -374,10 +433,39 @@ def case3a_between_chunks(lab: Lab, chain: Chain, b: Launched) -> tuple[Row, Lau
         {"version": v_kill, "adopt_ranks": d_adopt, "wrong_slots": f"{wrong}/{slots}"},
         clean and d_adopt == WORLD and wrong == 0 and all(v == v_kill for v in v_d) and d_believed == record_map(st_d),
     )
-    return row, d
+    return row, d, takeover
 
 
-def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
+def takeover_row(seen: TakeoverSeen, ref_map: list[list[int]], ref_out: list[list[int]], cold_s: float) -> Row:
+    n, diff = len(seen.c_out), differing(seen.c_out, ref_out)
+    return Row(
+        "2b",
+        "the primary SIGKILLed: the standby takes over",
+        f"the parked standby promotes with the record's layout, its first token under {TAKEOVER_LIMIT_S:.0f} s "
+        "after the SIGKILL, its outputs equal a disk server's with --init-expert-location set to that map",
+        f"1-B SIGKILLed between chunks; 2-C promoted at version {seen.beliefs_version} (record {seen.record_version}), "
+        f"its map the record's: {seen.routes_record}, /health {seen.health}; a request sent right after the kill: "
+        f"first token {seen.first_token_s:.2f} s after the SIGKILL, complete {seen.complete_s:.2f} s (a cold "
+        f"server's start here: {cold_s:.0f} s); parts (s after the SIGKILL): "
+        + ", ".join(f"{k} {v}" for k, v in seen.parts.items())
+        + f"; {n - diff} of {n} outputs equal ref-3b's (the same map, loaded from disk)",
+        {
+            "first_token_s": round(seen.first_token_s, 3),
+            "complete_s": round(seen.complete_s, 3),
+            "cold_start_s": round(cold_s, 1),
+            "parts": seen.parts,
+            "outputs_equal": f"{n - diff}/{n}",
+        },
+        seen.health == 200
+        and seen.routes_record
+        and all(v == seen.record_version for v in seen.beliefs_version)
+        and seen.c_map == ref_map
+        and diff == 0
+        and seen.first_token_s < TAKEOVER_LIMIT_S,
+    )
+
+
+def case3b_repaired(lab: Lab, chain: Chain, d: Launched, takeover: TakeoverSeen) -> Callable[[], list[Row]]:
     """3a-D SIGKILLed mid-move; the daemons repair by themselves; 3b-E adopts. Returns what finishes
     the case (``ref-3b``: loaded from disk with 3b-E's map, in the other lane)."""
     assert chain.daemons is not None
@@ -402,17 +490,19 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
     lab.stop(e)
     lab.step(f"case 3b: 3b-E adopted versions {e_versions} on {e_adopt} ranks; {wrong} slots hold another expert")
 
-    def finish() -> Row:
+    def finish() -> list[Row]:
         ref = lab.server("ref-3b", None, plugin=False, init_map=e_map)
         ref_out = ref.generate()
         lab.stop(ref)
+        # 2-C took over at the version 3b's repair returned to: the same map, so the same reference.
+        row2b = takeover_row(takeover, e_map, ref_out, ref.ready_s)
         n, diff = len(e_out), differing(e_out, ref_out)
         lab.step(f"case 3b: {n - diff}/{n} of 3b-E's outputs equal ref-3b's (disk, --init-expert-location = its map)")
         base = st[0].get("version")
         read = [r.bytes_read for r in repairs]
         whole = repairs[0].checkpoint_bytes if repairs else 0
         in_daemons = [r.seconds for r in repairs]
-        return Row(
+        return [row2b, Row(
             "3b",
             "SIGKILL mid-move (auto repair on)",
             "the daemons go dirty, repair the torn layers by themselves and are clean at the base version in "
@@ -442,7 +532,7 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched) -> Callable[[], Row]:
             and e_map == record_map(st)
             and wrong == 0
             and diff == 0,
-        )
+        )]  # fmt: skip
 
     return finish
 
@@ -452,8 +542,10 @@ def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     next server fails at startup with the reason; then the operator's ``expert-layout repair``."""
     chain = lab.chain("repairoff", standalone=True, auto_repair=False)
     mover = lab.server("3c-D", chain, stop_at=StopPoint("before_commit", 1))
+    standby = lab.server("3d-S", chain, standby=True, rebalance=False)  # case 3d: a standby beside the mover
     took = lab.kill_at_stop(mover)
     lab.step(f"case 3c: 3c-D parked before its first commit (its chunk moved, not committed) in {took:.0f}s, SIGKILLed")
+    row3d = case3d_standby_fails_dirty(lab, standby, mover)
     lab.wait_phase(chain, "dirty")
     st = lab.status(chain, "case 3c: after the SIGKILL (auto repair off)")
     e = lab.server("3c-E", chain, expect_ready=False)
@@ -471,6 +563,7 @@ def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
     repaired = [r for r in replies if r.get("reason") == "repaired"]
     base = st[0].get("dirty", {}).get("base_version") if st[0].get("dirty") else None
     return [
+        row3d,
         Row(
             "3c",
             "SIGKILL mid-move (auto repair off)",
@@ -497,8 +590,28 @@ def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
             and done.returncode == 0
             and len(repaired) == WORLD
             and all(s.get("phase") == "clean" and s.get("version") == base for s in after),
-        )
+        ),
     ]
+
+
+def case3d_standby_fails_dirty(lab: Lab, standby: Launched, mover: Launched) -> Row:
+    """Case 3d: the primary beside the parked standby 3d-S died mid-move (auto repair off): 3d-S must not
+    take over; it exits by itself, promptly, with the dirty reason."""
+    code = standby.server.wait_exit(120.0)
+    took = time.monotonic() - mover.killed_at
+    standby.stopped = True
+    log = standby.log_text()
+    reason = _first(r"claim refused: [^\n]*", log)
+    lab.step(f"case 3d: the parked standby 3d-S exited (code {code}) {took:.2f}s after the SIGKILL: {reason[:300]}")
+    return Row(
+        "3d",
+        "warm standby, primary SIGKILLed mid-move (auto repair off)",
+        "the standby does not take over: it exits by itself, promptly, with the dirty reason",
+        f"3d-S was parked beside 3c-D; after 3c-D's SIGKILL mid-move it exited (code {code}) {took:.2f} s after "
+        f"the SIGKILL with: {reason}",
+        {"exit": code, "exit_s": round(took, 2)},
+        code not in (None, 0) and "dirty" in reason and "expert-layout repair" in reason and took < 60.0,
+    )
 
 
 CHAINS = {
@@ -512,7 +625,7 @@ CHAINS = {
 # Two lanes side by side. The aware lane is the longer one: the references of cases 1 and 3b (no
 # daemons, only a map from the aware lane) and the repair-off chain run in the other.
 LANES = (("off", "case1-ref", "noeplb", "repairoff", "case3b-ref"), ("aware",))
-ROW_ORDER = ("0", "1", "2", "3a", "3b", "3c", "M1", "M2", "M3")
+ROW_ORDER = ("0", "1", "2", "2b", "3a", "3b", "3c", "3d", "M1", "M2", "M3")
 
 
 def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:

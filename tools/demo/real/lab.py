@@ -27,6 +27,7 @@ from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
+from engine_adapter.roles import ROLE_ENV, STANDBY
 
 T = TypeVar("T")
 WORLD = 2
@@ -94,6 +95,7 @@ class Launched:
     failed_s: float = 0.0
     failure: str = ""
     stopped: bool = False
+    killed_at: float = 0.0  # time.monotonic() when the SIGKILL was sent (kill_at_stop)
 
     @property
     def returncode(self) -> int | None:
@@ -181,12 +183,14 @@ class Lab:
         expect_ready: bool = True,
         rebalance: bool = True,
         metrics: bool = False,
+        standby: bool = False,
     ) -> Launched:
         """Start ``python -m sglang.launch_server`` and wait until it serves or fails.
 
         ``chain=None``: a reference loaded from disk (no weight cache, no rebalance).
         ``rebalance=False``: EPLB on, but its interval is never reached.
         ``metrics``: sglang's ``--enable-metrics`` (``/metrics`` carries the plugin's series).
+        ``standby``: a warm standby (``SGLANG_EXPERT_LAYOUT_ROLE=standby``), ready once parked on every daemon.
         """
         run = chain.run if chain is not None else rs.RunDir(self.logs / "reference")
         init = None
@@ -201,13 +205,17 @@ class Lab:
             plugins=None if plugin else rs.PROTOCOL_OFF,
             stop_at=stop_at,
             extra_args=("--enable-metrics",) if metrics else (),
-            extra_env=dict(NO_CRASH_DIAGNOSTICS),
+            extra_env={**NO_CRASH_DIAGNOSTICS, **({ROLE_ENV: STANDBY} if standby else {})},
         )
         launched = Launched(name, rs.RealServer(run, self.topology(), spec).start())
         self.launched.append(launched)
         t0 = time.monotonic()
         try:
-            launched.ready_s = launched.server.wait_ready(READY_TIMEOUT_S)
+            if standby:
+                assert chain is not None, "a standby shares a chain's daemons"
+                launched.ready_s = rs.wait_parked(chain.run, launched.server, WORLD, READY_TIMEOUT_S)
+            else:
+                launched.ready_s = launched.server.wait_ready(READY_TIMEOUT_S)
             launched.ready = True
         except rs.ServerFailed as failed:
             launched.failed_s = time.monotonic() - t0
@@ -263,6 +271,7 @@ class Lab:
 
         threading.Thread(target=drive, name=f"drive-{launched.name}", daemon=True).start()
         server.wait_stopped(timeout_s)
+        launched.killed_at = time.monotonic()
         server.kill()
         launched.stopped = True
         return time.monotonic() - t0

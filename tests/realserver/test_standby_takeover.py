@@ -1,0 +1,279 @@
+"""A warm standby on real servers (issue 18): it follows EPLB while parked and takes over from a killed primary.
+
+Primary A and standby S (``SGLANG_EXPERT_LAYOUT_ROLE=standby``) on one set of standalone daemons, TP2/EP2.
+
+Case 1: S parks after its warmup (``/health`` 503, a request sent to it is held). A commits two
+whole rebalances and one chunk of a third while S is parked (none ``busy``), and stops between
+chunks (``after_commit:5``); the test SIGKILLs A's tree. S must take over: its held request and a
+streamed request sent right after the kill complete, ``/health`` answers 200, both ranks route with
+the daemons' record, and S's outputs equal those of a server loaded from disk with
+``--init-expert-location`` set to that map. The takeover's parts (the daemons' notice, the claims
+and agreement, the metadata update, the unpark: each process logs its wall clock) and the time to
+the streamed request's first token are written to ``build/standby-takeover.json``.
+
+Case 2: on daemons with auto repair off, A is SIGKILLed mid-move (``before_commit:1``): S must exit
+by itself, promptly, with the dirty reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools.realserver.engine_probes import StopPoint
+from tools.realserver.model import PROMPTS
+from tools.realserver.server import (
+    PROTOCOL_OFF,
+    RealServer,
+    RunDir,
+    ServerSpec,
+    StandaloneDaemons,
+    StreamedReply,
+    Topology,
+    daemon_status,
+    parked_engines,
+    wait_parked,
+    write_expert_location,
+)
+
+from daemon_adapter.__main__ import NO_AUTO_REPAIR
+from engine_adapter.roles import ROLE_ENV, STANDBY
+
+from .conftest import REPO, daemon_versions
+
+START_TIMEOUT_S = 600.0
+STANDBY_ENV = {ROLE_ENV: STANDBY}
+BUSY_LINE = "rebalance paused"
+RESULTS = REPO / "build" / "standby-takeover.json"
+
+
+def _wait(condition: Any, what: str, timeout_s: float, poll_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"{what} not within {timeout_s:.0f}s")
+
+
+def _start_beside(run: RunDir, primary: RealServer, spec: ServerSpec, topology: Topology) -> RealServer:
+    """Start the standby once the primary is attached to every daemon (it would otherwise find no primary
+    there, and take over at once)."""
+
+    def attached() -> bool:
+        assert primary.tree.alive(), f"the primary exited: {primary.tree.failure_report()}"
+        daemons = daemon_status(run)["daemons"]
+        return len(daemons) == topology.tp_size and all((d.get("state") or {}).get("attached") for d in daemons)
+
+    _wait(attached, "the primary attached to every daemon", START_TIMEOUT_S, poll_s=0.5)
+    return RealServer(run, topology, spec).start()
+
+
+def _drive(server: RealServer, stop: threading.Event) -> None:
+    """Requests to the primary until its ranks stop at the probe's point (a blocked request never returns)."""
+    while not stop.is_set():
+        try:
+            server.generate(list(PROMPTS[:2]), max_new_tokens=8)
+        except Exception:
+            return
+
+
+@dataclass
+class Takeover:
+    run: RunDir
+    topology: Topology
+    a_busy_lines: int
+    versions_at_kill: list[int | None]
+    parked_before: list[list[str]]
+    health_parked: int
+    health_parked_s: float
+    held: dict[str, Any]
+    streamed: StreamedReply
+    killed_at: float
+    killed_unix: float
+    health_after: int
+    s: RealServer
+    record_map: list[list[int]]
+    s_beliefs: dict[int, dict[str, Any]]
+    s_log: str
+    daemons_log: str
+
+
+@pytest.fixture(scope="module")
+def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Takeover]:
+    run = RunDir(tmp_path_factory.mktemp("standby") / "run")
+    topology = Topology(tiny_model)
+    daemons = StandaloneDaemons(run, topology).start()
+    s: RealServer | None = None
+    try:
+        daemons.wait_ready(START_TIMEOUT_S)
+        a = RealServer(
+            run,
+            topology,
+            ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("after_commit", 5)),
+        ).start()
+        s = _start_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)), topology)
+        try:
+            a.wait_ready(START_TIMEOUT_S)
+            wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
+            parked_before = parked_engines(run)
+            t0 = time.monotonic()
+            health_parked = s.health()
+            health_parked_s = time.monotonic() - t0
+            held: dict[str, Any] = {}
+
+            def send_held() -> None:
+                try:
+                    held["ids"] = s.generate([PROMPTS[0]], max_new_tokens=16)[0]
+                except Exception as error:  # the assertion below reports it
+                    held["error"] = repr(error)
+
+            held_thread = threading.Thread(target=send_held, daemon=True)
+            held_thread.start()
+            stop = threading.Event()
+            threading.Thread(target=_drive, args=(a, stop), daemon=True).start()
+            a.wait_stopped(START_TIMEOUT_S)
+            versions = daemon_versions(run)
+            busy = a.log_text().count(BUSY_LINE)
+            killed_at, killed_unix = time.monotonic(), time.time()  # the SIGKILL is sent now
+        finally:
+            a.kill()
+        streamed = s.generate_streamed(PROMPTS[1], max_new_tokens=16)
+        stop.set()
+        held_thread.join(300)
+        health_after = s.health()
+        record_map = daemon_status(run, include_map=True)["daemons"][0]["state"]["map"]
+        yield Takeover(
+            run,
+            topology,
+            busy,
+            versions,
+            parked_before,
+            health_parked,
+            health_parked_s,
+            held,
+            streamed,
+            killed_at,
+            killed_unix,
+            health_after,
+            s,
+            record_map,
+            s.beliefs(),
+            s.log_text(),
+            run.log("daemons").read_text(errors="replace"),
+        )
+    finally:
+        if s is not None:
+            s.kill()
+        daemons.kill()
+
+
+def _unix_marks(text: str, pattern: str) -> list[float]:
+    return [float(m) for m in re.findall(pattern, text)]
+
+
+@pytest.mark.timeout(3600)
+def test_the_primary_rebalances_while_the_standby_is_parked(takeover: Takeover) -> None:
+    ran = takeover
+    assert ran.parked_before == [[ran.parked_before[0][0]]] * ran.topology.tp_size, ran.parked_before
+    assert ran.health_parked == 503, f"a parked standby's /health answered {ran.health_parked}"
+    assert ran.health_parked_s < 1.0, f"a parked standby's /health took {ran.health_parked_s:.2f}s"
+    assert ran.versions_at_kill == [5] * ran.topology.tp_size, f"A did not commit 5 chunks: {ran.versions_at_kill}"
+    assert ran.a_busy_lines == 0, f"A's rebalance was busy {ran.a_busy_lines} times with only a parked standby"
+
+
+@pytest.mark.timeout(3600)
+def test_the_standby_takes_over_with_the_records_layout(takeover: Takeover, tiny_model: Path) -> None:
+    ran = takeover
+    assert "ids" in ran.held, f"the request held by the parked standby failed: {ran.held}"
+    assert ran.streamed.first_token is not None and len(ran.streamed.output_ids) == 16, ran.streamed
+    assert ran.health_after == 200, f"the promoted standby's /health answered {ran.health_after}"
+    for rank, belief in sorted(ran.s_beliefs.items()):
+        assert belief["map"] == ran.record_map, f"S's rank {rank} routes with another map than the record"
+        assert belief["version"] == 5, f"S's rank {rank}: {belief}"
+    assert sorted(ran.s_beliefs) == list(range(ran.topology.tp_size)), ran.s_beliefs
+
+    ref_dir = RunDir(ran.run.root.parent / "reference")
+    init = write_expert_location(ref_dir.root / "init-expert-location.json", ran.record_map)
+    ref = RealServer(
+        ref_dir,
+        ran.topology,
+        ServerSpec(
+            "ref",
+            weight_cache_mode="off",
+            rebalance_iterations=100_000,
+            init_expert_location=init,
+            plugins=PROTOCOL_OFF,
+        ),
+    ).start()
+    try:
+        ref.wait_ready(START_TIMEOUT_S)
+        assert ran.s.generate(list(PROMPTS)) == ref.generate(list(PROMPTS)), "S's outputs differ from the reference"
+        assert ran.held["ids"] == ref.generate([PROMPTS[0]])[0], "the held request's output differs from the reference"
+        assert ran.streamed.output_ids == ref.generate([PROMPTS[1]])[0], "the streamed output differs"
+    finally:
+        ref.kill()
+
+    notices = _unix_marks(ran.daemons_log, r"no primary \(at unix ([0-9.]+)\)")
+    times = re.findall(r"takeover times \(unix s\): (.*)", ran.s_log)
+    parts: dict[str, Any] = {"daemon_notices_s": [round(t - ran.killed_unix, 3) for t in notices[-2:]]}
+    for rank, line in enumerate(times):
+        for mark in line.split():
+            name, _, value = mark.partition("=")
+            parts[f"rank{rank}_{name}_s"] = round(float(value) - ran.killed_unix, 3)
+    first_token_s = ran.streamed.first_token - ran.killed_at
+    result = {
+        "first_token_after_kill_s": round(first_token_s, 3),
+        "complete_after_kill_s": round(ran.streamed.done - ran.killed_at, 3),
+        "parts": parts,
+        "cold_server_ready_s": None if ref.ready_s is None else round(ref.ready_s, 1),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    print(f"\nstandby takeover: {json.dumps(result)}")
+    assert len(times) == ran.topology.tp_size, f"not every rank logged its takeover: {times}"
+
+
+@pytest.mark.timeout(3600)
+def test_a_primary_killed_mid_move_makes_the_standby_fail_dirty(
+    realserver_lock: None, tiny_model: Path, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path / "run")
+    topology = Topology(tiny_model)
+    daemons = StandaloneDaemons(run, topology, extra_args=(NO_AUTO_REPAIR,)).start()
+    a = s = None
+    try:
+        daemons.wait_ready(START_TIMEOUT_S)
+        mid_move = StopPoint("before_commit", 1)
+        a = RealServer(
+            run, topology, ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=mid_move)
+        ).start()
+        s = _start_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)), topology)
+        a.wait_ready(START_TIMEOUT_S)
+        wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
+        stop = threading.Event()
+        threading.Thread(target=_drive, args=(a, stop), daemon=True).start()
+        a.wait_stopped(START_TIMEOUT_S)
+        a.kill()
+        killed = time.monotonic()
+        code = s.wait_exit(120.0)
+        took = time.monotonic() - killed
+        stop.set()
+        assert code is not None, f"the standby did not exit after its primary died mid-move: {s.tree.log_tail()}"
+        log = s.log_text()
+        assert "claim refused" in log and "dirty" in log, log[-3000:]
+        assert "expert-layout repair" in log, log[-3000:]
+        assert took < 30.0, f"the standby failed only {took:.1f}s after the kill"
+    finally:
+        for server in (a, s):
+            if server is not None:
+                server.kill()
+        daemons.kill()
