@@ -393,13 +393,16 @@ Verify(e) ==
 (* next notice.  The first rank's daemon decides between two standbys: the *)
 (* loser's first claim is taken, so it never holds any other daemon.       *)
 
-(* The notice: with only parked attachments left on daemon r (att and park  *)
-(* are its attachments and parked ones after the step), every parked       *)
-(* standby there that waits for a notice gets one.  A gone engine's memory  *)
-(* is forgotten ("none"), so a dead process gets nothing.                  *)
-Notify(c, r, att, park) ==
+(* The notice: with only parked attachments left on daemon r (att, park and *)
+(* phase are its attachments, parked ones and phase after the step), every *)
+(* parked standby there that waits for a notice gets one.  A repairing      *)
+(* daemon tells nobody yet: its repair's end does (RepairDone, RepairFails), *)
+(* so a standby waits out a repair of its dead primary's torn move instead  *)
+(* of failing on it, with no polling.  A gone engine's memory is forgotten  *)
+(* ("none"), so a dead process gets nothing.                               *)
+Notify(c, r, att, park, phase) ==
     [f \in Engines |->
-        IF f \in park /\ c[f][r] = "parked" /\ att \ park = {}
+        IF f \in park /\ c[f][r] = "parked" /\ att \ park = {} /\ phase # "repairing"
           THEN [c[f] EXCEPT ![r] = "notified"]
           ELSE c[f]]
 
@@ -415,13 +418,16 @@ Park(e, r) ==
     /\ \A q \in 1..(r - 1) : eclaim[e][q] \notin {"none", "release"}
     /\ dpark' = [dpark EXCEPT ![r] = @ \cup {e}]
     /\ ephase' = [ephase EXCEPT ![e] = "parked"]
-    /\ eclaim' = Notify([eclaim EXCEPT ![e][r] = "parked"], r, datt[r], dpark'[r])
+    /\ eclaim' = Notify([eclaim EXCEPT ![e][r] = "parked"], r, datt[r], dpark'[r], dphase[r])
     /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, efind, eroute, ever, eserv,
                    eshare, reb, moves>>
 
 (* The claim of the primary role on daemon r: the precedence of the daemon. *)
+(* A repairing daemon answers busy, as a taken role: the standby parks      *)
+(* again and the repair's end tells it (Notify).                            *)
 ClaimReply(e, r) ==
     CASE Unparked(r) # {}         -> "taken"
+      [] dphase[r] = "repairing"  -> "taken"
       [] dphase[r] # "clean"      -> "dirty"
       [] OTHER                    -> "granted"
 
@@ -490,10 +496,10 @@ Detach(r, e) ==
     /\ Gone(e)
     /\ datt' = [datt EXCEPT ![r] = @ \ {e}]
     /\ dpark' = [dpark EXCEPT ![r] = @ \ {e}]
-    /\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r])
     /\ IF dphase[r] = "pending" /\ dpend[r].mover = e
          THEN dphase' = [dphase EXCEPT ![r] = IF Repairs THEN "repairing" ELSE "dirty"]
          ELSE UNCHANGED dphase
+    /\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r], dphase'[r])
     /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
                    reb, moves>>
 
@@ -526,22 +532,28 @@ Restart(r) ==
 RepairedTruth(r) ==
     [l \in Layers |-> IF l \in dpend[r].layers THEN dmap[r][l] ELSE truth[r][l]]
 
+(* The repair's end tells the parked standbys, when no unparked engine is  *)
+(* attached (Notify): they claim, and adopt the repaired version.           *)
 RepairDone(r) ==
     /\ Repairs
     /\ dphase[r] = "repairing"
     /\ truth' = [truth EXCEPT ![r] = RepairedTruth(r)]
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
-    /\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves, dpark>>
+    /\ eclaim' = Notify(eclaim, r, datt[r], dpark[r], "clean")
+    /\ UNCHANGED <<dver, dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>
 
 (* The repair fails (a read error, a missing file): the daemon is dirty,     *)
-(* and keeps the torn move's information for the message.                  *)
+(* and keeps the torn move's information for the message.  The parked      *)
+(* standbys are told: their claim meets the dirty daemon and they fail.     *)
 RepairFails(r) ==
     /\ Repairs
     /\ RepairMayFail
     /\ dphase[r] = "repairing"
     /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
-    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
+    /\ eclaim' = Notify(eclaim, r, datt[r], dpark[r], "dirty")
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, reb,
+                   moves, dpark>>
 
 (* The operator's `expert-layout repair` on a dirty daemon.                  *)
 RepairAgain(r) ==
@@ -755,6 +767,14 @@ ClaimsAlone ==
          (eclaim[e][r] # "granted" /\ eclaim'[e][r] = "granted") =>
              /\ Unparked(r) = {}
              /\ dphase[r] = "clean"]_vars
+
+(* A standby waits out a repair: a claim is refused (the standby then      *)
+(* fails) only by a dirty daemon, never by one that repairs, and no daemon  *)
+(* tells a standby that the primary role is free while it repairs.          *)
+ClaimWaitsOutRepair ==
+    [][\A r \in Ranks, e \in Engines :
+         /\ (eclaim[e][r] # "dirty" /\ eclaim'[e][r] = "dirty") => dphase[r] = "dirty"
+         /\ (eclaim[e][r] = "parked" /\ eclaim'[e][r] = "notified") => dphase'[r] # "repairing"]_vars
 
 (* A begin is busy only for a pending move or another unparked engine.     *)
 BusyOnlyByUnparked ==

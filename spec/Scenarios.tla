@@ -260,6 +260,19 @@ StandbyAfterDirtyFails ==
         /\ <<"killed_mid_move", m>> \in seen
         /\ <<"standby_failed_dirty", s>> \in seen
 
+(* A standby waits out a repair: the primary dies mid-move (a torn move)   *)
+(* beside the parked standby; the daemons repair it, and only then tell the *)
+(* standby, which promotes and serves the repaired base version.            *)
+StandbyWaitsOutRepair ==
+    \E m \in Newer \ Standbys, s \in Standbys :
+        /\ <<"killed_torn", m>> \in seen
+        /\ <<"parked_beside", s, m>> \in seen
+        /\ <<"promoted", s>> \in seen
+        /\ ephase[s] = "run"
+        /\ \A r \in Ranks : /\ <<"repaired", r, dver[r]>> \in seen
+                            /\ eroute[s] = dmap[r]
+                            /\ ever[s] = dver[r]
+
 (* Two standbys parked beside a running primary, which then dies: exactly *)
 (* one promotes, the other's claim is taken and it stays parked, the new    *)
 (* primary's standby.                                                       *)
@@ -286,4 +299,5 @@ NoKillMidMoveRepairedThenAdopted == ~KillMidMoveRepairedThenAdopted
 NoStandbyFollowsMoves == ~StandbyFollowsMoves
 NoStandbyAfterDirtyFails == ~StandbyAfterDirtyFails
 NoTwoStandbysOnePromotes == ~TwoStandbysOnePromotes
+NoStandbyWaitsOutRepair == ~StandbyWaitsOutRepair
 =============================================================================

@@ -645,6 +645,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 reply = machine.repair_ended(plan.layers, message, **report)
         level = logging.INFO if reply.ok else logging.WARNING
         logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, reply)
+        self._notify(reply.data.get("notified", ()))  # the repair's end tells the parked standbys
         return reply
 
     def _reload_layers(self, plan: RepairPlan) -> RepairPlanOutcome:

@@ -167,6 +167,8 @@ def _park_ranks(scheduler: Any) -> None:
     for other in range(session.view().num_ranks):
         if not session.model.to_park(other):
             continue
+        if other == rank:  # a notice read before this park is an answer to an older one
+            link.noticed.clear()
         reply = ask_daemon(st, session.park_request(rank)) if other == rank else None
         step = session.parked(other, all_gather(reply)[other])
         if other == rank and step.go is Go.MOVE:  # the park reply was the notice: no primary is attached
@@ -232,7 +234,8 @@ def take_over(scheduler: Any) -> bool:
     st = state.get()
     session, link, rank = st.session, st.standby, st.rank
     assert session is not None and link is not None and rank is not None
-    link.noticed.wait(NOTICE_WAIT_S)
+    if session.view().claims[rank] == "parked":  # else this rank has its notice (or its grant) already
+        link.noticed.wait(NOTICE_WAIT_S)
     for other, got in enumerate(all_gather(link.noticed.is_set())):
         if got and session.view().claims[other] == "parked":
             session.noticed(other)
@@ -248,7 +251,6 @@ def take_over(scheduler: Any) -> bool:
         raise StandbyFailed(f"[expert-layout] claim refused: {step.message} ({refusals})")
     if step.go is Go.PAUSE:
         logger.info("[expert-layout] rank %d: %s", rank, step.message)
-        link.noticed.clear()
         _park_ranks(scheduler)
         return _promoted_here(scheduler)
     _install(session.layout_to_install())

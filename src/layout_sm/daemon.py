@@ -232,8 +232,9 @@ class DaemonView:
 
     def notified(self, leaving: str | None = None) -> tuple[str, ...]:
         """The parked standbys the daemon notifies once ``leaving``'s attachment is gone (spec:
-        ``Notify``): all of them when no unparked engine is left, else none."""
-        if not all(e == leaving for e in self.unparked()):
+        ``Notify``): all of them when no unparked engine is left, else none; none while it repairs
+        (the repair's end tells them)."""
+        if not all(e == leaving for e in self.unparked()) or self.is_repairing():
             return ()
         return tuple(sorted(e for e in self.attachments if e != leaving and e in self.parked))
 
@@ -928,7 +929,7 @@ def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
         info,
         f"daemon is now REPAIRING: {info.describe()}; it reloads layers {list(info.layers)} from the checkpoint, "
         f"back to version {info.base_version}",
-        view.notified(req.engine_id),
+        _mark_repairing(view, req).notified(),
     )
 
 
@@ -1012,10 +1013,14 @@ def _repair_is_of_other_layers(view: DaemonView, req: RepairEnded) -> Reply:
     )
 
 
+def _repaired_view(view: DaemonView, req: RepairEnded) -> DaemonView:
+    return replace(view, dirty=None, repairing=False, repair_failure=None)
+
+
 def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
     record = _record(view)
     data = {**req.data, "layers": list(req.layers), "version": record.version, "digest": record.digest}
-    return ok(Reason.REPAIRED, req.message, **data)
+    return ok(Reason.REPAIRED, req.message, **data, **_notice_data(_repaired_view(view, req).notified()))
 
 
 # The repair ended well (spec: RepairDone): memory holds the record again, so the daemon is clean
@@ -1025,8 +1030,12 @@ REPAIR_DONE = Ladder(
         rung("is_repairing", _no_repair_running),
         rung("repair_is_of", _repair_is_of_other_layers),
     ),
-    Step(_repaired, lambda view, req: replace(view, dirty=None, repairing=False, repair_failure=None)),
+    Step(_repaired, _repaired_view),
 )
+
+
+def _repair_failed_view(view: DaemonView, req: RepairFailed) -> DaemonView:
+    return replace(view, repairing=False, repair_failure=req.why)
 
 
 def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
@@ -1034,13 +1043,14 @@ def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
     return refused(
         req.reason,
         f"repair of layers {list(info.layers)} failed: {req.why}. The daemon stays dirty; {REPAIR_OR_RESTART}.",
+        **_notice_data(_repair_failed_view(view, req).notified()),
     )
 
 
 # The repair failed (spec: RepairFails): dirty, with the reason kept for every refusal.
 REPAIR_FAILED = Ladder(
     (rung("is_repairing", _no_repair_running),),
-    Step(_repair_failed, lambda view, req: replace(view, repairing=False, repair_failure=req.why)),
+    Step(_repair_failed, _repair_failed_view),
 )
 
 
@@ -1068,7 +1078,12 @@ def _parked(view: DaemonView, req: ParkRequest) -> Reply:
     # The view after the park: the parker is parked, so it is among the notified when no unparked engine is left.
     after = replace(view, parked=view.parked | {req.engine_id})
     notified = after.notified()
-    primary = "no unparked engine is attached: claim the primary role" if notified else "a primary is attached"
+    if notified:
+        primary = "no unparked engine is attached: claim the primary role"
+    elif after.is_repairing():
+        primary = "the daemon repairs a torn move; the repair's end tells the parked standbys"
+    else:
+        primary = "a primary is attached"
     return ok(Reason.PARKED, f"{req.engine_id!r} parked; {primary}", **_notice_data(notified))
 
 
@@ -1106,7 +1121,9 @@ def _claim_no_record(view: DaemonView, req: ClaimRequest) -> Reply:
 
 
 def _claim_repairing(view: DaemonView, req: ClaimRequest) -> Reply:
-    return refused(Reason.REPAIRING, f"claim refused: {_being_repaired(view)}.")
+    # Busy, as a taken role: the standby parks again and the repair's end tells it (spec: ClaimReply).
+    return busy(Reason.REPAIRING, f"{_being_repaired(view)}; stay parked (the daemon tells the parked standbys "
+                "when the repair ends).")  # fmt: skip
 
 
 def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
@@ -1120,8 +1137,8 @@ def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
 
 
 # Claim (spec: ClaimReply): granted only to a parked standby, while no unparked engine is attached
-# (busy: the role is taken), on a clean daemon (refused: no record, dirty, repairing); the grant unparks
-# the attachment and carries the record.
+# (busy: the role is taken), on a clean daemon (refused: no record, dirty; busy while it repairs); the
+# grant unparks the attachment and carries the record.
 CLAIM = Ladder(
     (
         rung("holds", _standby_not_attached("claim")),

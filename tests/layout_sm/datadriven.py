@@ -93,12 +93,11 @@ class ScenarioRunner:
         elif command == "repair":
             out = _render_reply(daemon.begin_repair())
         elif command == "repair_done":
-            out = _render_reply(daemon.repair_ended(tuple(args["layers"]), "reloaded"))
+            out = _render_noticing(daemon.repair_ended(tuple(args["layers"]), "reloaded"))
         elif command == "repair_failed":
-            out = _render_reply(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
+            out = _render_noticing(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
         elif command == "park":
-            reply = daemon.park_engine(ParkRequest(engine, self._session(engine, args)))
-            out = _render_reply(reply) + (f"\nnotice to {reply.data['notified']}" if reply.data.get("notified") else "")
+            out = _render_noticing(daemon.park_engine(ParkRequest(engine, self._session(engine, args))))
         elif command == "claim":
             out = _render_reply(daemon.claim_primary(ClaimRequest(engine, self._session(engine, args))))
         elif command == "query":
@@ -123,6 +122,11 @@ def _literal(text: str) -> object:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _render_noticing(reply: Reply) -> str:
+    """A reply, then the parked standbys it tells (a park, a repair's end)."""
+    return _render_reply(reply) + (f"\nnotice to {reply.data['notified']}" if reply.data.get("notified") else "")
 
 
 def _render_reply(reply: Reply) -> str:

@@ -446,6 +446,10 @@ def test_the_movers_detach_repairs_with_auto_repair_and_stays_dirty_without() ->
     assert DaemonMachine(RECORD).view().auto_repair and not DaemonMachine(RECORD, auto_repair=False).view().auto_repair
 
 
+# What the reload reported, and the parked standbys its end tells (none here).
+_REPAIRED = {"seconds": 1.5, "layers": [0], "notified": []}
+
+
 def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> None:
     machine = DaemonMachine(RECORD)
     machine.restore(VIEWS["repairing"])
@@ -461,4 +465,4 @@ def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> N
     assert machine.begin_repair().reason is Reason.REPAIR_BEGUN and machine.view().repair_failure is None
     done = machine.repair_ended((0,), "reloaded", seconds=1.5)
     assert machine.phase == CLEAN and machine.view().record == RECORD
-    assert done.data == {"seconds": 1.5, "layers": [0], "version": RECORD.version, "digest": RECORD.digest}
+    assert done.data == {**_REPAIRED, "version": RECORD.version, "digest": RECORD.digest}

@@ -344,9 +344,7 @@ class RealSystem:
         deadline = time.monotonic() + NOTICE_TIMEOUT_S
         while time.monotonic() < deadline:
             if eng.name not in self.query(r).get("attached", []):
-                parked = sorted(_name(x) for x in _at(after["dpark"], r))
-                if set(parked) == {_name(x) for x in _at(after["datt"], r)}:  # only parked standbys are left
-                    self._read_notices(r, parked, f"Detach({r}, {eng.name})")
+                self._read_notices_if_told(after, r, f"Detach({r}, {eng.name})")
                 self._expect_claims(after, f"Detach({r}, {eng.name})")
                 return
             time.sleep(0.002)
@@ -356,11 +354,23 @@ class RealSystem:
         self.touched.add(r)
         self.daemons[r] = self.daemons[r].restart()
 
+    def _read_notices_if_told(self, after: Record, r: int, where: str) -> None:
+        """The step left daemon ``r`` with only parked standbys attached, and not repairing (the spec's
+        Notify): each of them reads the notice on its attach connection."""
+        parked = sorted(_name(x) for x in _at(after["dpark"], r))
+        alone = set(parked) == {_name(x) for x in _at(after["datt"], r)}
+        if parked and alone and _at(after["dphase"], r) != "repairing":
+            self._read_notices(r, parked, where)
+
     def do_RepairDone(self, before: Record, after: Record, r: int) -> None:
         self._end_repair(r, ok=True, phase="clean")
+        self._read_notices_if_told(after, r, f"RepairDone({r})")
+        self._expect_claims(after, f"RepairDone({r})")
 
     def do_RepairFails(self, before: Record, after: Record, r: int) -> None:
         self._end_repair(r, ok=False, phase="dirty")
+        self._read_notices_if_told(after, r, f"RepairFails({r})")
+        self._expect_claims(after, f"RepairFails({r})")
 
     def do_RepairAgain(self, before: Record, after: Record, r: int) -> None:
         """The operator's `expert-layout repair`: its reply comes when the reload ends (a later step)."""

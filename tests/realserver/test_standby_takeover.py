@@ -17,6 +17,7 @@ by itself, promptly, with the dirty reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -242,13 +243,22 @@ def test_the_standby_takes_over_with_the_records_layout(takeover: Takeover, tiny
     assert len(times) == ran.topology.tp_size, f"not every rank logged its takeover: {times}"
 
 
-@pytest.mark.timeout(3600)
-def test_a_primary_killed_mid_move_makes_the_standby_fail_dirty(
-    realserver_lock: None, tiny_model: Path, tmp_path: Path
-) -> None:
+@dataclass
+class MidMove:
+    """A primary SIGKILLed mid-move beside a parked standby: the run, the standby, and when the kill was sent."""
+
+    run: RunDir
+    topology: Topology
+    s: RealServer
+    killed_at: float
+    base_version: int | None
+
+
+@contextlib.contextmanager
+def _killed_mid_move(tmp_path: Path, tiny_model: Path, daemon_args: tuple[str, ...]) -> Iterator[MidMove]:
     run = RunDir(tmp_path / "run")
     topology = Topology(tiny_model)
-    daemons = StandaloneDaemons(run, topology, extra_args=(NO_AUTO_REPAIR,)).start()
+    daemons = StandaloneDaemons(run, topology, extra_args=daemon_args).start()
     a = s = None
     try:
         daemons.wait_ready(START_TIMEOUT_S)
@@ -262,18 +272,52 @@ def test_a_primary_killed_mid_move_makes_the_standby_fail_dirty(
         stop = threading.Event()
         threading.Thread(target=_drive, args=(a, stop), daemon=True).start()
         a.wait_stopped(START_TIMEOUT_S)
-        a.kill()
+        base = daemon_versions(run)[0]
         killed = time.monotonic()
-        code = s.wait_exit(120.0)
-        took = time.monotonic() - killed
+        a.kill()
         stop.set()
-        assert code is not None, f"the standby did not exit after its primary died mid-move: {s.tree.log_tail()}"
-        log = s.log_text()
-        assert "claim refused" in log and "dirty" in log, log[-3000:]
-        assert "expert-layout repair" in log, log[-3000:]
-        assert took < 30.0, f"the standby failed only {took:.1f}s after the kill"
+        yield MidMove(run, topology, s, killed, base)
     finally:
         for server in (a, s):
             if server is not None:
                 server.kill()
         daemons.kill()
+
+
+@pytest.mark.timeout(3600)
+def test_a_primary_killed_mid_move_makes_the_standby_fail_dirty(
+    realserver_lock: None, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Auto repair off: the daemons stay dirty, and the standby exits by itself with the reason."""
+    with _killed_mid_move(tmp_path, tiny_model, (NO_AUTO_REPAIR,)) as ran:
+        code = ran.s.wait_exit(120.0)
+        took = time.monotonic() - ran.killed_at
+        assert code is not None, f"the standby did not exit after its primary died mid-move: {ran.s.tree.log_tail()}"
+        log = ran.s.log_text()
+        assert "claim refused" in log and "dirty" in log, log[-3000:]
+        assert "expert-layout repair" in log, log[-3000:]
+        assert took < 30.0, f"the standby failed only {took:.1f}s after the kill"
+
+
+@pytest.mark.timeout(3600)
+def test_a_standby_waits_out_the_repair_of_its_primarys_torn_move(
+    realserver_lock: None, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Auto repair on (the default): the daemons repair the torn move, then tell the standby, which takes
+    over at the base version instead of failing."""
+    with _killed_mid_move(tmp_path, tiny_model, ()) as ran:
+        health = _wait(lambda: ran.s.health() == 200 or not ran.s.tree.alive(), "the standby's takeover", 120.0)
+        assert ran.s.tree.alive() and health, f"the standby did not take over: {ran.s.tree.log_tail()}"
+        took = time.monotonic() - ran.killed_at
+        states = daemon_status(ran.run, include_map=True)["daemons"]
+        assert [(d["state"]["phase"], d["state"]["version"]) for d in states] == [
+            ("clean", ran.base_version)
+        ] * ran.topology.tp_size
+        beliefs = ran.s.beliefs()
+        assert sorted(beliefs) == [0, 1], beliefs
+        for belief in beliefs.values():
+            assert (belief["version"], belief["map"]) == (ran.base_version, states[0]["state"]["map"]), belief
+        assert len(ran.s.generate([PROMPTS[0]])[0]) == 16
+        daemons_log = ran.run.log("daemons").read_text(errors="replace")
+        assert daemons_log.count("daemon is now REPAIRING") == ran.topology.tp_size, daemons_log[-3000:]
+        print(f"\nstandby took over after the repair {took:.2f}s after the SIGKILL")

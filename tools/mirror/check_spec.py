@@ -43,7 +43,16 @@ from pathlib import Path
 VERSION = "v1.7.4"
 RELEASE_URL = f"https://github.com/tlaplus/tlaplus/releases/download/{VERSION}/tla2tools.jar"
 CACHE = Path.home() / ".cache" / "tla2tools" / VERSION / "tla2tools.jar"
-MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
+MODELS = (
+    "MCSmall",
+    "MCFull",
+    "MCChunks",
+    "MCRepair",
+    "MCRepairFails",
+    "MCStandby",
+    "MCTwoStandbys",
+    "MCStandbyRepair",
+)
 
 
 @dataclass
@@ -196,6 +205,12 @@ WITNESSES = (
         "TwoStandbysOnePromotes",
         "MCTwoStandbys",
         "two standbys parked when the primary dies: one promotes, the other's claim is taken and it stays parked",
+    ),
+    Witness(
+        "StandbyWaitsOutRepair",
+        "MCStandbyRepair",
+        "the primary dies mid-move beside the parked standby; the daemons repair, then tell the standby,"
+        " which promotes at the repaired base version",
     ),
 )
 

@@ -197,12 +197,24 @@ def BusyOnlyByUnparked(m: Model, s: StepView, t: StepView, action: str) -> bool:
     )
 
 
+def ClaimWaitsOutRepair(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    for i in range(len(m.engines)):
+        for r in m.ranks:
+            before, after = s[8][i][r - 1], t[8][i][r - 1]
+            if before != "dirty" and after == "dirty" and s[0][r - 1] != "dirty":
+                return False
+            if before == "parked" and after == "notified" and t[0][r - 1] == "repairing":
+                return False
+    return True
+
+
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
     "DirtySticky": DirtySticky,
     "VersionMonotonic": VersionMonotonic,
     "BeginsAlone": BeginsAlone,
     "ClaimsAlone": ClaimsAlone,
     "BusyOnlyByUnparked": BusyOnlyByUnparked,
+    "ClaimWaitsOutRepair": ClaimWaitsOutRepair,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.

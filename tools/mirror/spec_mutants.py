@@ -38,7 +38,7 @@ from tools.mirror.check_spec import WITNESSES, find_jar, parse_stdout, run_witne
 
 SPEC_FILE = "LayoutProtocol.tla"
 ACTION_PROPERTIES = (  # checked with safety
-    "DirtySticky", "VersionMonotonic", "BeginsAlone", "ClaimsAlone", "BusyOnlyByUnparked",
+    "DirtySticky", "VersionMonotonic", "BeginsAlone", "ClaimsAlone", "BusyOnlyByUnparked", "ClaimWaitsOutRepair",
 )  # fmt: skip
 # Liveness is checked on the smallest model only: with FairSpec, TLC needs minutes on MCSmall and
 # tens of minutes on MCChunks and MCFull on 2 shared cores.
@@ -46,7 +46,7 @@ LIVENESS_MODELS = ("MCSmall",)
 # The repair models are small (under a minute with FairSpec): a mutant of the repair is judged on its
 # own models' liveness too.
 # So are the standby models (MCStandby under a minute, MCTwoStandbys about two).
-SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
+SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys", "MCStandbyRepair")
 BASELINE_CACHE = Path("build") / "spec-mutants-baseline.json"
 
 
@@ -425,8 +425,9 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "repair_bumps_version",
         "the repair returns to the base version (dver unchanged)",
-        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, engineVars, moves, dpark>>",
-        "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] /\\ UNCHANGED <<dmap, datt, dnf, engineVars, moves, dpark>>",
+        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>",
+        "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] "
+        "/\\ UNCHANGED <<dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>",
         ("MCRepair",),
     ),
     _m(
@@ -482,14 +483,14 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "detach_no_notice",
         "the last unparked attachment's EOF notifies the parked standbys",
-        "    /\\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r])",
+        "    /\\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r], dphase'[r])",
         "    /\\ eclaim' = eclaim",
         ("MCStandby",),
     ),
     _m(
         "park_reply_no_notice",
         "a park's reply is the notice when no unparked engine is attached",
-        "    /\\ eclaim' = Notify([eclaim EXCEPT ![e][r] = \"parked\"], r, datt[r], dpark'[r])",
+        "    /\\ eclaim' = Notify([eclaim EXCEPT ![e][r] = \"parked\"], r, datt[r], dpark'[r], dphase[r])",
         '    /\\ eclaim\' = [eclaim EXCEPT ![e][r] = "parked"]',
         ("MCStandby",),
     ),
@@ -502,6 +503,27 @@ CATALOG: tuple[SpecMutant, ...] = (
         defence="the notice only starts a claim; the daemon's grant (ClaimReply) refuses while an unparked "
         "engine is attached, so a spurious notice costs one claim round trip and a park again: "
         "tests/layout_sm (claim refused as taken while a primary is attached)",
+    ),
+    _m(
+        "claim_refused_while_repairing",
+        "a repairing daemon answers a claim busy (the standby parks again), not refused (it would fail)",
+        '      [] dphase[r] = "repairing"  -> "taken"\n',
+        "",
+        ("MCStandbyRepair",),
+    ),
+    _m(
+        "notice_while_repairing",
+        "a repairing daemon tells no parked standby that the primary role is free",
+        '/\\ att \\ park = {} /\\ phase # "repairing"',
+        "/\\ att \\ park = {}",
+        ("MCStandbyRepair",),
+    ),
+    _m(
+        "repair_done_no_notice",
+        "the repair's end tells the parked standbys",
+        '    /\\ eclaim\' = Notify(eclaim, r, datt[r], dpark[r], "clean")',
+        "    /\\ eclaim' = eclaim",
+        ("MCStandbyRepair",),
     ),
     _m(
         "claim_ignores_unparked",

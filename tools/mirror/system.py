@@ -519,14 +519,15 @@ class System:
         record = _perms_cached(view.record.rows)
         truth = list(s.truth)
         truth[r - 1] = tuple(record[k] if k in layers else p for k, p in enumerate(truth[r - 1]))
-        return replace(s, daemons=self._set_daemon(s, r, view2), truth=tuple(truth))
+        s2 = replace(s, daemons=self._set_daemon(s, r, view2), truth=tuple(truth))
+        return self._notify(s2, r, tuple(reply.data.get("notified", ())))
 
     def RepairFails(self, s: SysState, r: int) -> SysState | None:
         view = s.daemons[r - 1]
         if not (self.model.repairs and self.model.repair_may_fail) or view.phase != "repairing":
             return None
-        _, view2 = self._call(r, view, "repair_failed", None)
-        return replace(s, daemons=self._set_daemon(s, r, view2))
+        reply, view2 = self._call(r, view, "repair_failed", None)
+        return self._notify(replace(s, daemons=self._set_daemon(s, r, view2)), r, tuple(reply.data.get("notified", ())))
 
     def RepairAgain(self, s: SysState, r: int) -> SysState | None:
         """The operator's ``expert-layout repair`` on a dirty daemon."""

@@ -11,11 +11,12 @@ daemons' socket and ready files, the engines' belief probes). Its daemons are st
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,6 +122,41 @@ class Launched:
         return self.server.beliefs()
 
 
+class QuietGate:
+    """Starts (servers, daemon sets) run side by side in two lanes; a timing that must not measure the
+    other lane's start (the takeover's) waits until no start is under way and holds new ones back until
+    it is done. A start is mostly sglang's imports: two cores' worth of CPU for tens of seconds."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._starting = 0
+        self._quiet = False
+
+    @contextlib.contextmanager
+    def start(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._quiet)
+            self._starting += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._starting -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def quiet(self, timeout_s: float = READY_TIMEOUT_S) -> Iterator[None]:
+        with self._cond:
+            self._quiet = True
+            self._cond.wait_for(lambda: self._starting == 0, timeout=timeout_s)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._quiet = False
+                self._cond.notify_all()
+
+
 @dataclass
 class Lab:
     out: Path
@@ -128,6 +164,7 @@ class Lab:
     status_log: list[str] = field(default_factory=list)
     launched: list[Launched] = field(default_factory=list)
     chains: list[Chain] = field(default_factory=list)
+    gate: QuietGate = field(default_factory=QuietGate)
 
     def __post_init__(self) -> None:
         # The two lanes of cases (cases.run_all) run side by side in these threads; the third
@@ -161,8 +198,9 @@ class Lab:
         self.chains.append(chain)
         if standalone:
             extra = () if auto_repair else (NO_AUTO_REPAIR,)
-            chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb), extra_args=extra).start()
-            seconds = chain.start_s = chain.daemons.wait_ready(READY_TIMEOUT_S)
+            with self.gate.start():
+                chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb), extra_args=extra).start()
+                seconds = chain.start_s = chain.daemons.wait_ready(READY_TIMEOUT_S)
             flag = ("--enable-eplb" if enable_eplb else "no --enable-eplb") + (
                 "" if auto_repair else f", {NO_AUTO_REPAIR}"
             )
@@ -207,7 +245,13 @@ class Lab:
             extra_args=("--enable-metrics",) if metrics else (),
             extra_env={**NO_CRASH_DIAGNOSTICS, **({ROLE_ENV: STANDBY} if standby else {})},
         )
-        launched = Launched(name, rs.RealServer(run, self.topology(), spec).start())
+        with self.gate.start():
+            return self._start(name, chain, rs.RealServer(run, self.topology(), spec), standby, expect_ready)
+
+    def _start(
+        self, name: str, chain: Chain | None, server: rs.RealServer, standby: bool, expect_ready: bool
+    ) -> Launched:
+        launched = Launched(name, server.start())
         self.launched.append(launched)
         t0 = time.monotonic()
         try:
