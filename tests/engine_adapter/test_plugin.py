@@ -76,7 +76,7 @@ def test_a_standby_carries_the_parking_hooks_and_a_primary_none_of_them():
     parking = set(standby["standby"]) - set(standby["primary"])
     assert len(parking) == 6, parking
     assert parking <= set(standby["patched"])
-    for role in (None, "primary", "stand-by"):
+    for role in (None, "stand-by"):  # the default, and a role that is not one
         assert not parking & set(_probe(role)["patched"]), role
 
 
