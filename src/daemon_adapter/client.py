@@ -168,9 +168,10 @@ class Attachment:
     def open(self) -> bool:
         return self._sock is not None
 
-    def notice(self, timeout: float) -> dict[str, Any] | None:
+    def notice(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message the daemon wrote on this connection (a parked standby's notice,
-        ``layout_sm.messages.NOTICE``) within ``timeout`` seconds, or None."""
+        ``layout_sm.messages.NOTICE``) within ``timeout`` seconds (None: until one comes), or None.
+        ConnectionError when the daemon closed the connection."""
         sock = self._sock
         if sock is None:
             return None

@@ -42,7 +42,7 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.managers.io_struct import HealthCheckOutput, PauseGenerationReqInput
 from sglang.srt.runtime_context import get_parallel
 
-from daemon_adapter.client import Attachment, recv_frame
+from daemon_adapter.client import Attachment
 from engine_adapter import roles, state
 from engine_adapter.rebalance import all_gather, ask_daemon
 from layout_sm.engine import Go, Step
@@ -87,16 +87,13 @@ class StandbyLink:
 
     def _read_notices(self) -> None:
         """Blocks on the attach connection; each notice is handed over at once."""
-        sock = self.attachment._sock
-        if sock is None:
-            return
-        while True:
+        while self.attachment.open:
             try:
-                message = recv_frame(sock)
+                message = self.attachment.notice(None)
             except Exception:  # the daemon went away (its EOF) or the engine closed the connection
                 return
             if isinstance(message, dict) and message.get("type") == NOTICE:
-                self.times.setdefault("notice", time.time())
+                self.times["notice"] = time.time()
                 self.noticed.set()
                 self.wake_pending = True
                 os.write(self.wake_w, b"!")
@@ -125,7 +122,7 @@ def _in_rank_order(ask_mine: Callable[[], object], take: Callable[[int, object],
     for rank in range(st.session.view().num_ranks):
         reply = ask_mine() if rank == st.rank else None
         steps.append(take(rank, all_gather(reply)[rank]))
-        if steps[-1].go is Go.STOP:
+        if steps[-1].go is not Go.MOVE:  # taken or refused: the ranks after it do not ask (every rank stops here)
             break
     return steps
 
@@ -240,7 +237,10 @@ def take_over(scheduler: Any) -> bool:
         if got and session.view().claims[other] == "parked":
             session.noticed(other)
     if not all(c == "notified" for c in session.view().claims):
+        # Some daemon has not told this standby yet (a primary still attached there, or a repair that
+        # outlasts the wait): the next iteration asks again, each rank waiting for its own notice.
         logger.info("[expert-layout] rank %d: not every daemon has told this standby its primary is gone: parked", rank)
+        link.wake_pending = True
         return False
     claims = _in_rank_order(lambda: ask_daemon(st, session.claim_request(rank)), session.claimed)
     step = session.promote()

@@ -34,7 +34,6 @@ from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
-    PROTOCOL_OFF,
     RealServer,
     RunDir,
     ServerFailed,
@@ -42,7 +41,7 @@ from tools.realserver.server import (
     StandaloneDaemons,
     Topology,
     daemon_status,
-    write_expert_location,
+    disk_reference,
 )
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
@@ -175,19 +174,7 @@ def test_after_the_operators_repair_the_next_server_adopts_the_base_version(betw
     record_map = clean[0]["map"]
 
     f = RealServer(run_dir, topology, ServerSpec("F", rebalance_iterations=100_000)).start()
-    ref_dir = RunDir(run_dir.root.parent / "reference")
-    init = write_expert_location(ref_dir.root / "init-expert-location.json", record_map)
-    ref = RealServer(
-        ref_dir,
-        topology,
-        ServerSpec(
-            "ref",
-            weight_cache_mode="off",
-            rebalance_iterations=100_000,
-            init_expert_location=init,
-            plugins=PROTOCOL_OFF,
-        ),
-    ).start()
+    ref = disk_reference(run_dir.root.parent / "reference", topology, record_map).start()
     try:
         f.wait_ready(START_TIMEOUT_S)
         ref.wait_ready(START_TIMEOUT_S)

@@ -31,7 +31,6 @@ import pytest
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
-    PROTOCOL_OFF,
     RealServer,
     RunDir,
     ServerSpec,
@@ -39,9 +38,9 @@ from tools.realserver.server import (
     StreamedReply,
     Topology,
     daemon_status,
+    disk_reference,
     parked_engines,
     wait_parked,
-    write_expert_location,
 )
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
@@ -202,19 +201,7 @@ def test_the_standby_takes_over_with_the_records_layout(takeover: Takeover, tiny
         assert belief["version"] == 5, f"S's rank {rank}: {belief}"
     assert sorted(ran.s_beliefs) == list(range(ran.topology.tp_size)), ran.s_beliefs
 
-    ref_dir = RunDir(ran.run.root.parent / "reference")
-    init = write_expert_location(ref_dir.root / "init-expert-location.json", ran.record_map)
-    ref = RealServer(
-        ref_dir,
-        ran.topology,
-        ServerSpec(
-            "ref",
-            weight_cache_mode="off",
-            rebalance_iterations=100_000,
-            init_expert_location=init,
-            plugins=PROTOCOL_OFF,
-        ),
-    ).start()
+    ref = disk_reference(ran.run.root.parent / "reference", ran.topology, ran.record_map).start()
     try:
         ref.wait_ready(START_TIMEOUT_S)
         assert ran.s.generate(list(PROMPTS)) == ref.generate(list(PROMPTS)), "S's outputs differ from the reference"

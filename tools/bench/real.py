@@ -47,6 +47,11 @@ def _ratio(on: float, off: float) -> float:
     return round(on / off, 3) if off else float("nan")
 
 
+def _alternated(a: str, b: str, repeats: int) -> list[tuple[str, str]]:
+    """The sides' order per repeat, (a, b), (b, a), (a, b)...: drift on a shared machine hits both alike."""
+    return [(a, b) if i % 2 == 0 else (b, a) for i in range(repeats)]
+
+
 def _topology(model: Path) -> rs.Topology:
     return rs.Topology(model, tp_size=2, ep_size=2, redundant_experts=2, enable_eplb=True)
 
@@ -57,8 +62,7 @@ def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str
     seconds: dict[str, list[float]] = {"on": [], "off": []}
     try:
         daemons.wait_ready()
-        order = [("on", "off") if i % 2 == 0 else ("off", "on") for i in range(repeats)]
-        for i, pair in enumerate(order):
+        for i, pair in enumerate(_alternated("on", "off", repeats)):
             for side in pair:
                 spec = rs.ServerSpec(
                     f"ready-{side}-{i}",
@@ -111,9 +115,8 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
     """EPLB's rebalance, one layer per chunk, with the protocol and without, on spawned daemons; servers
     alternated (on, off, off, on, ...). Each figure: seconds of rebalance work per rebalance."""
     out: dict[str, list[float]] = {"on": [], "off": []}
-    order = [("on", "off") if i % 2 == 0 else ("off", "on") for i in range(repeats)]
     topology = _topology(model)
-    for i, pair in enumerate(order):
+    for i, pair in enumerate(_alternated("on", "off", repeats)):
         for side in pair:
             run = rs.RunDir(workdir / f"rebalance-{side}-{i}")
             spec = rs.ServerSpec(
@@ -158,8 +161,7 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
     busy: dict[str, int] = {"beside": 0, "alone": 0}
     try:
         daemons.wait_ready()
-        order = [("beside", "alone") if i % 2 == 0 else ("alone", "beside") for i in range(repeats)]
-        for i, pair in enumerate(order):
+        for i, pair in enumerate(_alternated("beside", "alone", repeats)):
             for side in pair:
                 spec = rs.ServerSpec(
                     f"primary-{side}-{i}",

@@ -409,6 +409,17 @@ def daemon_status(run: RunDir, include_map: bool = False, timeout_s: float = 30.
         return {"exit_code": done.returncode, "daemons": [], "stderr": done.stderr[-2000:]}
 
 
+def disk_reference(root: Path, topology: Topology, physical_to_logical_map: list[list[int]]) -> RealServer:
+    """The reference a test judges a server's outputs against: a server (not started) that loads from disk
+    with ``--init-expert-location`` set to the map, no weight cache, no plugin, no rebalance, run in ``root``."""
+    run = RunDir(root)
+    init = write_expert_location(run.root / "init-expert-location.json", physical_to_logical_map)
+    spec = ServerSpec(
+        "ref", weight_cache_mode="off", rebalance_iterations=100_000, init_expert_location=init, plugins=PROTOCOL_OFF
+    )
+    return RealServer(run, topology, spec)
+
+
 def parked_engines(run: RunDir) -> list[list[str]]:
     """Each daemon's parked warm standbys (``expert-layout status``), in rank order."""
     return [list((d.get("state") or {}).get("parked") or []) for d in daemon_status(run)["daemons"]]
