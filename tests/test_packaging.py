@@ -23,8 +23,9 @@ DEPLOYED = {"layout_sm", "daemon_adapter", "engine_adapter"}
 # dependency (python-statemachine) and what the environment that runs it has (sglang, torch, and
 # two that sglang itself requires: prometheus_client, for its /metrics, which the plugin's series and
 # `expert-layout status --prometheus` use; safetensors, which sglang's loader reads checkpoints with,
-# and so does a daemon's repair).
-ENVIRONMENT = {"statemachine", "sglang", "torch", "prometheus_client", "safetensors"}
+# and so does a daemon's repair; zmq, sglang's scheduler sockets, which a parked standby sleeps on;
+# requests, which sglang's HTTP server warms up with, and so does a standby whose warmup sglang skipped).
+ENVIRONMENT = {"statemachine", "sglang", "torch", "prometheus_client", "safetensors", "zmq", "requests"}
 ENTRY_POINTS = {
     "console_scripts": {"expert-layout": "daemon_adapter.status_cli:main"},
     "sglang.srt.plugins": {"expert_layout": "engine_adapter.plugin:register"},

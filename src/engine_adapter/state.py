@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from sglang.srt.eplb.eplb_manager import EPLBManager
 
     from engine_adapter.compat import InstallCheck
-    from engine_adapter.standby import StandbyLink
 
 logger = logging.getLogger("engine_adapter")
 
@@ -54,7 +53,9 @@ class EngineLayoutState:
     install: InstallCheck | None = None
     shared_moves_blocked: str | None = None
     model_config: Any = None  # sglang's ModelConfig, for a map adopted after startup (a standby's promotion)
-    standby: StandbyLink | None = None  # a warm standby's notice reader, once it parked (issue 18)
+    # A warm standby's engine_adapter.standby.StandbyLink, once it parked (issue 18). Not named by its type:
+    # standby imports the startup and rebalance hooks, which import this module.
+    standby: Any = None
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""
