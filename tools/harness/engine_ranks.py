@@ -168,8 +168,12 @@ def write_model_dir(cfg: ToyMoEConfig, root: str) -> str:
     """A model directory (config.json only) for ``cfg`` under ``root``; the path is stable per shape."""
     path = os.path.join(root, f"toy-moe-L{cfg.num_layers}-N{cfg.num_logical}-H{cfg.hidden}")
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
+    # Every rank process writes it: each writes its own file and renames it into place, so that no rank
+    # reads the file half written by another ("config.json is not a valid JSON file", seen in CI).
+    tmp = os.path.join(path, f".config.json.{os.getpid()}")
+    with open(tmp, "w") as f:
         json.dump(_toy_hf_config(cfg), f)
+    os.replace(tmp, os.path.join(path, "config.json"))
     return path
 
 
