@@ -36,7 +36,7 @@ from layout_sm.engine import (
     unwritten_slots_warning,
 )
 from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, Status
-from layout_sm.record import LayoutRecord, Rows, layout_digest
+from layout_sm.record import DigestCache, LayoutRecord
 
 
 def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
@@ -93,11 +93,13 @@ class EngineState:
     and the event's arguments; actions replace the view and return the step's ``Step``.
     """
 
-    __slots__ = ("layout", "view")
+    __slots__ = ("digests", "layout", "view")
 
     def __init__(self, view: EngineView, layout: EngineLayout | None) -> None:
         self.view = view
         self.layout = layout  # None only for an engine that never attached
+        # The moved map's digest hashes again only the rows that changed: not state, a cache.
+        self.digests = DigestCache()
 
     phase = _ViewField()
     rebalance = _ViewField()
@@ -297,11 +299,13 @@ class EngineState:
     def _route(self, outcome: StartupOutcome) -> Step:
         assert self.layout is not None
         record = outcome.record
-        assert record is None or isinstance(record, LayoutRecord), "a rank routes with a map it found itself"
+        # A stamp (a record that came without its map) is the engine's own initial layout: the
+        # daemon leaves the map out only for the digest the engine said it holds.
+        assert isinstance(record, LayoutRecord) or outcome.kind != "adopt", "a rank adopts a map it found itself"
         self._set(
             outcome=outcome,
             shares=outcome.shared_rebalance,
-            rows=None if record is None else record.rows,
+            rows=record.rows if isinstance(record, LayoutRecord) else None,
             version=0 if record is None else record.version,
             digest=self.layout.initial_digest if record is None else record.digest,
         )
@@ -522,8 +526,9 @@ class EngineState:
     def end_aborts(self) -> None:
         self._end_chunk()
 
-    def take_moved(self, rows: Rows) -> None:
-        self._set(moved_rows=rows, moved_digest=layout_digest(rows))
+    def take_moved(self, rows: Sequence[Sequence[int]]) -> None:
+        moved_rows, digest = self.digests.absorb(rows)
+        self._set(moved_rows=moved_rows, moved_digest=digest)
 
     def take_commit(self, rank: int, answer: RankAnswer) -> None:
         self._set(commits=_put(self.view.commits, rank, answer))

@@ -2,8 +2,9 @@
 
 The map is sglang's ``ExpertLocationMetadata.physical_to_logical_map`` of one rank's view:
 ``int[num_layers][num_physical]``, each value a logical expert id. It is stored as the
-bytes of its canonical encoding, so the record is immutable, compact (8 bytes a slot) and
-its digest is one SHA-256 over bytes already in hand.
+bytes of its canonical encoding, so the record is immutable and compact (8 bytes a slot).
+Its digest is a SHA-256 over the SHA-256 of each layer's row: a chunk of a rebalance changes a
+few layers, and only their rows are hashed again (``layout_digest``).
 
 Only the digest decides equality of layouts; the version is for messages and ordering.
 """
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
-# Bumping the tag changes every digest: do it only with a new encoding.
-DIGEST_TAG = b"sglang-expert-layout/v1\x00"
+# Bumping the tag changes every digest: do it only with a new encoding (v2: a hash of the layers' hashes).
+DIGEST_TAG = b"sglang-expert-layout/v2\x00"
 _HEADER = struct.Struct("<II")
 # Bounds that keep a hostile request from making the daemon allocate without limit;
 # DeepSeek-V3 is 61 x 288, the largest MoE layouts known are far below these.
@@ -102,16 +103,23 @@ def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str, strict: bool = T
     return payload, num_layers, num_physical
 
 
-def _encode(num_layers: int, num_physical: int, payload: bytes) -> bytes:
-    return DIGEST_TAG + _HEADER.pack(num_layers, num_physical) + payload
+def _combine(num_layers: int, num_physical: int, leaves: Iterable[bytes]) -> str:
+    """The digest of a map from its layers' hashes (``layout_digest``)."""
+    return hashlib.sha256(DIGEST_TAG + _HEADER.pack(num_layers, num_physical) + b"".join(leaves)).hexdigest()
+
+
+def _leaves_of(payload: bytes, num_layers: int, num_physical: int) -> tuple[bytes, ...]:
+    stride, sha = 8 * num_physical, hashlib.sha256
+    return tuple(sha(payload[i * stride : (i + 1) * stride]).digest() for i in range(num_layers))
 
 
 def layout_digest(rows: Sequence[Sequence[int]]) -> str:
-    """SHA-256 (hex) of the canonical encoding of a map.
+    """The digest of a map: SHA-256 (hex) over the SHA-256 of each layer's row.
 
-    Encoding: ``b"sglang-expert-layout/v1\\0"``, uint32 LE ``L``, uint32 LE ``P``, then the
-    ``L * P`` values as int64 little-endian, row-major. Both daemon and engine call this
-    one function, so a digest match means the same map, value for value.
+    Encoding: ``b"sglang-expert-layout/v2\\0"``, uint32 LE ``L``, uint32 LE ``P``, then for each
+    layer in order the 32-byte SHA-256 of its ``P`` values as int64 little-endian. Both daemon and
+    engine compute it with this module (``LayoutRecord.digest``, ``DigestCache``), so a digest match
+    means the same map, value for value; a layer's hash is reused while its row is unchanged.
     """
     # Not strict: a digest is computed, not trusted; records refuse bools when they are built.
     payload = _packed_rows(rows)
@@ -119,7 +127,67 @@ def layout_digest(rows: Sequence[Sequence[int]]) -> str:
         payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
     else:
         num_layers, num_physical = len(rows), len(rows[0])
-    return hashlib.sha256(_encode(num_layers, num_physical, payload)).hexdigest()
+    return _combine(num_layers, num_physical, _leaves_of(payload, num_layers, num_physical))
+
+
+class DigestCache:
+    """An engine's map as immutable rows, with its digest, kept from one chunk to the next: only the
+    rows that changed are copied and hashed again.
+
+    Every row of the map is compared, value for value, with the row of the last map taken here
+    (one pass at C speed, cheaper than packing the map): a chunk of a rebalance hashes its own
+    layers and no others, and a row changed anywhere else is still seen. Pure, and a cache only: the
+    rows and digest equal ``rows_of`` and ``layout_digest`` of the same map whatever came before
+    (values compare with ``==``, so a float equal to an expert id counts as that id).
+    """
+
+    __slots__ = ("_given", "_leaves", "_rows")
+
+    def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        self._given: list[Sequence[int]] = []  # the last map's rows as given (lists copied)
+        self._rows: Rows = ()
+        self._leaves: list[bytes] = []
+
+    def absorb(self, rows: Sequence[Sequence[int]]) -> tuple[Rows, str]:
+        """``rows`` as immutable rows, and their digest; raises LayoutError for what is not a map."""
+        given, kept, leaves = self._given, self._rows, self._leaves
+        if not (kept and len(rows) == len(kept) and len(rows[0]) == len(kept[0])):
+            return self._absorb_whole(rows)
+        width, out = len(kept[0]), list(kept)
+        pack, sha = _row_packer(width), hashlib.sha256
+        try:
+            for layer, row in enumerate(rows):
+                if row == given[layer]:
+                    continue
+                values = tuple(row)
+                if values != kept[layer]:
+                    if len(values) != width:
+                        raise struct.error("a row of another width")
+                    leaves[layer] = sha(pack(*values)).digest()
+                    out[layer] = values
+                given[layer] = list(values) if type(row) is list else values
+        except (struct.error, TypeError):
+            self._forget()  # never keep a half-updated cache
+            return self._absorb_whole(rows)  # raises LayoutError naming the problem
+        self._rows = out_rows = tuple(out)
+        return out_rows, _combine(len(out_rows), width, leaves)
+
+    def digest(self, rows: Sequence[Sequence[int]]) -> str:
+        return self.absorb(rows)[1]
+
+    def _absorb_whole(self, rows: Sequence[Sequence[int]]) -> tuple[Rows, str]:
+        whole: Rows = tuple(map(tuple, rows))
+        payload = _packed_rows(whole)
+        if payload is None:  # not plain rows of one width: the checking encoder names the problem
+            payload = _rows_to_int64_le(whole, "map", strict=False)[0]
+        num_layers, num_physical = len(whole), len(whole[0])
+        leaves = _leaves_of(payload, num_layers, num_physical)
+        self._given = [list(row) if type(row) is list else row for row in rows]
+        self._rows, self._leaves = whole, list(leaves)
+        return whole, _combine(num_layers, num_physical, leaves)
 
 
 @lru_cache(maxsize=64)
@@ -205,8 +273,12 @@ class LayoutRecord:
         return (self.num_layers, self.num_physical)
 
     @cached_property
+    def _leaves(self) -> tuple[bytes, ...]:
+        return _leaves_of(self.map_bytes, self.num_layers, self.num_physical)
+
+    @cached_property
     def digest(self) -> str:
-        return hashlib.sha256(_encode(self.num_layers, self.num_physical, self.map_bytes)).hexdigest()
+        return _combine(self.num_layers, self.num_physical, self._leaves)
 
     # -- change -------------------------------------------------------------------------
 
@@ -262,7 +334,13 @@ class LayoutRecord:
             parts += (old[start : layer * stride], replaced[layer])
             start = (layer + 1) * stride
         parts.append(old[start:])
-        return self._checked_successor(b"".join(parts))
+        successor = self._checked_successor(b"".join(parts))
+        if "_leaves" in self.__dict__:  # the digest hashes only the replaced layers again
+            leaves = list(self._leaves)
+            for layer, packed in replaced.items():
+                leaves[layer] = hashlib.sha256(packed).digest()
+            successor.__dict__["_leaves"] = tuple(leaves)
+        return successor
 
     def successor(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord | LayoutError:
         """``with_rows(layers, rows)``, or the error it raises, remembered for the last ``layers``

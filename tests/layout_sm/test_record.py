@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from layout_sm.record import DIGEST_TAG, LayoutError, LayoutRecord, layout_digest
+from layout_sm.record import DIGEST_TAG, DigestCache, LayoutError, LayoutRecord, layout_digest, rows_of
 
 
 @st.composite
@@ -27,14 +27,61 @@ def maps(draw: st.DrawFn, max_layers: int = 6, max_physical: int = 8) -> tuple[l
 def _reference_digest(rows: list[list[int]]) -> str:
     """The documented encoding, written out independently of record.py."""
     payload = DIGEST_TAG + struct.pack("<II", len(rows), len(rows[0]))
-    payload += b"".join(struct.pack("<q", v) for row in rows for v in row)
+    for row in rows:
+        payload += hashlib.sha256(b"".join(struct.pack("<q", v) for v in row)).digest()
     return hashlib.sha256(payload).hexdigest()
 
 
 def test_digest_is_the_documented_encoding() -> None:
     rows = [[0, 1, 2, 3], [3, 2, 1, 0]]
     assert layout_digest(rows) == _reference_digest(rows)
-    assert DIGEST_TAG == b"sglang-expert-layout/v1\x00"
+    assert LayoutRecord.initial(rows, 4).digest == _reference_digest(rows)
+    assert DIGEST_TAG == b"sglang-expert-layout/v2\x00"
+
+
+@settings(max_examples=60)
+@given(maps(), st.data())
+def test_a_successor_and_the_digest_cache_hash_only_changed_rows_and_agree_with_the_definition(
+    case: tuple[list[list[int]], int], data: st.DataObject
+) -> None:
+    """The record's successor reuses its parent's layer hashes, the engine's cache its last map's:
+    both must equal the digest of the whole map, whichever rows changed (in the chunk or not)."""
+    rows, num_logical = case
+    record = LayoutRecord.initial(rows, num_logical)
+    assert record.digest == _reference_digest(rows)
+    cache = DigestCache()
+
+    def absorbed(rows: list[list[int]]) -> str:
+        """The cache's digest, the map handed as lists (as sglang's tolist()) or as tuples, by draw."""
+        given = [list(row) for row in rows] if data.draw(st.booleans()) else rows_of(rows)
+        kept, digest = cache.absorb(given)
+        assert kept == rows_of(rows) and type(kept) is tuple and all(type(row) is tuple for row in kept)
+        return digest
+
+    assert absorbed(rows) == record.digest
+    for _ in range(3):
+        layers = sorted(data.draw(st.sets(st.integers(0, len(rows) - 1), min_size=1)))
+        new_rows = [data.draw(st.permutations(rows[layer])) for layer in layers]
+        record = record.with_rows(layers, new_rows)
+        for layer, row in zip(layers, new_rows, strict=True):
+            rows[layer] = list(row)
+        assert record.digest == _reference_digest(rows)
+        if data.draw(st.booleans()):  # a row changed outside the chunk: the cache must see it too
+            seen = [list(row) for row in rows]
+            other = data.draw(st.integers(0, len(rows) - 1))
+            seen[other] = [(v + 1) % (num_logical + 1) for v in seen[other]]
+            assert absorbed(seen) == _reference_digest(seen)
+        assert absorbed(rows) == _reference_digest(rows) == record.digest
+
+
+def test_the_digest_cache_refuses_what_layout_digest_refuses() -> None:
+    cache = DigestCache()
+    cache.digest(((0, 1), (1, 0)))
+    with pytest.raises(LayoutError, match=r"map\[1\]"):
+        cache.digest(((0, 1), (1, 0, 2)))
+    with pytest.raises(LayoutError):
+        cache.digest(((0, 1), ("x", 0)))
+    assert cache.digest(((0, 1), (1, 0))) == layout_digest([[0, 1], [1, 0]])
 
 
 def test_digest_depends_on_shape_not_only_values() -> None:
