@@ -109,6 +109,7 @@ class Attach:
 
     engine_id: str
     session: str
+    known_digest: str | None = None  # the engine holds that map already (``AttachRequest.known_digest``)
 
 
 @dataclass(frozen=True)
@@ -520,13 +521,15 @@ def _too_many_attachments(view: DaemonView, req: Attach) -> Reply:
 
 
 def _attached(view: DaemonView, req: Attach) -> Reply:
-    """What the engine must know: the record (with its map), any move pending, any dirty state."""
+    """What the engine must know: the record (with its map, unless the engine holds a map of that
+    digest already), any move pending, any dirty state."""
     state = view.state_wire(include_map=False)
+    record = view.record
     return ok(
         Reason.ATTACHED,
         f"engine {req.engine_id!r} attached",
         session=req.session,
-        record=None if view.record is None else view.record.to_wire(include_map=True),
+        record=None if record is None else record.to_wire(include_map=record.digest != req.known_digest),
         pending=state["pending"],
         dirty=state["dirty"],
         repairing=state["repairing"],
@@ -1422,7 +1425,7 @@ class DaemonMachine(StateMachine):
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
-        return cast(Reply, self._take("attach", Attach(request.engine_id, session)))
+        return cast(Reply, self._take("attach", Attach(request.engine_id, session, request.known_digest)))
 
     def fetch_check(self, claim: FetchLayoutField | None, gap: str | None = None) -> Reply:
         """The layout check of sglang's ``fetch_state``; sets the sticky non-following flag. ``gap``: the

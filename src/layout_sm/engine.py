@@ -104,8 +104,12 @@ class RankFinding:
             detail = "daemon started without --enable-eplb keeps no record"
             return cls(rank, "no_record", detail=detail, without_eplb=True)
         try:
-            record = LayoutRecord.from_wire(reply.data["record"])
-        except LayoutError as error:
+            raw = reply.data["record"]
+            # Without its map: the daemon's record has the digest of the engine's own initial layout.
+            record: LayoutRecord | RecordStamp = (
+                LayoutRecord.from_wire(raw) if "map" in raw else RecordStamp.from_wire(raw)
+            )
+        except (LayoutError, TypeError) as error:
             return cls(rank, "unreadable", detail=f"the daemon's record is invalid: {error}")
         if reply.data.get("repairing"):  # spec: MustWait, the daemon repairs a torn move
             return cls(rank, "pending", record, _describe_repair(reply.data["repairing"]))
@@ -277,7 +281,8 @@ class StartupOutcome:
     kind: StartupKind
     reason: Reason
     message: str
-    record: LayoutRecord | None = None  # the daemons' record the engine routes with, when known
+    # The daemons' record the engine routes with, when known (a stamp: the engine's own initial layout).
+    record: LayoutRecord | RecordStamp | None = None
     shared_rebalance: bool = False  # whether this engine may move shared experts later
     warning: str = ""  # for the operator; changes nothing of the outcome (see unwritten_slots_warning)
 

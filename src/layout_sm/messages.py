@@ -47,6 +47,10 @@ STARTUP_HOOK_MISSING = "startup_hook_missing"
 FETCH_HOOK_MISSING = "fetch_hook_missing"
 PLUGIN_GAPS = frozenset({STARTUP_HOOK_MISSING, FETCH_HOOK_MISSING})
 FETCH_CLAIMS_FIELD = "fetch_claims"
+# Optional in an attach: the digest of the map the engine already holds. The reply's record then
+# carries its map only when the digests differ, the one case where the engine needs it (to adopt); a
+# DeepSeek-scale map is most of an attach's cost on both sides. An older daemon ignores the field.
+KNOWN_DIGEST_FIELD = "known_digest"
 
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
@@ -57,6 +61,9 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 @dataclass(frozen=True)
 class AttachRequest:
     engine_id: str
+    # The digest of the map the engine already holds (its initial layout): a record of that digest
+    # comes without its map, which the engine does not need (``KNOWN_DIGEST_FIELD``).
+    known_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,8 +139,10 @@ LayoutRequest = (
 # -- builders (what engines send) --------------------------------------------------------
 
 
-def attach_request(engine_id: str) -> dict[str, Any]:
-    return {"type": ATTACH, "engine_id": engine_id}
+def attach_request(engine_id: str, known_digest: str | None = None) -> dict[str, Any]:
+    if known_digest is None:
+        return {"type": ATTACH, "engine_id": engine_id}
+    return {"type": ATTACH, "engine_id": engine_id, KNOWN_DIGEST_FIELD: known_digest}
 
 
 def query_request(include_map: bool = False) -> dict[str, Any]:
@@ -190,7 +199,7 @@ def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) 
 def request_wire(request: LayoutRequest | FetchLayoutField) -> dict[str, Any]:
     """The dict sent for a typed request (``parse_request``'s inverse; the field for a claim)."""
     if isinstance(request, AttachRequest):
-        return attach_request(request.engine_id)
+        return attach_request(request.engine_id, request.known_digest)
     if isinstance(request, QueryRequest):
         return query_request(request.include_map)
     if isinstance(request, BeginRequest):
@@ -307,7 +316,8 @@ def _digest(value: object, where: str) -> str:
 
 def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
     if kind == ATTACH:
-        return AttachRequest(_engine_id(msg))
+        known = msg.get(KNOWN_DIGEST_FIELD)
+        return AttachRequest(_engine_id(msg), None if known is None else _digest(known, KNOWN_DIGEST_FIELD))
     if kind == QUERY:
         return QueryRequest(_bool(msg, "include_map", False))
     if kind == BEGIN:

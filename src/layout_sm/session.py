@@ -63,7 +63,7 @@ from layout_sm.messages import (
     QueryRequest,
 )
 from layout_sm.reasons import Reason, Status
-from layout_sm.record import Rows
+from layout_sm.record import LayoutRecord, Rows
 
 POLL = QueryRequest(include_map=True)
 
@@ -160,8 +160,10 @@ class EngineSession:
     # -- startup (docs/protocol.md §5) ------------------------------------------------------
 
     def attach_request(self) -> AttachRequest:
-        """What every rank sends its own daemon first."""
-        return AttachRequest(self.model.view.engine_id)
+        """What every rank sends its own daemon first (with the digest of the engine's own initial
+        layout: a record of that digest needs no map)."""
+        layout = self.layout
+        return AttachRequest(self.model.view.engine_id, None if layout is None else layout.initial_digest)
 
     @property
     def poll_request(self) -> QueryRequest:
@@ -212,7 +214,7 @@ class EngineSession:
         """The map the engine must route with before it loads, when startup adopted the daemons'
         (None: the engine's own metadata stays as it is)."""
         outcome = self.model.view.outcome
-        if outcome is None or outcome.kind != "adopt" or outcome.record is None:
+        if outcome is None or outcome.kind != "adopt" or not isinstance(outcome.record, LayoutRecord):
             return None
         return outcome.record.rows
 
@@ -300,8 +302,9 @@ class EngineSession:
                 self.aborted(rank)
 
     def moved(self, engine_rows: Sequence[Sequence[int]]) -> None:
-        """sglang moved the chunk and the device synchronized; ``engine_rows`` is the whole new map."""
-        self._fire(self._rebalance, "move", rows=tuple(map(tuple, engine_rows)))
+        """sglang moved the chunk and the device synchronized; ``engine_rows`` is the whole new map
+        (kept as immutable rows: the rows sglang did not move are the ones kept before)."""
+        self._fire(self._rebalance, "move", rows=engine_rows)
 
     def commit_request(self, rank: int) -> CommitRequest:
         """Rank ``rank``'s commit: the chunk's rows of the engine's new map."""

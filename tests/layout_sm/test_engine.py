@@ -104,6 +104,30 @@ def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
     assert RankFinding.from_query_reply(0, daemon.query_state(include_map=True).to_wire()).kind == "dirty"
 
 
+def test_an_attach_that_names_the_engines_digest_gets_the_record_without_its_map() -> None:
+    """The map goes on the wire only when the engine needs it: to adopt a moved layout. A record of
+    the engine's own initial digest comes as its stamp, and startup keeps the engine's layout."""
+    assert "map" in DaemonMachine(V0).attach_engine(AttachRequest("A"), "s").data["record"]  # no digest named
+    for record, needs_map in ((V0, False), (V1, True)):
+        daemons = [DaemonMachine(record), DaemonMachine(record)]
+        session = EngineSession("E", 2, ENGINE)
+        request = session.attach_request()
+        assert request.known_digest == ENGINE.initial_digest
+        replies = [d.attach_engine(request, f"s{r}").to_wire() for r, d in enumerate(daemons)]
+        assert all(("map" in reply["record"]) is needs_map for reply in replies)
+        for rank, reply in enumerate(replies):
+            assert session.attached(rank, reply).go is Go.MOVE
+        assert isinstance(session.finding(0).record, LayoutRecord if needs_map else RecordStamp)
+        session.gathered([session.finding(r) for r in range(2)])
+        assert session.agree().go is Go.MOVE
+        outcome, view = session.view().outcome, session.view()
+        assert outcome is not None and view.digest == record.digest and view.version == record.version
+        if needs_map:
+            assert outcome.kind == "adopt" and session.layout_to_install() == V1.rows and view.rows == V1.rows
+        else:
+            assert outcome.kind == "keep_own" and session.layout_to_install() is None and view.rows is None
+
+
 # -- the agreement ---------------------------------------------------------------------
 
 
