@@ -8,7 +8,7 @@ How it binds to sglang, without copying sglang code:
 
 - sglang's serve loop accepts connections one at a time and calls ``_handle_connection``.
   A request already whole in the socket buffer (the usual case: clients send right after
-  connecting) is answered there at once. Any other connection, and every attach, goes to a
+  connecting) is answered there at once, an attach included. Any other connection goes to a
   thread of its own with a ``dup()`` (serve() closes its copy), so a client that connects and
   sends nothing holds no one else up. At most ``MAX_OPEN_CONNECTIONS`` are open at once; each
   must send its request within ``REQUEST_READ_TIMEOUT_S``.
@@ -16,19 +16,22 @@ How it binds to sglang, without copying sglang code:
   ``wire.MAX_REQUEST_FRAME_BYTES``, plain-data pickle opcodes only, at most
   ``wire.MAX_REQUEST_OPCODES`` of them (``wire.request_pickle_problem``); then it is loaded
   by ``PlainRequestUnpickler``, a subclass of sglang's ``SafeUnpickler``. A layout request
-  is answered here; any other dict is replayed, byte for byte, into sglang's own
-  ``_handle_connection`` (under one lock: sglang's handler still runs one request at a time),
-  so ``ping``, ``query_config`` and ``fetch_state`` behave exactly as before, on frames already
-  known to be bounded.
+  is answered here; any other dict goes to sglang's own ``_handle_connection`` (under one lock:
+  sglang's handler still runs one request at a time), so ``ping``, ``query_config`` and
+  ``fetch_state`` behave exactly as before, on frames already known to be bounded. A frame
+  checked by peeking is still in the socket's buffer, and sglang reads it itself (a copy and a
+  Python wrapper less on every ``fetch_state``); a frame read in a connection's thread is
+  replayed to it byte for byte.
 - Every frame gets a reply, or a close with one rate-limited log line saying why; never a
   traceback (``layout_sm.messages`` says who answers what).
 - ``fetch_state``: sglang's handler runs its config check and then calls
   ``transport_backend.send_fetch_state_response``. For that one call the backend is wrapped
   by a gate that asks the machine first (after the config check, before any handle is sent).
-- ``expert_layout_attach``: once the machine has recorded the attachment, the connection's
-  thread becomes its watcher and reads it until EOF, which is the detach, however the engine
-  died (SIGKILL included). The thread exists before the record does, so there is never a
-  record without a watcher.
+- ``expert_layout_attach``: once the machine has recorded the attachment and the engine has its
+  reply, a watcher thread reads the connection until EOF, which is the detach, however the engine
+  died (SIGKILL included): the connection's own thread, or one started right after the reply (an
+  EOF that comes first is read when it starts; a watcher that cannot start detaches at once), so
+  there is never a record without a watcher for longer than that start.
 - ``serve``: sglang's, under umask 0o077, so its ``.ready`` file is owner-only like its socket.
 - The record comes from the initial ``ExpertLocationMetadata`` that
   ``_initialize_eplb_expert_location_metadata`` computes with ``--enable-eplb``.
@@ -197,21 +200,27 @@ class _DeadlineReader:
         return self._conn.recv(bufsize)
 
 
-def _whole_frame_buffered(conn: socket.socket) -> bool:
-    """Whether reading the request cannot wait: a whole frame (or a header announcing too large a
-    frame, or EOF) is already in the connection's buffer."""
+# One peek reads a usual request whole (a fetch_state is under 1 KiB, a full-map commit about 35 KiB).
+_PEEK_BYTES = 64 * 1024
+
+
+def _peek_frame(conn: socket.socket) -> bytes | None:
+    """The connection's buffered bytes when reading the request cannot wait: a whole frame (left
+    in the buffer), a header announcing too large a frame, or b"" (EOF); None when more must come."""
     conn.settimeout(0.0)  # with a timeout, Python would wait for data before even peeking
     try:
-        header = conn.recv(FRAME_HEADER.size, socket.MSG_PEEK)
-        if len(header) < FRAME_HEADER.size:
-            return not header  # b"": EOF
-        (length,) = FRAME_HEADER.unpack(header)
+        peeked = conn.recv(_PEEK_BYTES, socket.MSG_PEEK)
+        if len(peeked) < FRAME_HEADER.size:
+            return None if peeked else b""
+        (length,) = FRAME_HEADER.unpack_from(peeked)
         if length > wire.MAX_REQUEST_FRAME_BYTES:
-            return True
+            return peeked
         size = FRAME_HEADER.size + length
-        return len(conn.recv(size, socket.MSG_PEEK)) == size
+        if len(peeked) < size:
+            peeked = conn.recv(size, socket.MSG_PEEK)
+        return peeked if len(peeked) == size else None
     except BlockingIOError:
-        return False
+        return None
 
 
 class _Slot:
@@ -260,6 +269,11 @@ class _RequestFrame:
             return cls(problem=f"closed a connection that ended before its request did ({error})")
         except OSError as error:
             return cls(problem=f"closed a connection that could not be read ({error})")
+        return cls.of(header, body)
+
+    @classmethod
+    def of(cls, header: bytes, body: bytes) -> _RequestFrame:
+        """The request of a whole frame, checked before it is unpickled."""
         problem = wire.request_pickle_problem(body)
         if problem is None:
             try:
@@ -303,8 +317,10 @@ class _LayoutGatedTransport:
     def __init__(self, backend: Any, check: Callable[[], Reply]) -> None:
         self._backend = backend
         self._check = check
+        self.sent = False  # whether sglang reached the reply (a reply may have started)
 
     def send_fetch_state_response(self, conn: Any, **kwargs: Any) -> None:
+        self.sent = True
         verdict = self._check()
         if verdict.ok:
             self._backend.send_fetch_state_response(conn, **kwargs)
@@ -398,23 +414,37 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         """Called by sglang's serial serve loop for each accepted connection.
 
         A client sends its request right after connecting, so it is usually all in the socket
-        buffer by the time the loop accepts it: it is answered here, at once. Otherwise, and for
-        an attach (whose connection is then watched for the engine's lifetime), the connection
-        goes to a thread of its own, so that a client slow to send holds no one else up."""
+        buffer by the time the loop accepts it: it is answered here, at once (an attach too; its
+        watcher thread starts after the reply). Otherwise, and for a repair (seconds), the
+        connection goes to a thread of its own, so that a client slow to send holds no one else up."""
         try:
-            buffered = _whole_frame_buffered(conn)
+            peeked = _peek_frame(conn)
         except OSError as error:
             self._log_bad_frame(f"closed a connection that could not be read ({error})")
             return
-        if not buffered:
+        if peeked is None:
             self._serve_in_thread(conn, None)
             return
-        frame = _RequestFrame.read(conn)
-        if frame.problem is None and (_is_attach(frame.request) or _is_repair(frame.request)):
-            self._serve_in_thread(conn, frame)  # an attach is watched, a repair takes seconds
+        size = len(peeked)
+        if size < FRAME_HEADER.size or size != FRAME_HEADER.size + FRAME_HEADER.unpack_from(peeked)[0]:
+            frame = _RequestFrame.read(conn)  # EOF or too large: read says why
+        else:
+            frame = _RequestFrame.of(peeked[: FRAME_HEADER.size], peeked[FRAME_HEADER.size :])
+            if frame.problem is None and is_sglang_request(frame.request):
+                # Left in the buffer: sglang's handler reads the frame itself, from the socket.
+                try:
+                    with self._sglang_lock:
+                        self._handle_sglang_request(conn, frame.request, None)  # type: ignore[arg-type]
+                except Exception as error:  # one line instead of sglang's traceback
+                    self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
+                return
+            with contextlib.suppress(OSError):
+                recv_exact(conn, size)  # consumed: an attach's watcher then reads only what follows
+        if frame.problem is None and _is_repair(frame.request):
+            self._serve_in_thread(conn, frame)  # a repair takes seconds
             return
         try:
-            self._answer(conn, frame, None)
+            self._answer(conn, frame, None)  # an attach too: answered here, then watched by a thread
         except Exception as error:  # one line instead of sglang's traceback
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
 
@@ -452,7 +482,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
 
     def _answer(self, conn: socket.socket, frame: _RequestFrame, slot: _Slot | None) -> None:
         """Answer one request: a reply, or a close with one (rate-limited) log line. ``slot`` is
-        given in a connection's own thread, the only place where an attach is answered."""
+        given in a connection's own thread (None: in sglang's serve loop)."""
         conn.settimeout(REPLY_SEND_TIMEOUT_S)
         if frame.problem is not None:
             self._log_bad_frame(frame.problem)
@@ -483,23 +513,42 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             if isinstance(parsed, ParkRequest) and reply.ok:  # the other parked standbys learn it too
                 self._notify(e for e in reply.data.get("notified", ()) if e != parsed.engine_id)
             return
-        assert slot is not None, "an attach is answered in its connection's own thread"
+        # An attach answered in sglang's serve loop (its frame came whole with the connection): that
+        # loop closes ``conn`` when the handler returns, so the attachment keeps a dup, made before
+        # anything is recorded (a descriptor limit records nothing).
+        watched = conn if slot is not None else conn.dup()
         session = secrets.token_hex(SESSION_TOKEN_BYTES)
         with lock:
             reply = machine.handle(parsed, session=session)
         if not reply.ok:
-            self._send(conn, reply.to_wire())
+            self._send(watched, reply.to_wire())
+            if slot is None:
+                watched.close()
             return
-        # Recorded: this thread is the attachment's watcher from here on, so the record and its
-        # watcher exist together. It counts against MAX_ATTACHMENTS (the machine), not against
-        # the connections waiting for a reply. A failed send (the engine died) ends in EOF.
-        slot.release()
-        pid = peer_pid(conn) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
+        # Recorded: it counts against MAX_ATTACHMENTS (the machine), not against the connections
+        # waiting for a reply. A failed send (the engine died) ends in EOF, which the watcher reads.
+        if slot is not None:
+            slot.release()
+        pid = peer_pid(watched) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
         if pid is not None:
             self._attached_pids[session] = pid
-        self._attach_conns[parsed.engine_id] = conn
-        self._send(conn, reply.to_wire())
-        self._watch_attachment(conn, parsed.engine_id, session)
+        self._attach_conns[parsed.engine_id] = watched
+        self._send(watched, reply.to_wire())
+        if slot is not None:  # this thread is the attachment's watcher from here on
+            self._watch_attachment(watched, parsed.engine_id, session)
+            return
+        # The engine has its reply; its watcher starts now. An EOF before it reads is still there
+        # when it does; a watcher that cannot start detaches at once: never a record without one.
+        try:
+            threading.Thread(
+                target=self._watch_attachment,
+                args=(watched, parsed.engine_id, session),
+                name="expert-layout-attachment",
+                daemon=True,
+            ).start()
+        except RuntimeError as error:
+            self._log_bad_frame(f"detached engine {parsed.engine_id!r} at once: cannot watch its connection ({error})")
+            self._end_attachment(watched, parsed.engine_id, session)
 
     def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
         try:
@@ -507,24 +556,29 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         except OSError as error:  # gone, or not reading within REPLY_SEND_TIMEOUT_S
             self._log_bad_frame(f"reply not delivered: {type(error).__name__}: {error}")
 
-    def _handle_sglang_request(self, conn: socket.socket, request: dict[str, Any], frame: bytes) -> None:
-        """sglang's own handler on the replayed request; ``fetch_state`` gets the layout gate.
+    def _handle_sglang_request(self, conn: socket.socket, request: dict[str, Any], frame: bytes | None) -> None:
+        """sglang's own handler on the request; ``fetch_state`` gets the layout gate. ``frame``: the
+        bytes already read off ``conn``, replayed to sglang; None when the frame is still unread.
 
         sglang's handler raises on a request it cannot read (a ``fetch_state`` without a config,
         say); the client then gets sglang's error shape, or a close if a reply had started."""
-        replay = _ReplayConnection(conn, frame)
+        conn.settimeout(REPLY_SEND_TIMEOUT_S)
         gated = request.get("type") == FETCH_STATE
+        # A fetch_state's reply starts at the gate (sglang's config-mismatch reply is its handler's last
+        # act); any other reply is seen through the replay.
+        replay = _ReplayConnection(conn, frame or b"") if frame is not None or not gated else None
         backend = self.transport_backend
+        gate: _LayoutGatedTransport | None = None
         if gated:
             claim = parse_fetch_field(request.get(FETCH_FIELD))
             gap = self._plugin_gap(conn, request, claim)
-            self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim, gap))
+            gate = self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim, gap))
         try:
-            super()._handle_connection(replay)  # type: ignore[arg-type]
+            super()._handle_connection(replay or conn)  # type: ignore[arg-type]
         except Exception as error:
             problem = f"{request.get('type')!r} request failed in sglang's handler: {type(error).__name__}: {error}"
             self._log_bad_frame(problem)
-            if not replay.sent:
+            if not (replay.sent if replay is not None else gate is not None and gate.sent):
                 self._send(conn, {"status": "error", "message": problem})
         finally:
             if gated:
@@ -564,20 +618,24 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         except OSError:
             pass  # reset by peer: gone just the same
         finally:
-            with self._notice_lock:
-                if self._attach_conns.get(engine_id) is watched:
-                    del self._attach_conns[engine_id]
-            watched.close()
-            self._attached_pids.pop(session, None)
-            machine, lock = self._machine()
-            with lock:
-                effect = machine.detach_engine(engine_id, session)
-                repairing = effect.dirty is not None and machine.phase == REPAIRING
-            level = logging.WARNING if effect.dirty is not None else logging.INFO
-            logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
-            self._notify(effect.notified)
-            if repairing:  # auto repair: the machine turned repairing; reload off this watcher thread
-                threading.Thread(target=self._run_repair, name="expert-layout-repair", daemon=True).start()
+            self._end_attachment(watched, engine_id, session)
+
+    def _end_attachment(self, watched: socket.socket, engine_id: str, session: str) -> None:
+        """The attachment's connection is gone (its EOF): the engine is detached."""
+        with self._notice_lock:
+            if self._attach_conns.get(engine_id) is watched:
+                del self._attach_conns[engine_id]
+        watched.close()
+        self._attached_pids.pop(session, None)
+        machine, lock = self._machine()
+        with lock:
+            effect = machine.detach_engine(engine_id, session)
+            repairing = effect.dirty is not None and machine.phase == REPAIRING
+        level = logging.WARNING if effect.dirty is not None else logging.INFO
+        logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
+        self._notify(effect.notified)
+        if repairing:  # auto repair: the machine turned repairing; reload off this watcher thread
+            threading.Thread(target=self._run_repair, name="expert-layout-repair", daemon=True).start()
 
     def _notify(self, engines: Any) -> None:
         """Write the notice on each parked standby's attach connection: no unparked engine is attached
