@@ -31,7 +31,7 @@ from sglang.srt.runtime_context import get_device, get_exec
 
 from daemon_adapter import client
 from engine_adapter import install_check, metrics, state
-from engine_adapter.startup import world_cpu_group
+from engine_adapter.startup import all_gather, world_cpu_group
 from layout_sm.engine import Go, Step
 from layout_sm.messages import LayoutRequest, request_wire
 from layout_sm.session import EngineSession
@@ -41,13 +41,6 @@ logger = logging.getLogger("engine_adapter")
 
 class _StopRebalance(Exception):
     """Ends the current ``EPLBManager.rebalance`` between chunks (pause, disable, failed commit)."""
-
-
-def all_gather(obj: Any) -> list[Any]:
-    group = world_cpu_group()
-    out: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
-    return out
 
 
 def _end(st: state.EngineLayoutState, manager: Any, step: Step) -> None:

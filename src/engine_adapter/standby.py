@@ -44,7 +44,8 @@ from sglang.srt.runtime_context import get_parallel
 
 from daemon_adapter.client import Attachment
 from engine_adapter import roles, state
-from engine_adapter.rebalance import all_gather, ask_daemon
+from engine_adapter.rebalance import ask_daemon
+from engine_adapter.startup import all_gather
 from layout_sm.engine import Go, Step
 from layout_sm.messages import NOTICE
 from layout_sm.reasons import Status

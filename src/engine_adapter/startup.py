@@ -78,6 +78,18 @@ def world_cpu_group() -> Any:
     return get_parallel().world_group.cpu_group
 
 
+def all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, over the world's CPU group. An engine of one rank has
+    nothing to exchange: no collective (it would pickle the object twice, twice per chunk)."""
+    group = world_cpu_group()
+    world = dist.get_world_size(group)
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
     result = original(runner, *args, **kwargs)
     if not state.enabled() or runner.is_draft_worker:
@@ -163,9 +175,7 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
         finding = session.finding(rank)
     except Exception as error:  # a bug here must still reach the all-gather
         finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
-    gathered: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, finding.to_wire(), group=group)
-    session.gathered([RankFinding.from_wire(w) for w in gathered])
+    session.gathered([RankFinding.from_wire(w) for w in all_gather(finding.to_wire())])
     step = session.agree()
     outcome = session.view().outcome
     missing = 0 if st.install is None else len(st.install.missing)
