@@ -51,6 +51,7 @@ from layout_sm.messages import (
     ParkRequest,
     QueryRequest,
     RepairRequest,
+    SessionRequest,
 )
 from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, busy, layout_refused, ok, refused
 from layout_sm.record import LayoutError, LayoutRecord
@@ -104,20 +105,15 @@ class DirtyInfo:
 
 
 @dataclass(frozen=True)
-class Attach:
+class Attach(SessionRequest):
     """An attach with the fresh session token the adapter made for it."""
 
-    engine_id: str
-    session: str
     known_digest: str | None = None  # the engine holds that map already (``AttachRequest.known_digest``)
 
 
 @dataclass(frozen=True)
-class Detach:
+class Detach(SessionRequest):
     """The EOF of the attach connection of ``engine_id``, which held ``session``."""
-
-    engine_id: str
-    session: str
 
 
 @dataclass(frozen=True)

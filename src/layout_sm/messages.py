@@ -72,25 +72,28 @@ class QueryRequest:
 
 
 @dataclass(frozen=True)
-class BeginRequest:
+class SessionRequest:
+    """What every request of an attached engine carries: the engine and its attachment's session token."""
+
     engine_id: str
     session: str
+
+
+@dataclass(frozen=True)
+class BeginRequest(SessionRequest):
     base_version: int
     layers: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class CommitRequest:
-    engine_id: str
-    session: str
+class CommitRequest(SessionRequest):
     layers: tuple[int, ...]
     rows: Rows
 
 
 @dataclass(frozen=True)
-class AbortRequest:
-    engine_id: str
-    session: str
+class AbortRequest(SessionRequest):
+    """Drop this engine's pending move (idempotent for its owner)."""
 
 
 @dataclass(frozen=True)
@@ -99,27 +102,19 @@ class RepairRequest:
 
 
 @dataclass(frozen=True)
-class ParkRequest:
+class ParkRequest(SessionRequest):
     """A warm standby parks its attachment (after its warmup, or again after a claim taken)."""
 
-    engine_id: str
-    session: str
-
 
 @dataclass(frozen=True)
-class ClaimRequest:
+class ClaimRequest(SessionRequest):
     """A parked standby claims the primary role on this daemon."""
 
-    engine_id: str
-    session: str
-
 
 @dataclass(frozen=True)
-class FetchLayoutField:
+class FetchLayoutField(SessionRequest):
     """What an attached engine claims about the layout it will route with."""
 
-    engine_id: str
-    session: str
     version: int
     digest: str
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from statemachine import StateMachine
 
+from layout_sm import messages
 from layout_sm.declared import Declared
 from layout_sm.engine import (
     AnyReply,
@@ -52,20 +53,10 @@ from layout_sm.engine import (
     fetch_refusal,
 )
 from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
-from layout_sm.messages import (
-    AbortRequest,
-    AttachRequest,
-    BeginRequest,
-    ClaimRequest,
-    CommitRequest,
-    FetchLayoutField,
-    ParkRequest,
-    QueryRequest,
-)
 from layout_sm.reasons import Reason, Status
 from layout_sm.record import LayoutRecord, Rows
 
-POLL = QueryRequest(include_map=True)
+POLL = messages.QueryRequest(include_map=True)
 
 
 class SessionError(RuntimeError):
@@ -159,14 +150,14 @@ class EngineSession:
 
     # -- startup (docs/protocol.md §5) ------------------------------------------------------
 
-    def attach_request(self) -> AttachRequest:
+    def attach_request(self) -> messages.AttachRequest:
         """What every rank sends its own daemon first (with the digest of the engine's own initial
         layout: a record of that digest needs no map)."""
         layout = self.layout
-        return AttachRequest(self.model.view.engine_id, None if layout is None else layout.initial_digest)
+        return messages.AttachRequest(self.model.view.engine_id, None if layout is None else layout.initial_digest)
 
     @property
-    def poll_request(self) -> QueryRequest:
+    def poll_request(self) -> messages.QueryRequest:
         """What a rank sends while its step says pause."""
         return POLL
 
@@ -220,7 +211,7 @@ class EngineSession:
 
     # -- loading --------------------------------------------------------------------------
 
-    def fetch_claim(self, rank: int) -> FetchLayoutField | None:
+    def fetch_claim(self, rank: int) -> messages.FetchLayoutField | None:
         """The ``expert_layout`` field of rank ``rank``'s ``fetch_state``: the layout the engine
         routes with, when that rank holds a session of a daemon that keeps a record."""
         v = self.model.view
@@ -229,7 +220,7 @@ class EngineSession:
             return None
         if finding is None or finding.record is None:
             return None
-        return FetchLayoutField(v.engine_id, self._token(rank), v.version, v.digest)
+        return messages.FetchLayoutField(v.engine_id, self._token(rank), v.version, v.digest)
 
     def fetched(self, rank: int, reply: object) -> Step:
         """Rank ``rank``'s ``fetch_state`` reply: stop for a ``layout_refused`` one (``fetch_refusal``)."""
@@ -263,10 +254,10 @@ class EngineSession:
         """The next chunk sglang moves (0-based layers); then every rank sends its begin request."""
         self._fire(self._rebalance, "chunk", layers=tuple(layers))
 
-    def begin_request(self, rank: int) -> BeginRequest:
+    def begin_request(self, rank: int) -> messages.BeginRequest:
         v = self.model.view
         self._require(v.rebalance == "beginning" and v.begins[rank] is None, f"rank {rank} has no begin to send")
-        return BeginRequest(v.engine_id, self._token(rank), v.version, v.chunk)
+        return messages.BeginRequest(v.engine_id, self._token(rank), v.version, v.chunk)
 
     def begun(self, rank: int, reply: AnyReply) -> None:
         """Rank ``rank``'s daemon answered its begin (None: no reply)."""
@@ -280,11 +271,11 @@ class EngineSession:
         """Move, or abort the ranks whose begin was ok and pause (busy) or stop (refused)."""
         return self._fire(self._rebalance, "decide")
 
-    def abort_request(self, rank: int) -> AbortRequest | None:
+    def abort_request(self, rank: int) -> messages.AbortRequest | None:
         """Rank ``rank``'s abort, when the chunk does not go on and its begin was ok (else None)."""
         if self.model.view.rebalance != "aborting" or not self.model.began_here(rank):
             return None
-        return AbortRequest(self.model.view.engine_id, self._token(rank))
+        return messages.AbortRequest(self.model.view.engine_id, self._token(rank))
 
     def aborted(self, rank: int) -> None:
         """Rank ``rank`` aborted its begun move (abort is idempotent for its owner: always ok).
@@ -306,7 +297,7 @@ class EngineSession:
         (kept as immutable rows: the rows sglang did not move are the ones kept before)."""
         self._fire(self._rebalance, "move", rows=engine_rows)
 
-    def commit_request(self, rank: int) -> CommitRequest:
+    def commit_request(self, rank: int) -> messages.CommitRequest:
         """Rank ``rank``'s commit: the chunk's rows of the engine's new map."""
         v = self.model.view
         self._require(
@@ -314,7 +305,9 @@ class EngineSession:
             f"rank {rank} has no commit to send",
         )
         assert v.moved_rows is not None
-        return CommitRequest(v.engine_id, self._token(rank), v.chunk, tuple(v.moved_rows[layer] for layer in v.chunk))
+        return messages.CommitRequest(
+            v.engine_id, self._token(rank), v.chunk, tuple(v.moved_rows[layer] for layer in v.chunk)
+        )
 
     def committed(self, rank: int, reply: AnyReply) -> None:
         self._answered("commit", rank, reply)
@@ -344,10 +337,10 @@ class EngineSession:
         """``primary``, or a standby's ``warming``, ``parked``, ``promoted``, ``failed``."""
         return self.model.view.role
 
-    def park_request(self, rank: int) -> ParkRequest:
+    def park_request(self, rank: int) -> messages.ParkRequest:
         """Rank ``rank``'s park, after the warmup (every rank has stopped its forward passes), or again."""
         self._require(self.model.to_park(rank), f"rank {rank} has no park to send")
-        return ParkRequest(self.model.view.engine_id, self._token(rank))
+        return messages.ParkRequest(self.model.view.engine_id, self._token(rank))
 
     def parked(self, rank: int, reply: object) -> Step:
         """Rank ``rank``'s park reply: move (claim: it is the notice) or pause (wait for the notice)."""
@@ -358,10 +351,10 @@ class EngineSession:
         """Rank ``rank``'s daemon wrote the notice on its attach connection (no unparked engine is left)."""
         return self._fire(self._standby, "notice", rank=rank)
 
-    def claim_request(self, rank: int) -> ClaimRequest:
+    def claim_request(self, rank: int) -> messages.ClaimRequest:
         """Rank ``rank``'s claim, once every rank has its notice and the ranks before it were granted."""
         self._require(self.model.may_claim(rank), f"rank {rank} has no claim to send")
-        return ClaimRequest(self.model.view.engine_id, self._token(rank))
+        return messages.ClaimRequest(self.model.view.engine_id, self._token(rank))
 
     def claimed(self, rank: int, reply: object) -> Step:
         """Rank ``rank``'s claim reply (as it came off the wire)."""

@@ -26,16 +26,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from layout_sm import messages
 from layout_sm.daemon import DaemonMachine, DaemonView
-from layout_sm.messages import (
-    AbortRequest,
-    AttachRequest,
-    BeginRequest,
-    ClaimRequest,
-    CommitRequest,
-    FetchLayoutField,
-    ParkRequest,
-)
 from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord
 
@@ -70,7 +62,7 @@ class ScenarioRunner:
         engine = positional[0] if positional else ""
         if command == "attach":
             session = f"s{engine}{len(self.sessions.get(engine, [])) + 1}"
-            reply = daemon.attach_engine(AttachRequest(engine), session)
+            reply = daemon.attach_engine(messages.AttachRequest(engine), session)
             if reply.ok:
                 self.sessions.setdefault(engine, []).append(session)
             out = _render_reply(reply)
@@ -80,14 +72,14 @@ class ScenarioRunner:
             if effect.notified:
                 out += f"\nnotice to {list(effect.notified)}"
         elif command == "begin":
-            req = BeginRequest(engine, self._session(engine, args), args["base"], tuple(args["layers"]))
+            req = messages.BeginRequest(engine, self._session(engine, args), args["base"], tuple(args["layers"]))
             out = _render_reply(daemon.begin_move(req))
         elif command == "commit":
             rows = tuple(tuple(r) for r in args["rows"])
-            req = CommitRequest(engine, self._session(engine, args), tuple(args["layers"]), rows)
+            req = messages.CommitRequest(engine, self._session(engine, args), tuple(args["layers"]), rows)
             out = _render_reply(daemon.commit_move(req))
         elif command == "abort":
-            out = _render_reply(daemon.abort_move(AbortRequest(engine, self._session(engine, args))))
+            out = _render_reply(daemon.abort_move(messages.AbortRequest(engine, self._session(engine, args))))
         elif command == "fetch":
             out = _render_reply(daemon.fetch_check(self._claim(engine, args)))
         elif command == "repair":
@@ -97,16 +89,16 @@ class ScenarioRunner:
         elif command == "repair_failed":
             out = _render_noticing(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
         elif command == "park":
-            out = _render_noticing(daemon.park_engine(ParkRequest(engine, self._session(engine, args))))
+            out = _render_noticing(daemon.park_engine(messages.ParkRequest(engine, self._session(engine, args))))
         elif command == "claim":
-            out = _render_reply(daemon.claim_primary(ClaimRequest(engine, self._session(engine, args))))
+            out = _render_reply(daemon.claim_primary(messages.ClaimRequest(engine, self._session(engine, args))))
         elif command == "query":
             out = _render_reply(daemon.query_state())
         else:
             raise ValueError(f"unknown scenario command {command!r}")
         return f"{out}\n{_render_state(daemon.view())}"
 
-    def _claim(self, engine: str, args: dict[str, object]) -> FetchLayoutField | None:
+    def _claim(self, engine: str, args: dict[str, object]) -> messages.FetchLayoutField | None:
         if engine == "older":
             return None
         view = self.daemon.view() if self.daemon else None
@@ -114,7 +106,7 @@ class ScenarioRunner:
         source = self.initial if args.get("digest") == "initial" else record
         digest = source.digest if source else "0" * 64
         version = args.get("version", source.version if source else 0)
-        return FetchLayoutField(engine, self._session(engine, args), int(version), digest)  # type: ignore[arg-type]
+        return messages.FetchLayoutField(engine, self._session(engine, args), int(version), digest)  # type: ignore[arg-type]
 
 
 def _literal(text: str) -> object:

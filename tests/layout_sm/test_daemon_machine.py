@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
+from layout_sm import messages
 from layout_sm.daemon import (
     CLEAN,
     DIRTY,
@@ -38,16 +39,6 @@ from layout_sm.daemon import (
     RepairEnded,
     RepairFailed,
 )
-from layout_sm.messages import (
-    AbortRequest,
-    AttachRequest,
-    BeginRequest,
-    ClaimRequest,
-    CommitRequest,
-    FetchLayoutField,
-    ParkRequest,
-    RepairRequest,
-)
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord
 
@@ -62,8 +53,8 @@ REQUEST_EVENTS = (
 )  # fmt: skip
 
 
-def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> FetchLayoutField:
-    return FetchLayoutField(engine_id, session, record.version, record.digest)
+def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> messages.FetchLayoutField:
+    return messages.FetchLayoutField(engine_id, session, record.version, record.digest)
 
 
 # -- the declared shape ---------------------------------------------------------------------------
@@ -146,11 +137,11 @@ def test_no_request_is_taken_before_the_weights_are_loaded() -> None:
     machine.model.view = None  # back to loading, as a daemon is before its weights are loaded
     assert machine.phase == LOADING
     for step in (
-        lambda: machine.attach_engine(AttachRequest("A"), "sA"),
+        lambda: machine.attach_engine(messages.AttachRequest("A"), "sA"),
         lambda: machine.fetch_check(None),
-        lambda: machine.begin_move(BeginRequest("A", "sA", 3, (0,))),
-        lambda: machine.commit_move(CommitRequest("A", "sA", (0,), ((1, 0),))),
-        lambda: machine.abort_move(AbortRequest("A", "sA")),
+        lambda: machine.begin_move(messages.BeginRequest("A", "sA", 3, (0,))),
+        lambda: machine.commit_move(messages.CommitRequest("A", "sA", (0,), ((1, 0),))),
+        lambda: machine.abort_move(messages.AbortRequest("A", "sA")),
         lambda: machine.detach_engine("A", "sA"),
         lambda: machine.begin_repair(),
         lambda: machine.repair_ended((0,), "reloaded"),
@@ -183,28 +174,28 @@ REQUESTS: dict[str, list[Any]] = {
     "attach": [Attach("A", "sA2"), Attach("C", "sC")],
     "fetch": [Fetch(None), Fetch(_claim()), Fetch(_claim(record=INITIAL)), Fetch(_claim("C", "sC"))],
     "begin": [
-        BeginRequest("A", "sA", RECORD.version, (0,)),
-        BeginRequest("A", "old", RECORD.version, (0,)),
-        BeginRequest("A", "sA", RECORD.version, (0, 0)),
-        BeginRequest("A", "sA", RECORD.version - 1, (1,)),
-        BeginRequest("A", "sA", 0, (0,)),
+        messages.BeginRequest("A", "sA", RECORD.version, (0,)),
+        messages.BeginRequest("A", "old", RECORD.version, (0,)),
+        messages.BeginRequest("A", "sA", RECORD.version, (0, 0)),
+        messages.BeginRequest("A", "sA", RECORD.version - 1, (1,)),
+        messages.BeginRequest("A", "sA", 0, (0,)),
     ],
     "commit": [
-        CommitRequest("A", "sA", (0,), ((1, 1),)),
-        CommitRequest("A", "old", (0,), ((1, 1),)),
-        CommitRequest("A", "sA", (1,), ((1, 1),)),
-        CommitRequest("A", "sA", (0,), ((1, 5),)),
+        messages.CommitRequest("A", "sA", (0,), ((1, 1),)),
+        messages.CommitRequest("A", "old", (0,), ((1, 1),)),
+        messages.CommitRequest("A", "sA", (1,), ((1, 1),)),
+        messages.CommitRequest("A", "sA", (0,), ((1, 5),)),
     ],
-    "abort": [AbortRequest("A", "sA"), AbortRequest("A", "old"), AbortRequest("B", "sB")],
+    "abort": [messages.AbortRequest("A", "sA"), messages.AbortRequest("A", "old"), messages.AbortRequest("B", "sB")],
     "detach": [Detach("A", "sA"), Detach("A", "old"), Detach("B", "sB")],
-    "repair": [RepairRequest()],
+    "repair": [messages.RepairRequest()],
     "repair_done": [RepairEnded((0,), "reloaded"), RepairEnded((1,), "reloaded")],
     "repair_failed": [RepairFailed(Reason.REPAIR_FAILED, "a read error")],
-    "park": [ParkRequest("A", "sA"), ParkRequest("A", "old")],
-    "claim": [ClaimRequest("A", "sA"), ClaimRequest("A", "old")],
+    "park": [messages.ParkRequest("A", "sA"), messages.ParkRequest("A", "old")],
+    "claim": [messages.ClaimRequest("A", "sA"), messages.ClaimRequest("A", "old")],
 }
 ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
-    "attach": lambda m, r: m.attach_engine(AttachRequest(r.engine_id), r.session),
+    "attach": lambda m, r: m.attach_engine(messages.AttachRequest(r.engine_id), r.session),
     "fetch": lambda m, r: m.fetch_check(r.claim, r.gap),
     "begin": DaemonMachine.begin_move,
     "commit": DaemonMachine.commit_move,
@@ -271,8 +262,8 @@ class Break:
     answer: Reason | tuple[bool, bool]  # a reply's reason, or a detach's (dropped, dirty)
 
 
-BEGIN = BeginRequest("A", "sA", RECORD.version, (0,))
-COMMIT = CommitRequest("A", "sA", (0,), ((1, 1),))
+BEGIN = messages.BeginRequest("A", "sA", RECORD.version, (0,))
+COMMIT = messages.CommitRequest("A", "sA", (0,), ((1, 1),))
 CLEAN_VIEW, PENDING_VIEW = VIEWS["clean"], VIEWS["pending, A's"]
 OTHER_SESSION = {"A": "sA2"}  # the engine re-attached: its live session is no longer the request's
 B_MOVES = VIEWS["pending, B's"]
@@ -281,9 +272,9 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
     "fetch": (CLEAN_VIEW, Fetch(_claim()), Reason.SERVED_FOLLOWING, CLEAN),
     "begin": (CLEAN_VIEW, BEGIN, Reason.BEGUN, PENDING),
     "commit": (PENDING_VIEW, COMMIT, Reason.COMMITTED, CLEAN),
-    "abort": (PENDING_VIEW, AbortRequest("A", "sA"), Reason.ABORTED, CLEAN),
+    "abort": (PENDING_VIEW, messages.AbortRequest("A", "sA"), Reason.ABORTED, CLEAN),
     "detach": (PENDING_VIEW, Detach("A", "sA"), (True, True), REPAIRING),
-    "repair": (VIEWS["dirty"], RepairRequest(), Reason.REPAIR_BEGUN, REPAIRING),
+    "repair": (VIEWS["dirty"], messages.RepairRequest(), Reason.REPAIR_BEGUN, REPAIRING),
     "repair_done": (VIEWS["repairing"], RepairEnded((0,), "reloaded"), Reason.REPAIRED, CLEAN),
     "repair_failed": (
         VIEWS["repairing"],
@@ -291,8 +282,8 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
         Reason.REPAIR_FAILED,
         DIRTY,
     ),
-    "park": (VIEWS["clean, two engines"], ParkRequest("A", "sA"), Reason.PARKED, CLEAN),
-    "claim": (VIEWS["clean, A parked"], ClaimRequest("A", "sA"), Reason.PROMOTED, CLEAN),
+    "park": (VIEWS["clean, two engines"], messages.ParkRequest("A", "sA"), Reason.PARKED, CLEAN),
+    "claim": (VIEWS["clean, A parked"], messages.ClaimRequest("A", "sA"), Reason.PROMOTED, CLEAN),
 }
 BREAKS = [
     Break("attach", "engine_id_free", CLEAN_VIEW, Attach("A", "sA2"), Reason.ENGINE_ID_IN_USE),
@@ -322,36 +313,44 @@ BREAKS = [
     Break("commit", "pending_layers_are", PENDING_VIEW, replace(COMMIT, layers=(1,)), Reason.LAYERS_MISMATCH),
     Break("commit", "rows_fit", PENDING_VIEW, replace(COMMIT, rows=((1, 5),)), Reason.BAD_ROWS),
     Break(
-        "abort", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), AbortRequest("A", "sA"), Reason.NOT_ATTACHED
+        "abort",
+        "holds",
+        replace(PENDING_VIEW, attachments=OTHER_SESSION),
+        messages.AbortRequest("A", "sA"),
+        Reason.NOT_ATTACHED,
     ),
-    Break("abort", "moved_by", B_MOVES, AbortRequest("A", "sA"), Reason.NOTHING_TO_ABORT),
+    Break("abort", "moved_by", B_MOVES, messages.AbortRequest("A", "sA"), Reason.NOTHING_TO_ABORT),
     Break("detach", "holds", replace(PENDING_VIEW, attachments=OTHER_SESSION), Detach("A", "sA"), (False, False)),
     Break("detach", "moved_by", B_MOVES, Detach("A", "sA"), (True, False)),
-    Break("repair", "has_record", VIEWS["no_record"], RepairRequest(), Reason.NO_RECORD),
-    Break("repair", "is_repairing", VIEWS["repairing"], RepairRequest(), Reason.REPAIR_RUNNING),
-    Break("repair", "is_dirty", CLEAN_VIEW, RepairRequest(), Reason.NOT_DIRTY),
+    Break("repair", "has_record", VIEWS["no_record"], messages.RepairRequest(), Reason.NO_RECORD),
+    Break("repair", "is_repairing", VIEWS["repairing"], messages.RepairRequest(), Reason.REPAIR_RUNNING),
+    Break("repair", "is_dirty", CLEAN_VIEW, messages.RepairRequest(), Reason.NOT_DIRTY),
     Break("repair_done", "is_repairing", VIEWS["dirty"], RepairEnded((0,), "reloaded"), Reason.NOT_DIRTY),
     Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairEnded((1,), "reloaded"), Reason.REPAIR_UNSAFE),
     Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailed(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
-    Break("park", "holds", CLEAN_VIEW, ParkRequest("A", "old"), Reason.NOT_ATTACHED),
-    Break("claim", "holds", VIEWS["clean, A parked"], ClaimRequest("A", "old"), Reason.NOT_ATTACHED),
-    Break("claim", "is_parked", CLEAN_VIEW, ClaimRequest("A", "sA"), Reason.NOT_PARKED),
+    Break("park", "holds", CLEAN_VIEW, messages.ParkRequest("A", "old"), Reason.NOT_ATTACHED),
+    Break("claim", "holds", VIEWS["clean, A parked"], messages.ClaimRequest("A", "old"), Reason.NOT_ATTACHED),
+    Break("claim", "is_parked", CLEAN_VIEW, messages.ClaimRequest("A", "sA"), Reason.NOT_PARKED),
     Break(
-        "claim", "none_unparked", VIEWS["clean, A parked, B primary"], ClaimRequest("A", "sA"), Reason.PRIMARY_ATTACHED
+        "claim",
+        "none_unparked",
+        VIEWS["clean, A parked, B primary"],
+        messages.ClaimRequest("A", "sA"),
+        Reason.PRIMARY_ATTACHED,
     ),
     Break(
         "claim",
         "has_record",
         DaemonView(None, {"A": "sA"}, parked=frozenset({"A"})),
-        ClaimRequest("A", "sA"),
+        messages.ClaimRequest("A", "sA"),
         Reason.NO_RECORD,
     ),
-    Break("claim", "is_dirty", VIEWS["dirty, A parked"], ClaimRequest("A", "sA"), Reason.DIRTY),
+    Break("claim", "is_dirty", VIEWS["dirty, A parked"], messages.ClaimRequest("A", "sA"), Reason.DIRTY),
     Break(
         "claim",
         "is_repairing",
         replace(VIEWS["dirty, A parked"], repairing=True),
-        ClaimRequest("A", "sA"),
+        messages.ClaimRequest("A", "sA"),
         Reason.REPAIRING,
     ),
 ]
@@ -456,7 +455,7 @@ def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> N
     state = machine.query_state().data
     assert state["phase"] == REPAIRING and state["dirty"] is None
     assert state["repairing"] == {"engine_id": "B", "layers": [0], "base_version": RECORD.version}
-    attach = machine.attach_engine(AttachRequest("C"), "sC")
+    attach = machine.attach_engine(messages.AttachRequest("C"), "sC")
     assert attach.ok and attach.data["phase"] == REPAIRING and attach.data["dirty"] is None
     failed = machine.repair_fails(Reason.REPAIR_FAILED, "no such file: model-00001.safetensors")
     assert machine.phase == DIRTY and "no such file" in failed.message
