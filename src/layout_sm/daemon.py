@@ -495,25 +495,182 @@ def _move(view: DaemonView) -> Move:
     return view.pending
 
 
+# -- the replies, declared as data -------------------------------------------------------------
+
+
+class Words:
+    """What a declared reply's text may name (``Say``): the request, the view, and what is read off
+    them, each computed when a text names it. The text of a reply that names the record (or the
+    pending move, or the torn move) is only ever made once its ladder has found one."""
+
+    def __init__(self, view: DaemonView, req: Any) -> None:
+        self.view, self.req = view, req
+
+    def __getitem__(self, word: str) -> Any:
+        """str.format_map asks a text's words; a reply's data field may name a path (``successor.version``)."""
+        value: Any = self
+        for part in word.split("."):
+            value = getattr(value, part)
+        return value
+
+    restart = RESTART_DAEMONS
+    repair_or_restart = REPAIR_OR_RESTART
+    limit = MAX_ATTACHMENTS
+
+    @property
+    def record(self) -> LayoutRecord:
+        return _record(self.view)
+
+    @property
+    def version(self) -> int:
+        return self.record.version
+
+    @property
+    def digest(self) -> str:
+        return self.record.digest
+
+    @property
+    def layers(self) -> list[int]:
+        """The request's layers."""
+        return list(self.req.layers)
+
+    @property
+    def move(self) -> Move:
+        return _move(self.view)
+
+    @property
+    def moving(self) -> list[int]:
+        """The pending move's layers."""
+        return list(self.move.layers)
+
+    @property
+    def pending(self) -> dict[str, Any]:
+        return self.move.to_wire()
+
+    @property
+    def torn(self) -> DirtyInfo:
+        return cast(DirtyInfo, self.view.dirty)
+
+    @property
+    def torn_layers(self) -> list[int]:
+        return list(self.torn.layers)
+
+    @property
+    def attachments(self) -> int:
+        return len(self.view.attachments)
+
+    @property
+    def others(self) -> list[str]:
+        """The unparked engines attached besides the requester."""
+        return sorted(e for e in self.view.unparked() if e != self.req.engine_id)
+
+    @property
+    def layout_unknown(self) -> str:
+        return f"the layout is unknown: {self.torn.describe()}{self.failure}; {REPAIR_OR_RESTART}"
+
+    @property
+    def failure(self) -> str:
+        return "" if self.view.repair_failure is None else f"; its repair failed: {self.view.repair_failure}"
+
+    @property
+    def being_repaired(self) -> str:
+        info = self.torn
+        return (
+            f"the daemon is being repaired: it reloads layers {list(info.layers)} from the checkpoint, back to "
+            f"version {info.base_version} ({info.describe()}); retry when the repair ends (`expert-layout status` "
+            f"shows it), usually within seconds"
+        )
+
+    @property
+    def invalid_layers(self) -> str | None:
+        return _invalid_layers(self.req.layers, self.view.record)
+
+    @property
+    def rows_error(self) -> LayoutRecord | LayoutError:
+        return self.record.successor(self.req.layers, self.req.rows)
+
+    @property
+    def successor(self) -> LayoutRecord:
+        return _successor(self.view, self.req)
+
+    @property
+    def request(self) -> str:
+        """The request's name, as an operator reads it in a refusal."""
+        return _REQUEST_NAMES[type(self.req)]
+
+    @property
+    def missing(self) -> str:
+        """What of the engine's layout plugin is missing (``Fetch.gap``), in words."""
+        if self.req.gap == STARTUP_HOOK_MISSING:
+            return (
+                "this engine has the expert-layout plugin but its startup hook never ran (sglang did not apply "
+                "it), so it did not attach and does not know the daemons' layout"
+            )
+        return (
+            "this engine attached to the daemon (it has the expert-layout plugin) but sends no expert layout "
+            "with fetch_state (sglang did not apply the plugin's fetch hooks), so the daemon cannot check "
+            "the layout it would route with"
+        )
+
+
+class Say:
+    """A reply declared as data: the maker (``ok``, ``refused``, ``busy``, or one of the makers below
+    that say what kind of refusal it is), the reason, the text (``str.format`` over ``Words``:
+    ``{req.engine_id!r}``, ``{version}``...) and the reply's data fields, each named after the word
+    it carries (``version="version"``)."""
+
+    __slots__ = ("data", "make", "reason", "text")
+
+    def __init__(self, make: Callable[..., Reply], reason: Reason, text: str, **data: str) -> None:
+        self.make, self.reason, self.text, self.data = make, reason, text, data
+
+    def __call__(self, view: DaemonView, req: Any) -> Reply:
+        words = Words(view, req)
+        return self.make(self.reason, self.text.format_map(words), **{f: words[w] for f, w in self.data.items()})
+
+
+def _fetch_refused(reason: Reason, why: str, **data: Any) -> Reply:
+    """A refusal of fetch_state (the one request refused as ``layout_refused``), saying so first."""
+    return layout_refused(reason, f"fetch_state refused: {why}", **data)
+
+
+def _served_turning_off(reason: Reason, served: str) -> Reply:
+    """Served an engine that will not follow moves: the reply says what that turned off (``_flag_non_following``)."""
+    return ok(reason, f"{served}rebalancing of these shared weights is now off until the daemons restart")
+
+
+def _not_retryable(reason: Reason, why: str, **data: Any) -> Reply:
+    """A begin refused for the request itself: sending it again is refused again."""
+    return refused(reason, f"{why}. Not retryable.", **data)
+
+
+def _move_stays_pending(reason: Reason, why: str) -> Reply:
+    """A commit refused with its move pending: the engine may still commit it right, or abort it."""
+    return refused(reason, f"{why}; the move stays pending.")
+
+
+_REQUEST_NAMES: dict[type, str] = {
+    CommitRequest: "commit",
+    AbortRequest: "abort",
+    ParkRequest: "park",
+    ClaimRequest: "claim",
+}
+# Refusals that more than one ladder gives.
+_NOT_ATTACHED = Say(
+    refused,
+    Reason.NOT_ATTACHED,
+    "engine {req.engine_id!r} holds no live attachment with this session; {request} refused.",
+)
+_STANDBY_NOT_ATTACHED = Say(
+    refused,
+    Reason.NOT_ATTACHED,
+    "{request} by {req.engine_id!r}: no live attachment with this session; only an attached standby {request}s "
+    "(attach first).",
+)
+_DIRTY = Say(refused, Reason.DIRTY, "{layout_unknown}.")
+
+
 # -- attach ------------------------------------------------------------------------------------
-
-
-def _engine_id_in_use(view: DaemonView, req: Attach) -> Reply:
-    return refused(
-        Reason.ENGINE_ID_IN_USE,
-        f"engine id {req.engine_id!r} is already attached to this daemon; each engine instance "
-        f"needs its own id (a restarted engine picks a new one).",
-    )
-
-
-def _too_many_attachments(view: DaemonView, req: Attach) -> Reply:
-    return busy(
-        Reason.TOO_MANY_ATTACHMENTS,
-        f"engine {req.engine_id!r} not attached: {len(view.attachments)} engines are attached to this "
-        f"daemon, its limit of {MAX_ATTACHMENTS}. Retry after some stop (an attachment ends when its "
-        f"engine process exits); `expert-layout status` lists the attached engine ids.",
-        limit=MAX_ATTACHMENTS,
-    )
 
 
 def _attached(view: DaemonView, req: Attach) -> Reply:
@@ -537,125 +694,32 @@ def _attached(view: DaemonView, req: Attach) -> Reply:
 # An attach succeeds for a fresh engine id while fewer than MAX_ATTACHMENTS are attached.
 ATTACH = Ladder(
     (
-        rung("engine_id_free", _engine_id_in_use),
-        rung("has_room", _too_many_attachments),
+        rung(
+            "engine_id_free",
+            Say(
+                refused,
+                Reason.ENGINE_ID_IN_USE,
+                "engine id {req.engine_id!r} is already attached to this daemon; each engine instance needs its "
+                "own id (a restarted engine picks a new one).",
+            ),
+        ),
+        rung(
+            "has_room",
+            Say(
+                busy,
+                Reason.TOO_MANY_ATTACHMENTS,
+                "engine {req.engine_id!r} not attached: {attachments} engines are attached to this daemon, its "
+                "limit of {limit}. Retry after some stop (an attachment ends when its engine process exits); "
+                "`expert-layout status` lists the attached engine ids.",
+                limit="limit",
+            ),
+        ),
     ),
     Step(_attached, lambda view, req: replace(view, attachments={**view.attachments, req.engine_id: req.session})),
 )
 
 
 # -- fetch_state ---------------------------------------------------------------------------------
-
-
-def _served_no_record(view: DaemonView, req: Fetch) -> Reply:
-    return ok(Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")
-
-
-def _fetch_refused(reason: Reason, why: str, **data: Any) -> Reply:
-    """A refusal of fetch_state (the one request refused as ``layout_refused``), saying so first."""
-    return layout_refused(reason, f"fetch_state refused: {why}", **data)
-
-
-def _fetch_dirty(view: DaemonView, req: Fetch) -> Reply:
-    return _fetch_refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
-
-
-def _layout_unknown(view: DaemonView) -> str:
-    info = cast(DirtyInfo, view.dirty)
-    return f"the layout is unknown: {info.describe()}{_failure(view)}; {REPAIR_OR_RESTART}"
-
-
-def _being_repaired(view: DaemonView) -> str:
-    info = cast(DirtyInfo, view.dirty)
-    return (
-        f"the daemon is being repaired: it reloads layers {list(info.layers)} from the checkpoint, back to "
-        f"version {info.base_version} ({info.describe()}); retry when the repair ends (`expert-layout status` "
-        f"shows it), usually within seconds"
-    )
-
-
-def _fetch_repairing(view: DaemonView, req: Fetch) -> Reply:
-    return _fetch_refused(Reason.REPAIRING, f"{_being_repaired(view)}.")
-
-
-def _fetch_move_pending(view: DaemonView, req: Fetch) -> Reply:
-    move = _move(view)
-    return _fetch_refused(
-        Reason.MOVE_PENDING,
-        f"engine {move.engine_id!r} is moving layers "
-        f"{list(move.layers)} right now, so the weights are mid-move; retry after it ends.",
-        pending=move.to_wire(),
-    )
-
-
-def _plugin_incomplete(view: DaemonView, req: Fetch) -> Reply:
-    """An engine with the layout plugin, but not all of it: sglang did not apply some of its hooks."""
-    version = _record(view).version
-    if req.gap == STARTUP_HOOK_MISSING:
-        what = (
-            "this engine has the expert-layout plugin but its startup hook never ran (sglang did not apply "
-            "it), so it did not attach and does not know the daemons' layout"
-        )
-    else:
-        what = (
-            "this engine attached to the daemon (it has the expert-layout plugin) but sends no expert layout "
-            "with fetch_state (sglang did not apply the plugin's fetch hooks), so the daemon cannot check "
-            "the layout it would route with"
-        )
-    return _fetch_refused(
-        Reason.PLUGIN_INCOMPLETE,
-        f"{what}. The plugin is only partly installed: the engine's log names the hook "
-        f"sglang failed to apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested "
-        f"with. Nothing changed on the daemon (layout version {version}).",
-        version=version,
-        gap=req.gap,
-    )
-
-
-def _older_engine_after_move(view: DaemonView, req: Fetch) -> Reply:
-    record = _record(view)
-    return _fetch_refused(
-        Reason.OLDER_ENGINE_AFTER_MOVE,
-        f"experts have moved (layout version {record.version}) and this engine "
-        f"does not send its expert layout, so it would route tokens to the wrong experts. Install the "
-        f"expert-layout plugin in the engine, or {RESTART_DAEMONS}.",
-        version=record.version,
-    )
-
-
-def _served_turning_off(reason: Reason, served: str) -> Reply:
-    """Served an engine that will not follow moves: the reply says what that turned off (``_flag_non_following``)."""
-    return ok(reason, f"{served}rebalancing of these shared weights is now off until the daemons restart")
-
-
-def _served_older_engine(view: DaemonView, req: Fetch) -> Reply:
-    return _served_turning_off(
-        Reason.SERVED_OLDER_ENGINE, "served an engine without the layout plugin at the initial layout (version 0); "
-    )
-
-
-def _digest_mismatch(view: DaemonView, req: Fetch) -> Reply:
-    record, claim = _record(view), cast(FetchLayoutField, req.claim)
-    return _fetch_refused(
-        Reason.DIGEST_MISMATCH,
-        f"the engine routes with layout version {claim.version} but the daemon's "
-        f"weights are at version {record.version} (digests differ); the engine must start from the "
-        f"daemon's record (its layout plugin does this at startup), or {RESTART_DAEMONS}.",
-        version=record.version,
-        digest=record.digest,
-    )
-
-
-def _served_non_following(view: DaemonView, req: Fetch) -> Reply:
-    return _served_turning_off(
-        Reason.SERVED_NON_FOLLOWING,
-        f"served engine {req.engine_id!r} at version {_record(view).version} without a live attachment; it "
-        f"will not follow moves, so ",
-    )
-
-
-def _served_following(view: DaemonView, req: Fetch) -> Reply:
-    return ok(Reason.SERVED_FOLLOWING, f"served engine {req.engine_id!r} at version {_record(view).version}")
 
 
 def _flag_non_following(view: DaemonView, req: Fetch) -> DaemonView:
@@ -667,113 +731,79 @@ def _flag_non_following(view: DaemonView, req: Fetch) -> DaemonView:
 # engine that will route correctly; a daemon without a record serves as sglang does.
 FETCH = Ladder(
     (
-        rung("has_record", _served_no_record),
-        rung("not is_dirty", _fetch_dirty),
-        rung("not is_repairing", _fetch_repairing),
-        rung("not move_pending", _fetch_move_pending),
-        rung("plugin_complete", _plugin_incomplete),
-        rung("claims_or_initial", _older_engine_after_move),
-        rung("claims", _served_older_engine, _flag_non_following),
-        rung("digest_is_current", _digest_mismatch),
-        rung("holds", _served_non_following, _flag_non_following),
+        rung("has_record", Say(ok, Reason.SERVED_NO_RECORD, "daemon keeps no layout record; served as sglang does")),
+        rung("not is_dirty", Say(_fetch_refused, Reason.DIRTY, "{layout_unknown}.")),
+        rung("not is_repairing", Say(_fetch_refused, Reason.REPAIRING, "{being_repaired}.")),
+        rung(
+            "not move_pending",
+            Say(
+                _fetch_refused,
+                Reason.MOVE_PENDING,
+                "engine {move.engine_id!r} is moving layers {moving} right now, so the weights are mid-move; "
+                "retry after it ends.",
+                pending="pending",
+            ),
+        ),
+        rung(
+            "plugin_complete",  # sglang did not apply some of the engine's layout plugin's hooks
+            Say(
+                _fetch_refused,
+                Reason.PLUGIN_INCOMPLETE,
+                "{missing}. The plugin is only partly installed: the engine's log names the hook sglang failed to "
+                "apply ('Failed to apply hooks to ...'); run an sglang version the plugin was tested with. Nothing "
+                "changed on the daemon (layout version {version}).",
+                version="version",
+                gap="req.gap",
+            ),
+        ),
+        rung(
+            "claims_or_initial",
+            Say(
+                _fetch_refused,
+                Reason.OLDER_ENGINE_AFTER_MOVE,
+                "experts have moved (layout version {version}) and this engine does not send its expert layout, "
+                "so it would route tokens to the wrong experts. Install the expert-layout plugin in the engine, "
+                "or {restart}.",
+                version="version",
+            ),
+        ),
+        rung(
+            "claims",
+            Say(
+                _served_turning_off,
+                Reason.SERVED_OLDER_ENGINE,
+                "served an engine without the layout plugin at the initial layout (version 0); ",
+            ),
+            _flag_non_following,
+        ),
+        rung(
+            "digest_is_current",
+            Say(
+                _fetch_refused,
+                Reason.DIGEST_MISMATCH,
+                "the engine routes with layout version {req.claim.version} but the daemon's weights are at version "
+                "{version} (digests differ); the engine must start from the daemon's record (its layout plugin "
+                "does this at startup), or {restart}.",
+                version="version",
+                digest="digest",
+            ),
+        ),
+        rung(
+            "holds",
+            Say(
+                _served_turning_off,
+                Reason.SERVED_NON_FOLLOWING,
+                "served engine {req.engine_id!r} at version {version} without a live attachment; it will not "
+                "follow moves, so ",
+            ),
+            _flag_non_following,
+        ),
     ),
-    Step(_served_following),
+    Step(Say(ok, Reason.SERVED_FOLLOWING, "served engine {req.engine_id!r} at version {version}")),
 )
 
 
 # -- begin -------------------------------------------------------------------------------------
-
-
-def _not_retryable(reason: Reason, why: str, **data: Any) -> Reply:
-    """A begin refused for the request itself: sending it again is refused again."""
-    return refused(reason, f"{why}. Not retryable.", **data)
-
-
-def _begin_not_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    return _not_retryable(
-        Reason.NOT_ATTACHED,
-        f"engine {req.engine_id!r} holds no live attachment with this session on this daemon; "
-        f"only the attached engine that owns the session may move experts",
-    )
-
-
-def _begin_invalid_layers(view: DaemonView, req: BeginRequest) -> Reply:
-    return _not_retryable(Reason.INVALID_LAYERS, f"invalid layer list: {_invalid_layers(req.layers, view.record)}")
-
-
-def _own_move_pending(view: DaemonView, req: BeginRequest) -> Reply:
-    return _not_retryable(
-        Reason.OWN_MOVE_PENDING,
-        f"engine {req.engine_id!r} already has a move of layers {list(_move(view).layers)} pending; "
-        f"commit or abort it first",
-    )
-
-
-def _no_record(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
-        Reason.NO_RECORD,
-        "this daemon keeps no expert-layout record (started without --enable-eplb, or an older "
-        "daemon), so shared weights cannot be rebalanced; start the daemons with --enable-eplb.",
-    )
-
-
-def _dirty(view: DaemonView, req: BeginRequest | CommitRequest) -> Reply:
-    return refused(Reason.DIRTY, f"{_layout_unknown(view)}.")
-
-
-def _failure(view: DaemonView) -> str:
-    return "" if view.repair_failure is None else f"; its repair failed: {view.repair_failure}"
-
-
-def _begin_repairing(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(Reason.REPAIRING, f"begin refused: {_being_repaired(view)}.")
-
-
-def _non_following_seen(view: DaemonView, req: BeginRequest) -> Reply:
-    return refused(
-        Reason.NON_FOLLOWING_SEEN,
-        "an engine that does not follow layout moves (an older engine, or one without a live "
-        "attachment) maps these weights; moving experts would corrupt its outputs. Rebalancing of "
-        f"shared weights stays off until the daemons restart; to rebalance, {RESTART_DAEMONS}.",
-    )
-
-
-def _stale_base_version(view: DaemonView, req: BeginRequest) -> Reply:
-    version = _record(view).version
-    return _not_retryable(
-        Reason.STALE_BASE_VERSION,
-        f"begin names base version {req.base_version} but the daemon is at version "
-        f"{version}; this engine's layout is not the daemon's",
-        version=version,
-    )
-
-
-def _move_pending(view: DaemonView, req: BeginRequest) -> Reply:
-    move = _move(view)
-    return busy(
-        Reason.MOVE_PENDING,
-        f"engine {move.engine_id!r} is moving layers {list(move.layers)}; retry later.",
-        pending=move.to_wire(),
-    )
-
-
-def _other_engine_attached(view: DaemonView, req: BeginRequest) -> Reply:
-    others = sorted(e for e in view.unparked() if e != req.engine_id)
-    return busy(
-        Reason.OTHER_ENGINE_ATTACHED,
-        f"engines {others} also map these weights; experts move only while one engine is alone "
-        f"on its daemons. Rebalancing resumes when they detach.",
-        attached=others,
-    )
-
-
-def _begun(view: DaemonView, req: BeginRequest) -> Reply:
-    version = _record(view).version
-    return ok(
-        Reason.BEGUN,
-        f"move of layers {list(req.layers)} by {req.engine_id!r} pending from version {version}",
-        version=version,
-    )
 
 
 def _take_move(view: DaemonView, req: BeginRequest) -> DaemonView:
@@ -784,74 +814,94 @@ def _take_move(view: DaemonView, req: BeginRequest) -> DaemonView:
 # daemon's state (both permanent: refused), then someone else is here (transient: busy).
 BEGIN = Ladder(
     (
-        rung("holds", _begin_not_attached),
-        rung("layers_valid", _begin_invalid_layers),
-        rung("not own_move_pending", _own_move_pending),
-        rung("has_record", _no_record),
-        rung("not is_dirty", _dirty),
-        rung("not is_repairing", _begin_repairing),
-        rung("not saw_non_following", _non_following_seen),
-        rung("base_is_current", _stale_base_version),
-        rung("not foreign_pending", _move_pending),
-        rung("alone", _other_engine_attached),
+        rung(
+            "holds",
+            Say(
+                _not_retryable,
+                Reason.NOT_ATTACHED,
+                "engine {req.engine_id!r} holds no live attachment with this session on this daemon; only the "
+                "attached engine that owns the session may move experts",
+            ),
+        ),
+        rung("layers_valid", Say(_not_retryable, Reason.INVALID_LAYERS, "invalid layer list: {invalid_layers}")),
+        rung(
+            "not own_move_pending",
+            Say(
+                _not_retryable,
+                Reason.OWN_MOVE_PENDING,
+                "engine {req.engine_id!r} already has a move of layers {moving} pending; commit or abort it first",
+            ),
+        ),
+        rung(
+            "has_record",
+            Say(
+                refused,
+                Reason.NO_RECORD,
+                "this daemon keeps no expert-layout record (started without --enable-eplb, or an older daemon), "
+                "so shared weights cannot be rebalanced; start the daemons with --enable-eplb.",
+            ),
+        ),
+        rung("not is_dirty", _DIRTY),
+        rung("not is_repairing", Say(refused, Reason.REPAIRING, "begin refused: {being_repaired}.")),
+        rung(
+            "not saw_non_following",
+            Say(
+                refused,
+                Reason.NON_FOLLOWING_SEEN,
+                "an engine that does not follow layout moves (an older engine, or one without a live attachment) "
+                "maps these weights; moving experts would corrupt its outputs. Rebalancing of shared weights "
+                "stays off until the daemons restart; to rebalance, {restart}.",
+            ),
+        ),
+        rung(
+            "base_is_current",
+            Say(
+                _not_retryable,
+                Reason.STALE_BASE_VERSION,
+                "begin names base version {req.base_version} but the daemon is at version {version}; this "
+                "engine's layout is not the daemon's",
+                version="version",
+            ),
+        ),
+        rung(
+            "not foreign_pending",
+            Say(
+                busy,
+                Reason.MOVE_PENDING,
+                "engine {move.engine_id!r} is moving layers {moving}; retry later.",
+                pending="pending",
+            ),
+        ),
+        rung(
+            "alone",
+            Say(
+                busy,
+                Reason.OTHER_ENGINE_ATTACHED,
+                "engines {others} also map these weights; experts move only while one engine is alone on its "
+                "daemons. Rebalancing resumes when they detach.",
+                attached="others",
+            ),
+        ),
     ),
-    Step(_begun, _take_move),
+    Step(
+        Say(
+            ok,
+            Reason.BEGUN,
+            "move of layers {layers} by {req.engine_id!r} pending from version {version}",
+            version="version",
+        ),
+        _take_move,
+    ),
 )
 
 
 # -- commit ------------------------------------------------------------------------------------
 
 
-def _not_attached(request: str) -> Callable[[DaemonView, CommitRequest | AbortRequest], Reply]:
-    """The refusal of a commit or an abort by an engine that holds no live attachment with its session."""
-
-    def not_attached(view: DaemonView, req: CommitRequest | AbortRequest) -> Reply:
-        return refused(
-            Reason.NOT_ATTACHED,
-            f"engine {req.engine_id!r} holds no live attachment with this session; {request} refused.",
-        )
-
-    return not_attached
-
-
-def _no_pending_move(view: DaemonView, req: CommitRequest) -> Reply:
-    return refused(
-        Reason.NO_PENDING_MOVE,
-        f"engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
-    )
-
-
-def _move_stays_pending(reason: Reason, why: str) -> Reply:
-    """A commit refused with its move pending: the engine may still commit it right, or abort it."""
-    return refused(reason, f"{why}; the move stays pending.")
-
-
-def _layers_mismatch(view: DaemonView, req: CommitRequest) -> Reply:
-    return _move_stays_pending(
-        Reason.LAYERS_MISMATCH,
-        f"commit names layers {list(req.layers)} but the pending move is of layers {list(_move(view).layers)}",
-    )
-
-
-def _bad_rows(view: DaemonView, req: CommitRequest) -> Reply:
-    error = _record(view).successor(req.layers, req.rows)
-    return _move_stays_pending(Reason.BAD_ROWS, f"commit rows rejected: {error}")
-
-
 def _successor(view: DaemonView, req: CommitRequest) -> LayoutRecord:
     new_record = _record(view).successor(req.layers, req.rows)
     assert isinstance(new_record, LayoutRecord), "asked only once rows_fit holds"
     return new_record
-
-
-def _committed(view: DaemonView, req: CommitRequest) -> Reply:
-    new_record = _successor(view, req)
-    return ok(
-        Reason.COMMITTED,
-        f"layers {list(req.layers)} committed by {req.engine_id!r}: version {new_record.version}",
-        version=new_record.version,
-        digest=new_record.digest,
-    )
 
 
 def _store_rows(view: DaemonView, req: CommitRequest) -> DaemonView:
@@ -862,35 +912,56 @@ def _store_rows(view: DaemonView, req: CommitRequest) -> DaemonView:
 # record's shape; anything else is refused and the move stays pending.
 COMMIT = Ladder(
     (
-        rung("holds", _not_attached("commit")),
-        rung("not is_dirty", _dirty),
-        rung("moved_by", _no_pending_move),
-        rung("pending_layers_are", _layers_mismatch),
-        rung("rows_fit", _bad_rows),
+        rung("holds", _NOT_ATTACHED),
+        rung("not is_dirty", _DIRTY),
+        rung(
+            "moved_by",
+            Say(
+                refused,
+                Reason.NO_PENDING_MOVE,
+                "engine {req.engine_id!r} has no move pending on this daemon; begin comes before commit.",
+            ),
+        ),
+        rung(
+            "pending_layers_are",
+            Say(
+                _move_stays_pending,
+                Reason.LAYERS_MISMATCH,
+                "commit names layers {layers} but the pending move is of layers {moving}",
+            ),
+        ),
+        rung("rows_fit", Say(_move_stays_pending, Reason.BAD_ROWS, "commit rows rejected: {rows_error}")),
     ),
-    Step(_committed, _store_rows),
+    Step(
+        Say(
+            ok,
+            Reason.COMMITTED,
+            "layers {layers} committed by {req.engine_id!r}: version {successor.version}",
+            version="successor.version",
+            digest="successor.digest",
+        ),
+        _store_rows,
+    ),
 )
 
 
 # -- abort -------------------------------------------------------------------------------------
 
 
-def _nothing_to_abort(view: DaemonView, req: AbortRequest) -> Reply:
-    return ok(Reason.NOTHING_TO_ABORT, f"engine {req.engine_id!r} has no move pending; nothing to abort")
-
-
-def _aborted(view: DaemonView, req: AbortRequest) -> Reply:
-    return ok(Reason.ABORTED, f"move of layers {list(_move(view).layers)} by {req.engine_id!r} aborted")
-
-
 # Abort (spec: Abort) clears this session's move; it is idempotent for the session's owner and
 # refused for anyone else.
 ABORT = Ladder(
     (
-        rung("holds", _not_attached("abort")),
-        rung("moved_by", _nothing_to_abort),
+        rung("holds", _NOT_ATTACHED),
+        rung(
+            "moved_by",
+            Say(ok, Reason.NOTHING_TO_ABORT, "engine {req.engine_id!r} has no move pending; nothing to abort"),
+        ),
     ),
-    Step(_aborted, lambda view, req: replace(view, pending=None)),
+    Step(
+        Say(ok, Reason.ABORTED, "move of layers {moving} by {req.engine_id!r} aborted"),
+        lambda view, req: replace(view, pending=None),
+    ),
 )
 
 
@@ -952,64 +1023,51 @@ DETACH = Ladder(
 # -- repair (issue 19; spec: RepairAgain, RepairDone, RepairFails) -------------------------------
 
 
-def _repair_no_record(view: DaemonView, req: RepairRequest) -> Reply:
-    return refused(
-        Reason.NO_RECORD,
-        "this daemon keeps no expert-layout record (started without --enable-eplb), so it never "
-        "moves experts and has nothing to repair.",
-    )
-
-
-def _repair_running(view: DaemonView, req: RepairRequest) -> Reply:
-    info = cast(DirtyInfo, view.dirty)
-    return busy(
-        Reason.REPAIR_RUNNING,
-        f"a repair of layers {list(info.layers)} is already under way; wait for it to end "
-        f"(`expert-layout status` shows it).",
-    )
-
-
-def _not_dirty(view: DaemonView, req: RepairRequest) -> Reply:
-    version = _record(view).version
-    return refused(
-        Reason.NOT_DIRTY,
-        f"the daemon is {view.phase} at version {version}: its memory is its record, nothing to repair.",
-        version=version,
-    )
-
-
-def _repair_begun(view: DaemonView, req: RepairRequest) -> Reply:
-    info = cast(DirtyInfo, view.dirty)
-    return ok(
-        Reason.REPAIR_BEGUN,
-        f"repairing layers {list(info.layers)} back to version {info.base_version}",
-        layers=list(info.layers),
-        base_version=info.base_version,
-    )
-
-
 # The operator's `expert-layout repair` (spec: RepairAgain): a dirty daemon repairs again.
 REPAIR = Ladder(
     (
-        rung("has_record", _repair_no_record),
-        rung("not is_repairing", _repair_running),
-        rung("is_dirty", _not_dirty),
+        rung(
+            "has_record",
+            Say(
+                refused,
+                Reason.NO_RECORD,
+                "this daemon keeps no expert-layout record (started without --enable-eplb), so it never moves "
+                "experts and has nothing to repair.",
+            ),
+        ),
+        rung(
+            "not is_repairing",
+            Say(
+                busy,
+                Reason.REPAIR_RUNNING,
+                "a repair of layers {torn_layers} is already under way; wait for it to end (`expert-layout "
+                "status` shows it).",
+            ),
+        ),
+        rung(
+            "is_dirty",
+            Say(
+                refused,
+                Reason.NOT_DIRTY,
+                "the daemon is {view.phase} at version {version}: its memory is its record, nothing to repair.",
+                version="version",
+            ),
+        ),
     ),
-    Step(_repair_begun, lambda view, req: replace(view, repairing=True, repair_failure=None)),
+    Step(
+        Say(
+            ok,
+            Reason.REPAIR_BEGUN,
+            "repairing layers {torn_layers} back to version {torn.base_version}",
+            layers="torn_layers",
+            base_version="torn.base_version",
+        ),
+        lambda view, req: replace(view, repairing=True, repair_failure=None),
+    ),
 )
-
-
-def _no_repair_running(view: DaemonView, req: RepairEnded | RepairFailed) -> Reply:
-    return refused(Reason.NOT_DIRTY, f"no repair of this daemon is under way (it is {view.phase}); nothing changed.")
-
-
-def _repair_is_of_other_layers(view: DaemonView, req: RepairEnded) -> Reply:
-    info = cast(DirtyInfo, view.dirty)
-    return refused(
-        Reason.REPAIR_UNSAFE,
-        f"the repair reloaded layers {list(req.layers)} but the torn move is of layers {list(info.layers)}; "
-        f"the daemon stays repairing.",
-    )
+_NO_REPAIR_RUNNING = Say(
+    refused, Reason.NOT_DIRTY, "no repair of this daemon is under way (it is {view.phase}); nothing changed."
+)
 
 
 def _repaired_view(view: DaemonView, req: RepairEnded) -> DaemonView:
@@ -1026,8 +1084,16 @@ def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
 # at the base version (the record never changed while dirty: only a commit changes it).
 REPAIR_DONE = Ladder(
     (
-        rung("is_repairing", _no_repair_running),
-        rung("repair_is_of", _repair_is_of_other_layers),
+        rung("is_repairing", _NO_REPAIR_RUNNING),
+        rung(
+            "repair_is_of",
+            Say(
+                refused,
+                Reason.REPAIR_UNSAFE,
+                "the repair reloaded layers {layers} but the torn move is of layers {torn_layers}; the daemon "
+                "stays repairing.",
+            ),
+        ),
     ),
     Step(_repaired, _repaired_view),
 )
@@ -1048,25 +1114,12 @@ def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
 
 # The repair failed (spec: RepairFails): dirty, with the reason kept for every refusal.
 REPAIR_FAILED = Ladder(
-    (rung("is_repairing", _no_repair_running),),
+    (rung("is_repairing", _NO_REPAIR_RUNNING),),
     Step(_repair_failed, _repair_failed_view),
 )
 
 
 # -- warm standbys (issue 18; spec: Park, Claim) ---------------------------------------------------
-
-
-def _standby_not_attached(request: str) -> Callable[[DaemonView, ParkRequest | ClaimRequest], Reply]:
-    """The refusal of a park or a claim by an engine that holds no live attachment with its session."""
-
-    def not_attached(view: DaemonView, req: ParkRequest | ClaimRequest) -> Reply:
-        return refused(
-            Reason.NOT_ATTACHED,
-            f"{request} by {req.engine_id!r}: no live attachment with this session; only an attached standby "
-            f"{request}s (attach first).",
-        )
-
-    return not_attached
 
 
 def _notice_data(notified: tuple[str, ...]) -> dict[str, Any]:
@@ -1089,40 +1142,9 @@ def _parked(view: DaemonView, req: ParkRequest) -> Reply:
 # Park (spec: Park): an attached standby's attachment becomes parked (again: no change); the reply
 # names the parked standbys the daemon notifies now, the parker included, when no unparked engine is left.
 PARK = Ladder(
-    (rung("holds", _standby_not_attached("park")),),
+    (rung("holds", _STANDBY_NOT_ATTACHED),),
     Step(_parked, lambda view, req: replace(view, parked=view.parked | {req.engine_id})),
 )
-
-
-def _claim_not_parked(view: DaemonView, req: ClaimRequest) -> Reply:
-    return refused(
-        Reason.NOT_PARKED,
-        f"claim by {req.engine_id!r}: its attachment is not parked; only a parked standby claims the primary role.",
-    )
-
-
-def _primary_attached(view: DaemonView, req: ClaimRequest) -> Reply:
-    others = sorted(view.unparked())
-    return busy(
-        Reason.PRIMARY_ATTACHED,
-        f"engines {others} are attached and not parked: the primary role is taken; stay parked (the daemon "
-        f"tells the parked standbys when they leave).",
-        attached=others,
-    )
-
-
-def _claim_no_record(view: DaemonView, req: ClaimRequest) -> Reply:
-    return refused(
-        Reason.NO_RECORD,
-        "this daemon keeps no expert-layout record (started without --enable-eplb): a standby cannot adopt its "
-        "layout; start the engine as a primary.",
-    )
-
-
-def _claim_repairing(view: DaemonView, req: ClaimRequest) -> Reply:
-    # Busy, as a taken role: the standby parks again and the repair's end tells it (spec: ClaimReply).
-    return busy(Reason.REPAIRING, f"{_being_repaired(view)}; stay parked (the daemon tells the parked standbys "
-                "when the repair ends).")  # fmt: skip
 
 
 def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
@@ -1140,12 +1162,44 @@ def _promoted(view: DaemonView, req: ClaimRequest) -> Reply:
 # grant unparks the attachment and carries the record.
 CLAIM = Ladder(
     (
-        rung("holds", _standby_not_attached("claim")),
-        rung("is_parked", _claim_not_parked),
-        rung("none_unparked", _primary_attached),
-        rung("has_record", _claim_no_record),
-        rung("not is_dirty", _dirty),
-        rung("not is_repairing", _claim_repairing),
+        rung("holds", _STANDBY_NOT_ATTACHED),
+        rung(
+            "is_parked",
+            Say(
+                refused,
+                Reason.NOT_PARKED,
+                "claim by {req.engine_id!r}: its attachment is not parked; only a parked standby claims the "
+                "primary role.",
+            ),
+        ),
+        rung(
+            "none_unparked",
+            Say(
+                busy,
+                Reason.PRIMARY_ATTACHED,
+                "engines {others} are attached and not parked: the primary role is taken; stay parked (the "
+                "daemon tells the parked standbys when they leave).",
+                attached="others",
+            ),
+        ),
+        rung(
+            "has_record",
+            Say(
+                refused,
+                Reason.NO_RECORD,
+                "this daemon keeps no expert-layout record (started without --enable-eplb): a standby cannot "
+                "adopt its layout; start the engine as a primary.",
+            ),
+        ),
+        rung("not is_dirty", _DIRTY),
+        rung(
+            "not is_repairing",  # busy, as a taken role: the standby parks again, the repair's end tells it
+            Say(
+                busy,
+                Reason.REPAIRING,
+                "{being_repaired}; stay parked (the daemon tells the parked standbys when the repair ends).",
+            ),
+        ),
     ),
     Step(_promoted, lambda view, req: replace(view, parked=view.parked - {req.engine_id})),
 )

@@ -38,6 +38,17 @@ from layout_sm.engine import (
 from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, Status
 from layout_sm.record import DigestCache, LayoutRecord
 
+# Startup refusals whose texts are long enough to read better whole (``str.format`` templates).
+_MIXED_AFTER_MOVE = (
+    "ranks {without} have daemons without a record but the daemons of ranks {moved} hold a layout other than "
+    "the engine's initial one (versions {versions}); the weights cannot be trusted; " + RESTART_DAEMONS
+)
+_SHAPE_MISMATCH = (
+    "the daemons' map is {daemons.num_layers} layers x {daemons.num_physical} physical slots of "
+    "{daemons.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
+    "{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons"
+)
+
 
 def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
     return (*values[:i], value, *values[i + 1 :])
@@ -267,13 +278,11 @@ class EngineState:
         return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {REPAIR_OR_RESTART}")
 
     def fail_moved_beside_no_record(self) -> Step:
-        moved, without = self._moved(), self._ranks_without_record()
-        return self._fail(
-            Reason.MIXED_AFTER_MOVE,
-            f"ranks {without} have daemons without a record but the daemons of ranks "
-            f"{[f.rank for f in moved]} hold a layout other than the engine's initial one (versions "
-            f"{[f.version for f in moved]}); the weights cannot be trusted; {RESTART_DAEMONS}",
+        moved = self._moved()
+        text = _MIXED_AFTER_MOVE.format(
+            without=self._ranks_without_record(), moved=[f.rank for f in moved], versions=[f.version for f in moved]
         )
+        return self._fail(Reason.MIXED_AFTER_MOVE, text)
 
     def fail_records_differ(self) -> Step:
         listing = ", ".join(f"rank {f.rank}: version {f.version}" for f in _ranks_where(self._found(), "record"))
@@ -281,13 +290,7 @@ class EngineState:
 
     def fail_shape(self) -> Step:
         assert self.layout is not None
-        first, engine = self._agreed(), self.layout
-        return self._fail(
-            Reason.SHAPE_MISMATCH,
-            f"the daemons' map is {first.num_layers} layers x {first.num_physical} physical slots of "
-            f"{first.num_logical} experts, the engine's is {engine.num_layers} x {engine.num_physical} of "
-            f"{engine.num_logical}; start the engine with the same --ep-num-redundant-experts as the daemons",
-        )
+        return self._fail(Reason.SHAPE_MISMATCH, _SHAPE_MISMATCH.format(daemons=self._agreed(), engine=self.layout))
 
     def fail_routes_statically(self) -> Step:
         return self._fail(
@@ -504,9 +507,7 @@ class EngineState:
         return self._refused()
 
     def stop(self) -> Step:
-        step = self._refused()
-        self._end_chunk()
-        return step
+        return self._ending_chunk(self._refused())
 
     def _busy(self) -> Step:
         detail = self._answers(self.view.begins, lambda a: a.status is Status.BUSY)
@@ -516,7 +517,10 @@ class EngineState:
         return self._busy()
 
     def pause(self) -> Step:
-        step = self._busy()
+        return self._ending_chunk(self._busy())
+
+    def _ending_chunk(self, step: Step) -> Step:
+        """``step``, once the chunk has ended (no rank's begin to abort)."""
         self._end_chunk()
         return step
 
