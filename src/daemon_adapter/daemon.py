@@ -200,8 +200,9 @@ class _DeadlineReader:
         return self._conn.recv(bufsize)
 
 
-# One peek reads a usual request whole (a fetch_state is under 1 KiB, a full-map commit about 35 KiB).
-_PEEK_BYTES = 64 * 1024
+# One peek reads a usual request whole (a fetch_state or a one-layer commit is under 1 KiB); a larger
+# one (a full-map commit is about 35 KiB) takes a second peek of its exact size.
+_PEEK_BYTES = 4096
 
 
 def _peek_frame(conn: socket.socket) -> bytes | None:

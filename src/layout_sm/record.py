@@ -109,8 +109,8 @@ def _combine(num_layers: int, num_physical: int, leaves: Iterable[bytes]) -> str
 
 
 def _leaves_of(payload: bytes, num_layers: int, num_physical: int) -> tuple[bytes, ...]:
-    stride, sha = 8 * num_physical, hashlib.sha256
-    return tuple(sha(payload[i * stride : (i + 1) * stride]).digest() for i in range(num_layers))
+    view, stride, sha = memoryview(payload), 8 * num_physical, hashlib.sha256
+    return tuple(sha(view[i * stride : (i + 1) * stride]).digest() for i in range(num_layers))
 
 
 def layout_digest(rows: Sequence[Sequence[int]]) -> str:
