@@ -3,7 +3,8 @@
 Protocol-only processes, no sglang server: one layout-aware daemon process per rank and one engine rank
 process per rank over gloo (``protocol.bench_ranks``), each point a ratio to its floor measured in the
 same processes (chunk: 2 bare round trips + 2 bare all-gathers, beside each chunk; startup: a bare
-``query_config`` and a bare all-gather, after the same pause as each startup). ``python -m tools.bench --only-scaling`` runs this part alone. Two curves:
+``query_config`` and a bare all-gather, after the same pause as each startup).
+``python -m tools.bench --only-scaling`` runs this part alone. Two curves:
 
 - ranks 1, 2, 4, 8, 16 on the DeepSeek-V3-sized map (61 x 288);
 - map size 2 x 10 up to 61 x 288 and 61 x 512, on 2 ranks.

@@ -97,6 +97,7 @@ class Launched:
     failure: str = ""
     stopped: bool = False
     killed_at: float = 0.0  # time.monotonic() when the SIGKILL was sent (kill_at_stop)
+    gate: QuietGate | None = None  # the lab's: a generation is held back while a timing needs quiet
 
     @property
     def returncode(self) -> int | None:
@@ -108,24 +109,30 @@ class Launched:
     def log_count(self, pattern: str) -> int:
         return len(re.findall(pattern, self.log_text()))
 
+    def _busy(self) -> contextlib.AbstractContextManager[None]:
+        return self.gate.busy() if self.gate is not None else contextlib.nullcontext()
+
     def generate(self) -> list[list[int]]:
-        return self.server.generate(list(PROMPTS), MAX_NEW_TOKENS)
+        with self._busy():
+            return self.server.generate(list(PROMPTS), MAX_NEW_TOKENS)
 
     def generate_each(self) -> list[list[int]]:
         """The prompts one request at a time: the same batch shapes on every server. (One batch of
         all prompts is split by timing, 4+2 or 6; where weights are garbage, as in the slots
         sglang never writes, the float differences between batch shapes change greedy tokens.)
         Counts ~100 forward passes toward EPLB's interval."""
-        return [self.server.generate([prompt], MAX_NEW_TOKENS)[0] for prompt in PROMPTS]
+        with self._busy():
+            return [self.server.generate([prompt], MAX_NEW_TOKENS)[0] for prompt in PROMPTS]
 
     def beliefs(self) -> dict[int, dict[str, Any]]:
         return self.server.beliefs()
 
 
 class QuietGate:
-    """Starts (servers, daemon sets) run side by side in two lanes; a timing that must not measure the
-    other lane's start (the takeover's) waits until no start is under way and holds new ones back until
-    it is done. A start is mostly sglang's imports: two cores' worth of CPU for tens of seconds."""
+    """Starts (servers, daemon sets) and generations run side by side in two lanes; a timing that must not
+    measure the other lane's work (the takeover's) waits until none is under way and holds new work back
+    until it is done. A start is mostly sglang's imports: two cores' worth of CPU for tens of seconds; a
+    generation is both of a server's ranks' forward passes for a few seconds."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -133,7 +140,7 @@ class QuietGate:
         self._quiet = False
 
     @contextlib.contextmanager
-    def start(self) -> Iterator[None]:
+    def busy(self) -> Iterator[None]:
         with self._cond:
             self._cond.wait_for(lambda: not self._quiet)
             self._starting += 1
@@ -198,7 +205,7 @@ class Lab:
         self.chains.append(chain)
         if standalone:
             extra = () if auto_repair else (NO_AUTO_REPAIR,)
-            with self.gate.start():
+            with self.gate.busy():
                 chain.daemons = rs.StandaloneDaemons(chain.run, self.topology(enable_eplb), extra_args=extra).start()
                 seconds = chain.start_s = chain.daemons.wait_ready(READY_TIMEOUT_S)
             flag = ("--enable-eplb" if enable_eplb else "no --enable-eplb") + (
@@ -245,13 +252,13 @@ class Lab:
             extra_args=("--enable-metrics",) if metrics else (),
             extra_env={**NO_CRASH_DIAGNOSTICS, **({ROLE_ENV: STANDBY} if standby else {})},
         )
-        with self.gate.start():
+        with self.gate.busy():
             return self._start(name, chain, rs.RealServer(run, self.topology(), spec), standby, expect_ready)
 
     def _start(
         self, name: str, chain: Chain | None, server: rs.RealServer, standby: bool, expect_ready: bool
     ) -> Launched:
-        launched = Launched(name, server.start())
+        launched = Launched(name, server.start(), gate=self.gate)
         self.launched.append(launched)
         t0 = time.monotonic()
         try:
