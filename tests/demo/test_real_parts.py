@@ -139,3 +139,67 @@ def test_the_demo_shows_the_plugins_series_per_rank_and_reason() -> None:
         "chunks committed rank 0=2",
         "paused rank 0 other_engine_attached=2",
     ]
+
+
+def test_a_slow_takeover_is_a_warning_and_a_wrong_one_a_failure() -> None:
+    """2b is judged on what the protocol decides; its time is a limit row (a warning, never a failure)."""
+    from tools.demo.real.cases import TakeoverSeen, takeover_rows
+
+    layout, out = [[0, 1], [1, 0]], [[5, 6]]
+
+    def judged(first_token_s: float, c_map: list[list[int]]) -> results.Results:
+        seen = TakeoverSeen(first_token_s, first_token_s + 1, 200, [3, 3], 3, True, c_map, out, {})
+        res = results.Results()
+        for row in takeover_rows(seen, layout, out, cold_s=20.0):
+            res.add(row)
+        return res
+
+    assert judged(0.4, layout).all_passed and not judged(0.4, layout).limits_exceeded
+    slow = judged(1.6, layout)
+    assert slow.all_passed and [r.case for r in slow.limits_exceeded] == ["2b time"]
+    assert not judged(0.4, [[1, 0], [0, 1]]).all_passed  # another map than the record's fails 2b
+
+
+def test_the_quiet_gate_waits_for_work_and_holds_new_work_back() -> None:
+    """A takeover's timing (quiet) starts once no start or generation is under way in the other lane,
+    and no new one begins until it is done."""
+    import threading
+
+    from tools.demo.real.lab import QuietGate
+
+    gate, events = QuietGate(), []
+    busy_entered, release_busy = threading.Event(), threading.Event()
+
+    def lane_b_work() -> None:
+        with gate.busy():
+            events.append("work")
+            busy_entered.set()
+            release_busy.wait(5)
+        events.append("work done")
+
+    def lane_a_quiet() -> None:
+        with gate.quiet(timeout_s=5):
+            events.append("quiet")
+            time.sleep(0.2)
+            events.append("quiet done")
+
+    def lane_b_more_work() -> None:
+        with gate.busy():
+            events.append("more work")
+
+    first = threading.Thread(target=lane_b_work)
+    first.start()
+    busy_entered.wait(5)
+    quiet = threading.Thread(target=lane_a_quiet)
+    quiet.start()
+    time.sleep(0.1)
+    assert "quiet" not in events  # it waits for the work under way
+    release_busy.set()
+    first.join(5)
+    time.sleep(0.05)
+    more = threading.Thread(target=lane_b_more_work)
+    more.start()
+    for thread in (quiet, more):
+        thread.join(5)
+    assert events.index("quiet") > events.index("work done")
+    assert events.index("more work") > events.index("quiet done")  # held back until the timing is done
