@@ -318,11 +318,11 @@ class _LayoutGatedTransport:
     def __init__(self, backend: Any, check: Callable[[], Reply]) -> None:
         self._backend = backend
         self._check = check
-        self.sent = False  # whether sglang reached the reply (a reply may have started)
+        self.sent = False  # whether a reply was started (once the check has decided)
 
     def send_fetch_state_response(self, conn: Any, **kwargs: Any) -> None:
-        self.sent = True
         verdict = self._check()
+        self.sent = True
         if verdict.ok:
             self._backend.send_fetch_state_response(conn, **kwargs)
         else:

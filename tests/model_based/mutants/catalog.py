@@ -443,7 +443,7 @@ EA = "daemon_adapter.client"
 def _(mod: ModuleType) -> None:
     from layout_sm.reasons import Reason, ok
 
-    def _fetch_check(self: Any, claim: Any) -> Any:
+    def _fetch_check(self: Any, claim: Any, gap: Any = None) -> Any:
         return ok(Reason.SERVED_FOLLOWING, "mutant: served without the layout check")
 
     mod.LayoutAwareDaemon._fetch_check = _fetch_check
