@@ -121,13 +121,17 @@ def layout_digest(rows: Sequence[Sequence[int]]) -> str:
     engine compute it with this module (``LayoutRecord.digest``, ``DigestCache``), so a digest match
     means the same map, value for value; a layer's hash is reused while its row is unchanged.
     """
+    payload, num_layers, num_physical = _map_payload(rows)
+    return _combine(num_layers, num_physical, _leaves_of(payload, num_layers, num_physical))
+
+
+def _map_payload(rows: Sequence[Sequence[int]]) -> tuple[bytes, int, int]:
+    """The map's values as int64 LE bytes, with its shape, for a digest (raises LayoutError)."""
     # Not strict: a digest is computed, not trusted; records refuse bools when they are built.
     payload = _packed_rows(rows)
     if payload is None:  # not plain rows of one width: the checking encoder names the problem
-        payload, num_layers, num_physical = _rows_to_int64_le(rows, "map", strict=False)
-    else:
-        num_layers, num_physical = len(rows), len(rows[0])
-    return _combine(num_layers, num_physical, _leaves_of(payload, num_layers, num_physical))
+        return _rows_to_int64_le(rows, "map", strict=False)
+    return payload, len(rows), len(rows[0])
 
 
 class DigestCache:
@@ -180,10 +184,7 @@ class DigestCache:
 
     def _absorb_whole(self, rows: Sequence[Sequence[int]]) -> tuple[Rows, str]:
         whole: Rows = tuple(map(tuple, rows))
-        payload = _packed_rows(whole)
-        if payload is None:  # not plain rows of one width: the checking encoder names the problem
-            payload = _rows_to_int64_le(whole, "map", strict=False)[0]
-        num_layers, num_physical = len(whole), len(whole[0])
+        payload, num_layers, num_physical = _map_payload(whole)
         leaves = _leaves_of(payload, num_layers, num_physical)
         self._given = [list(row) if type(row) is list else row for row in rows]
         self._rows, self._leaves = whole, list(leaves)
