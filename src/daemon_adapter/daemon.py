@@ -530,26 +530,30 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # waiting for a reply. A failed send (the engine died) ends in EOF, which the watcher reads.
         if slot is not None:
             slot.release()
-        pid = peer_pid(watched) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
-        if pid is not None:
-            self._attached_pids[session] = pid
-        self._attach_conns[parsed.engine_id] = watched
-        self._send(watched, reply.to_wire())
+        # From the record to its watcher, whatever fails (a thread that cannot start, memory) detaches
+        # at once: never a record without a watcher. An EOF before the watcher reads is still there when it does.
+        try:
+            pid = peer_pid(watched) if frame.request.get(FETCH_CLAIMS_FIELD) is True else None  # type: ignore[union-attr]
+            if pid is not None:
+                self._attached_pids[session] = pid
+            self._attach_conns[parsed.engine_id] = watched
+            self._send(watched, reply.to_wire())
+            if slot is None:  # the engine has its reply; its watcher starts now
+                threading.Thread(
+                    target=self._watch_attachment,
+                    args=(watched, parsed.engine_id, session),
+                    name="expert-layout-attachment",
+                    daemon=True,
+                ).start()
+        except Exception as error:
+            self._log_bad_frame(
+                f"detached engine {parsed.engine_id!r} at once: cannot watch its connection "
+                f"({type(error).__name__}: {error})"
+            )
+            self._end_attachment(watched, parsed.engine_id, session)
+            return
         if slot is not None:  # this thread is the attachment's watcher from here on
             self._watch_attachment(watched, parsed.engine_id, session)
-            return
-        # The engine has its reply; its watcher starts now. An EOF before it reads is still there
-        # when it does; a watcher that cannot start detaches at once: never a record without one.
-        try:
-            threading.Thread(
-                target=self._watch_attachment,
-                args=(watched, parsed.engine_id, session),
-                name="expert-layout-attachment",
-                daemon=True,
-            ).start()
-        except RuntimeError as error:
-            self._log_bad_frame(f"detached engine {parsed.engine_id!r} at once: cannot watch its connection ({error})")
-            self._end_attachment(watched, parsed.engine_id, session)
 
     def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
         try:

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from functools import wraps
+from dataclasses import dataclass, field, fields
+from functools import cache, wraps
 from operator import attrgetter
 from typing import Any, ClassVar, cast
 
@@ -192,6 +192,19 @@ class DaemonView:
     def __post_init__(self) -> None:
         object.__setattr__(self, "attachments", dict(sorted(self.attachments.items())))
         object.__setattr__(self, "parked", frozenset(self.parked))
+
+    def evolve(self, **changes: Any) -> DaemonView:
+        """This view with ``changes``, as ``dataclasses.replace`` makes it, without running ``__init__``
+        again for the fields kept (a step changes one or two of them, once or twice a request)."""
+        if not _VIEW_FIELDS.issuperset(changes):
+            raise TypeError(f"DaemonView has no field {sorted(set(changes) - _VIEW_FIELDS)}")
+        new = object.__new__(DaemonView)
+        values = new.__dict__
+        values.update(self.__dict__)
+        values.update(changes)
+        if "attachments" in changes or "parked" in changes:
+            new.__post_init__()
+        return new
 
     @property
     def phase(self) -> str:
@@ -355,6 +368,9 @@ class DaemonView:
         }
 
 
+_VIEW_FIELDS = frozenset(f.name for f in fields(DaemonView))
+
+
 @dataclass(frozen=True)
 class DetachEffect:
     """What the daemon did when an attachment's connection reached EOF."""
@@ -381,7 +397,9 @@ class Conjunct:
 
     method: str
     negated: bool
-    _arguments: Callable[[Request], tuple[Any, ...]] = field(repr=False, compare=False)
+    # ``ask(view, request)``: the conjunct's truth, made once for the method's parameters (the
+    # machine asks a conjunct several times a request: no argument tuple is built per call).
+    ask: Callable[[DaemonView, Request], bool] = field(repr=False, compare=False)
 
     @classmethod
     def named(cls, spec: str, negated: bool = False) -> Conjunct:
@@ -393,22 +411,30 @@ class Conjunct:
             raise ValueError(f"{spec!r} is not a DaemonView conjunct (or 'not' one)")
         name = words[0]
         params = tuple(inspect.signature(getattr(DaemonView, name)).parameters)[1:]
-        return cls(name, negated, _request_fields(params))
+        return cls(name, negated, _asker(name, params, negated))
 
     def __call__(self, view: DaemonView, request: Request) -> bool:
-        return bool(getattr(view, self.method)(*self._arguments(request))) is not self.negated
+        return self.ask(view, request)
 
     def __str__(self) -> str:
         return f"not {self.method}" if self.negated else self.method
 
 
-def _request_fields(names: tuple[str, ...]) -> Callable[[Request], tuple[Any, ...]]:
-    if not names:
-        return lambda request: ()
-    if len(names) == 1:
-        one = attrgetter(names[0])
-        return lambda request: (one(request),)
-    return attrgetter(*names)
+def _asker(method: str, params: tuple[str, ...], negated: bool) -> Callable[[DaemonView, Request], bool]:
+    """``method`` of the view on the request's fields named ``params``, negated or not."""
+    if not params:
+        if negated:
+            return lambda view, request: not getattr(view, method)()
+        return lambda view, request: bool(getattr(view, method)())
+    if len(params) == 1:
+        (one,) = params
+        if negated:
+            return lambda view, request: not getattr(view, method)(getattr(request, one))
+        return lambda view, request: bool(getattr(view, method)(getattr(request, one)))
+    getter = attrgetter(*params)
+    if negated:
+        return lambda view, request: not getattr(view, method)(*getter(request))
+    return lambda view, request: bool(getattr(view, method)(*getter(request)))
 
 
 @dataclass(frozen=True)
@@ -460,13 +486,13 @@ class Ladder:
     def accepting(self, view: DaemonView, request: Request) -> Step:
         """The step taken once every rung holds: the first branch that holds, else ``accepted``."""
         for branch in self.branches:
-            if branch.conjunct(view, request):
+            if branch.conjunct.ask(view, request):
                 return branch.step
         return self.accepted
 
     def first_failing(self, view: DaemonView, request: Request) -> Rung | None:
         for r in self.rungs:
-            if not r.conjunct(view, request):
+            if not r.conjunct.ask(view, request):
                 return r
         return None
 
@@ -482,7 +508,7 @@ def _without(view: DaemonView, engine_id: str) -> dict[str, str]:
 
 def _detach(view: DaemonView, engine_id: str) -> DaemonView:
     """The view without ``engine_id``'s attachment, parked or not."""
-    return replace(view, attachments=_without(view, engine_id), parked=view.parked - {engine_id})
+    return view.evolve(attachments=_without(view, engine_id), parked=view.parked - {engine_id})
 
 
 def _record(view: DaemonView) -> LayoutRecord:
@@ -498,6 +524,10 @@ def _move(view: DaemonView) -> Move:
 # -- the replies, declared as data -------------------------------------------------------------
 
 
+# One getter per word (a path of attributes), made the first time a text names it.
+_word_getter = cache(attrgetter)
+
+
 class Words:
     """What a declared reply's text may name (``Say``): the request, the view, and what is read off
     them, each computed when a text names it. The text of a reply that names the record (or the
@@ -508,10 +538,7 @@ class Words:
 
     def __getitem__(self, word: str) -> Any:
         """str.format_map asks a text's words; a reply's data field may name a path (``successor.version``)."""
-        value: Any = self
-        for part in word.split("."):
-            value = getattr(value, part)
-        return value
+        return _word_getter(word)(self)
 
     restart = RESTART_DAEMONS
     repair_or_restart = REPAIR_OR_RESTART
@@ -715,7 +742,7 @@ ATTACH = Ladder(
             ),
         ),
     ),
-    Step(_attached, lambda view, req: replace(view, attachments={**view.attachments, req.engine_id: req.session})),
+    Step(_attached, lambda view, req: view.evolve(attachments={**view.attachments, req.engine_id: req.session})),
 )
 
 
@@ -724,7 +751,7 @@ ATTACH = Ladder(
 
 def _flag_non_following(view: DaemonView, req: Fetch) -> DaemonView:
     """Serving an engine that will not follow moves turns rebalancing off (the sticky flag)."""
-    return replace(view, non_following_seen=True)
+    return view.evolve(non_following_seen=True)
 
 
 # The layout check of fetch_state (spec: Fetch, FetchServes, FetchNonFollowing): serve only an
@@ -807,7 +834,7 @@ FETCH = Ladder(
 
 
 def _take_move(view: DaemonView, req: BeginRequest) -> DaemonView:
-    return replace(view, pending=Move(req.engine_id, req.session, req.layers, req.base_version))
+    return view.evolve(pending=Move(req.engine_id, req.session, req.layers, req.base_version))
 
 
 # The begin precedence of docs/protocol.md §4 (spec: BeginReply): the request itself, then the
@@ -905,7 +932,7 @@ def _successor(view: DaemonView, req: CommitRequest) -> LayoutRecord:
 
 
 def _store_rows(view: DaemonView, req: CommitRequest) -> DaemonView:
-    return replace(view, record=_successor(view, req), pending=None)
+    return view.evolve(record=_successor(view, req), pending=None)
 
 
 # Commit (spec: CommitOk) needs this session's pending move, the same layers, and rows of the
@@ -960,7 +987,7 @@ ABORT = Ladder(
     ),
     Step(
         Say(ok, Reason.ABORTED, "move of layers {moving} by {req.engine_id!r} aborted"),
-        lambda view, req: replace(view, pending=None),
+        lambda view, req: view.evolve(pending=None),
     ),
 )
 
@@ -989,7 +1016,7 @@ def _went_dirty(view: DaemonView, req: Detach) -> DetachEffect:
 
 
 def _mark_dirty(view: DaemonView, req: Detach) -> DaemonView:
-    return replace(_detach(view, req.engine_id), pending=None, dirty=_dirty_info(view))
+    return _detach(view, req.engine_id).evolve(pending=None, dirty=_dirty_info(view))
 
 
 def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
@@ -1004,7 +1031,7 @@ def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
 
 
 def _mark_repairing(view: DaemonView, req: Detach) -> DaemonView:
-    return replace(_mark_dirty(view, req), repairing=True, repair_failure=None)
+    return _mark_dirty(view, req).evolve(repairing=True, repair_failure=None)
 
 
 # Detach (spec: Detach), the EOF of an attach connection: a mover that leaves makes the daemon
@@ -1062,7 +1089,7 @@ REPAIR = Ladder(
             layers="torn_layers",
             base_version="torn.base_version",
         ),
-        lambda view, req: replace(view, repairing=True, repair_failure=None),
+        lambda view, req: view.evolve(repairing=True, repair_failure=None),
     ),
 )
 _NO_REPAIR_RUNNING = Say(
@@ -1071,7 +1098,7 @@ _NO_REPAIR_RUNNING = Say(
 
 
 def _repaired_view(view: DaemonView, req: RepairEnded) -> DaemonView:
-    return replace(view, dirty=None, repairing=False, repair_failure=None)
+    return view.evolve(dirty=None, repairing=False, repair_failure=None)
 
 
 def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
@@ -1100,7 +1127,7 @@ REPAIR_DONE = Ladder(
 
 
 def _repair_failed_view(view: DaemonView, req: RepairFailed) -> DaemonView:
-    return replace(view, repairing=False, repair_failure=req.why)
+    return view.evolve(repairing=False, repair_failure=req.why)
 
 
 def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
@@ -1128,7 +1155,7 @@ def _notice_data(notified: tuple[str, ...]) -> dict[str, Any]:
 
 def _parked(view: DaemonView, req: ParkRequest) -> Reply:
     # The view after the park: the parker is parked, so it is among the notified when no unparked engine is left.
-    after = replace(view, parked=view.parked | {req.engine_id})
+    after = view.evolve(parked=view.parked | {req.engine_id})
     notified = after.notified()
     if notified:
         primary = "no unparked engine is attached: claim the primary role"
@@ -1143,7 +1170,7 @@ def _parked(view: DaemonView, req: ParkRequest) -> Reply:
 # names the parked standbys the daemon notifies now, the parker included, when no unparked engine is left.
 PARK = Ladder(
     (rung("holds", _STANDBY_NOT_ATTACHED),),
-    Step(_parked, lambda view, req: replace(view, parked=view.parked | {req.engine_id})),
+    Step(_parked, lambda view, req: view.evolve(parked=view.parked | {req.engine_id})),
 )
 
 
@@ -1201,7 +1228,7 @@ CLAIM = Ladder(
             ),
         ),
     ),
-    Step(_promoted, lambda view, req: replace(view, parked=view.parked - {req.engine_id})),
+    Step(_promoted, lambda view, req: view.evolve(parked=view.parked - {req.engine_id})),
 )
 
 
@@ -1290,6 +1317,11 @@ class DeclaredTransition:
     guards: tuple[Conjunct, ...]
     target: str
     action: str
+
+    asks: tuple[Callable[[DaemonView, Request], bool], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "asks", tuple(g.ask for g in self.guards))
 
 
 def transition_table(machine_class: type[StateMachine]) -> dict[tuple[str, str], tuple[DeclaredTransition, ...]]:
@@ -1399,8 +1431,8 @@ class DaemonMachine(StateMachine):
         transitions = self.table().get((model.phase, event), ())
         view = model.view
         for transition in transitions:
-            for guard in transition.guards:
-                if not guard(view, request):
+            for ask in transition.asks:
+                if not ask(view, request):
                     break
             else:
                 return getattr(self, transition.action)(event, request)

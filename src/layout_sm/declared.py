@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -45,11 +45,32 @@ class Call:
     params: tuple[str, ...]
     expected: bool = True  # for a guard: the value it must have (False: ``unless`` or ``not``)
     on_machine: bool = False  # a method of the machine class (run on the host), else of the model
+    # ``invoke(host, model, kwargs)``: the call, made once for its parameters (a step makes a dozen calls).
+    invoke: Callable[[Any, Any, dict[str, Any]], Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "invoke", _invoker(self.name, self.params, self.on_machine))
 
     def __call__(self, host: Any, model: Any, kwargs: dict[str, Any]) -> Any:
-        # Looked up by name on every call, as python-statemachine resolves it: a method replaced
-        # on the class (a mutant of a rule) is the one that runs.
-        return getattr(host if self.on_machine else model, self.name)(*[kwargs[p] for p in self.params])
+        return self.invoke(host, model, kwargs)
+
+
+def _invoker(name: str, params: tuple[str, ...], on_machine: bool) -> Callable[[Any, Any, dict[str, Any]], Any]:
+    # Looked up by name on every call, as python-statemachine resolves it: a method replaced on the
+    # class (a mutant of a rule) is the one that runs.
+    if on_machine:
+        if not params:
+            return lambda host, model, kwargs: getattr(host, name)()
+        if len(params) == 1:
+            (one,) = params
+            return lambda host, model, kwargs: getattr(host, name)(kwargs[one])
+        return lambda host, model, kwargs: getattr(host, name)(*[kwargs[p] for p in params])
+    if not params:
+        return lambda host, model, kwargs: getattr(model, name)()
+    if len(params) == 1:
+        (one,) = params
+        return lambda host, model, kwargs: getattr(model, name)(kwargs[one])
+    return lambda host, model, kwargs: getattr(model, name)(*[kwargs[p] for p in params])
 
 
 @dataclass(frozen=True)
@@ -61,9 +82,20 @@ class Rule:
     target: str
     guards: tuple[Call, ...]
     actions: tuple[Call, ...]
+    # The guards as (invoke, expected) pairs, for ``allows``.
+    checks: tuple[tuple[Callable[[Any, Any, dict[str, Any]], Any], bool], ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checks", tuple((g.invoke, g.expected) for g in self.guards))
 
     def allows(self, host: Any, model: Any, kwargs: dict[str, Any]) -> bool:
-        return all(bool(g(host, model, kwargs)) is g.expected for g in self.guards)
+        # A loop, not all(<generator>): a dozen guards a chunk, and the generator's frame costs as much.
+        for invoke, expected in self.checks:  # noqa: SIM110
+            if bool(invoke(host, model, kwargs)) is not expected:
+                return False
+        return True
 
 
 class Declared:
@@ -109,7 +141,7 @@ class Declared:
         rule = self.rule(model, event, kwargs, host)
         result = None
         for action in rule.actions:
-            result = action(host, model, kwargs)
+            result = action.invoke(host, model, kwargs)
         setattr(model, self.state_field, rule.target)
         return result
 

@@ -125,14 +125,12 @@ class Reply:
         """Read a reply dict; raise ValueError naming what is wrong with it."""
         if not isinstance(wire, Mapping):
             raise ValueError(f"reply: expected a dict, got {type(wire).__name__}")
-        try:
-            status = Status(wire.get("status"))
-        except ValueError:
-            raise ValueError(f"reply.status: {wire.get('status')!r} is not a layout-protocol status") from None
-        try:
-            reason = Reason(wire.get("reason"))
-        except ValueError:
-            raise ValueError(f"reply.reason: {wire.get('reason')!r} is not a known reason code") from None
+        status = _member(_STATUS_OF, wire.get("status"))
+        if status is None:
+            raise ValueError(f"reply.status: {wire.get('status')!r} is not a layout-protocol status")
+        reason = _member(_REASON_OF, wire.get("reason"))
+        if reason is None:
+            raise ValueError(f"reply.reason: {wire.get('reason')!r} is not a known reason code")
         message = wire.get("message")
         if not isinstance(message, str):
             raise ValueError("reply.message: missing or not a string")
@@ -141,6 +139,18 @@ class Reply:
 
     def __str__(self) -> str:
         return f"{self.status.value}({self.reason.value}): {self.message}"
+
+
+# The members by value, as ``Status(value)`` finds them (without the enum's machinery, twice a reply).
+_STATUS_OF: dict[object, Status] = {s.value: s for s in Status}
+_REASON_OF: dict[object, Reason] = {r.value: r for r in Reason}
+
+
+def _member(members: dict[object, Any], value: object) -> Any:
+    try:
+        return members.get(value)
+    except TypeError:  # unhashable: no member's value
+        return None
 
 
 def ok(reason: Reason, message: str, **data: Any) -> Reply:
