@@ -216,21 +216,26 @@ def _packed_rows(rows: Sequence[Sequence[int]]) -> bytes | None:
 
 @dataclass(frozen=True)
 class LayoutRecord:
-    """An immutable expert layout with its version and digest."""
+    """An immutable expert layout with its version and digest.
+
+    The map is kept a layer at a time (each row's int64 LE bytes): a committed chunk makes a record
+    that shares every other layer with its parent, where one 140 KB string a record (DeepSeek scale)
+    was allocated, filled and freed on every commit (measured: the commit's costliest step)."""
 
     num_layers: int
     num_physical: int
     num_logical: int
     version: int
-    map_bytes: bytes = field(repr=False)
+    layer_bytes: tuple[bytes, ...] = field(repr=False)
 
     def __post_init__(self) -> None:
         if not (_is_int(self.num_logical) and 1 <= self.num_logical <= MAX_LOGICAL):
             raise LayoutError(f"num_logical: {self.num_logical!r} is not in 1..{MAX_LOGICAL}")
         if not (_is_int(self.version) and self.version >= 0):
             raise LayoutError(f"version: {self.version!r} is not a non-negative int")
-        if len(self.map_bytes) != 8 * self.num_layers * self.num_physical:
-            raise LayoutError("map_bytes: length does not match the shape")
+        stride = 8 * self.num_physical
+        if len(self.layer_bytes) != self.num_layers or any(len(row) != stride for row in self.layer_bytes):
+            raise LayoutError("layer_bytes: lengths do not match the shape")
         flat = self._values
         if flat and (min(flat) < 0 or max(flat) >= self.num_logical):
             bad = next(i for i, v in enumerate(flat) if not 0 <= v < self.num_logical)
@@ -242,7 +247,18 @@ class LayoutRecord:
     @classmethod
     def build(cls, rows: Sequence[Sequence[int]], num_logical: int, version: int) -> LayoutRecord:
         payload, num_layers, num_physical = _rows_to_int64_le(rows, "map")
-        return cls(num_layers, num_physical, num_logical, version, payload)
+        return cls.of_payload(num_layers, num_physical, num_logical, version, payload)
+
+    @classmethod
+    def of_payload(
+        cls, num_layers: int, num_physical: int, num_logical: int, version: int, payload: bytes
+    ) -> LayoutRecord:
+        """The record of a whole map's int64 LE bytes (checked as any record is)."""
+        if len(payload) != 8 * num_layers * num_physical:
+            raise LayoutError("map: its bytes do not match the shape")
+        stride = 8 * num_physical
+        layers = tuple(payload[i * stride : (i + 1) * stride] for i in range(num_layers))
+        return cls(num_layers, num_physical, num_logical, version, layers)
 
     @classmethod
     def initial(cls, rows: Sequence[Sequence[int]], num_logical: int) -> LayoutRecord:
@@ -250,6 +266,11 @@ class LayoutRecord:
         return cls.build(rows, num_logical, 0)
 
     # -- reading ------------------------------------------------------------------------
+
+    @cached_property
+    def map_bytes(self) -> bytes:
+        """The whole map's int64 LE bytes, layer after layer."""
+        return b"".join(self.layer_bytes)
 
     @cached_property
     def _flat(self) -> array:
@@ -275,7 +296,8 @@ class LayoutRecord:
 
     @cached_property
     def _leaves(self) -> tuple[bytes, ...]:
-        return _leaves_of(self.map_bytes, self.num_layers, self.num_physical)
+        sha = hashlib.sha256
+        return tuple(sha(row).digest() for row in self.layer_bytes)
 
     @cached_property
     def digest(self) -> str:
@@ -290,7 +312,7 @@ class LayoutRecord:
         if len(rows) != len(layers):
             raise LayoutError(f"rows: {len(rows)} rows for {len(layers)} layers")
         width, logical = self.num_physical, self.num_logical
-        pack = struct.Struct(f"<{width}q").pack
+        pack = _row_packer(width)
         # Where every expert id fits a byte (256 experts or fewer: DeepSeek-V3, Qwen, Mixtral),
         # bytes() range-checks a row at C speed and translate() finds any id >= num_logical;
         # min() and max() over a full DeepSeek-scale commit (17,568 values) cost twice as much
@@ -327,15 +349,11 @@ class LayoutRecord:
             if not 0 <= layer < self.num_layers:
                 raise LayoutError(f"layers: {layer} is not in 0..{self.num_layers - 1}")
             replaced[layer] = packed
-        # The new map joined from the old map's kept spans and the new rows: writing the rows into
-        # a copy (a bytearray) costs 6x more at DeepSeek scale, its 140 KB touched page by page.
-        old, stride, start = self.map_bytes, 8 * self.num_physical, 0
-        parts = []
-        for layer in sorted(replaced):
-            parts += (old[start : layer * stride], replaced[layer])
-            start = (layer + 1) * stride
-        parts.append(old[start:])
-        successor = self._checked_successor(b"".join(parts))
+        # The new map shares every layer it keeps with this one: no copy of the map (see the class).
+        new_layers = list(self.layer_bytes)
+        for layer, packed in replaced.items():
+            new_layers[layer] = packed
+        successor = self._checked_successor(tuple(new_layers))
         if "_leaves" in self.__dict__:  # the digest hashes only the replaced layers again
             leaves = list(self._leaves)
             for layer, packed in replaced.items():
@@ -360,7 +378,7 @@ class LayoutRecord:
         self.__dict__["_successor_memo"] = (layers, rows, result)
         return result
 
-    def _checked_successor(self, map_bytes: bytes) -> LayoutRecord:
+    def _checked_successor(self, layer_bytes: tuple[bytes, ...]) -> LayoutRecord:
         """The next version, built without re-checking the whole map: ``with_rows`` checked the
         rows it replaced and the rest was checked when this record was built (a one-layer commit
         at DeepSeek scale would otherwise re-check 17,568 values)."""
@@ -370,7 +388,7 @@ class LayoutRecord:
             ("num_physical", self.num_physical),
             ("num_logical", self.num_logical),
             ("version", self.version + 1),
-            ("map_bytes", map_bytes),
+            ("layer_bytes", layer_bytes),
         ):
             object.__setattr__(successor, name, value)
         return successor
@@ -400,7 +418,8 @@ class LayoutRecord:
         if payload is None:  # not plain rows of one width: the checking build names the problem
             record = cls.build(wire["map"], wire["num_logical"], wire["version"])
         else:  # the range is checked when the record is made, the content by the digest below
-            record = cls(len(wire["map"]), len(wire["map"][0]), wire["num_logical"], wire["version"], payload)
+            shape = (len(wire["map"]), len(wire["map"][0]))
+            record = cls.of_payload(*shape, wire["num_logical"], wire["version"], payload)
         if record.digest != wire["digest"]:
             raise LayoutError("record.digest: does not match the map it came with")
         return record

@@ -141,6 +141,15 @@ def test_with_rows_replaces_layers_and_bumps_version() -> None:
     assert moved.digest == layout_digest(moved.rows)
 
 
+def test_a_successor_shares_the_layers_it_keeps() -> None:
+    """A commit costs the layers it replaces, not the map: the kept layers are the parent's own."""
+    record = LayoutRecord.initial([[0, 1, 2], [2, 1, 0], [1, 1, 1]], 3)
+    moved = record.with_rows([1], [[0, 0, 0]])
+    assert moved.layer_bytes[0] is record.layer_bytes[0] and moved.layer_bytes[2] is record.layer_bytes[2]
+    assert moved.layer_bytes[1] == struct.pack("<3q", 0, 0, 0)
+    assert moved.map_bytes == record.layer_bytes[0] + moved.layer_bytes[1] + record.layer_bytes[2]
+
+
 @pytest.mark.parametrize(
     ("layers", "rows", "needle"),
     [
