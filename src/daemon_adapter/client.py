@@ -125,9 +125,36 @@ def request(
     socket_path: str, message: Any, timeout: float = REQUEST_TIMEOUT_S, plain: bool = True, owner_only: bool = True
 ) -> Any:
     """One request on its own connection, as sglang's clients do; returns the reply."""
-    with connect(socket_path, timeout, owner_only) as sock:
+    return send_request(socket_path, message, timeout, plain, owner_only).read()
+
+
+class SentRequest:
+    """A request sent on its own connection, its reply not read yet: the sender may work while the
+    daemon answers. ``read`` waits for the reply and closes the connection (once, even on an error)."""
+
+    def __init__(self, sock: socket.socket, plain: bool) -> None:
+        self._sock: socket.socket | None = sock
+        self._plain = plain
+
+    def read(self) -> Any:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            raise ConnectionError("this request's reply was already read")
+        with sock:
+            return recv_frame(sock, self._plain)
+
+
+def send_request(
+    socket_path: str, message: Any, timeout: float = REQUEST_TIMEOUT_S, plain: bool = True, owner_only: bool = True
+) -> SentRequest:
+    """``request``'s first half: connect and send now; ``read()`` the reply later."""
+    sock = connect(socket_path, timeout, owner_only)
+    try:
         send_frame(sock, message)
-        return recv_frame(sock, plain)
+    except BaseException:
+        sock.close()
+        raise
+    return SentRequest(sock, plain)
 
 
 def attach(socket_path: str, engine_id: str, timeout: float = REQUEST_TIMEOUT_S) -> tuple[socket.socket, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,12 +84,31 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
 
 def ask_daemon(st: state.EngineLayoutState, request: LayoutRequest) -> Any:
     """One request to this rank's daemon; None when it cannot be reached (counts as refused)."""
+    return send_to_daemon(st, request)()
+
+
+def send_to_daemon(st: state.EngineLayoutState, request: LayoutRequest) -> Callable[[], Any]:
+    """Send one request to this rank's daemon now; the call returned reads its reply (None when the
+    daemon cannot be reached or answers nothing: counts as refused)."""
     assert st.socket_path is not None
     try:
-        return client.request(st.socket_path, request_wire(request))
+        sent = client.send_request(st.socket_path, request_wire(request))
     except Exception as error:
-        logger.warning("[expert-layout] rank %s: daemon at %s unreachable: %r", st.rank, st.socket_path, error)
-        return None
+        _unreachable(st, error)
+        return lambda: None
+
+    def read() -> Any:
+        try:
+            return sent.read()
+        except Exception as error:
+            _unreachable(st, error)
+            return None
+
+    return read
+
+
+def _unreachable(st: state.EngineLayoutState, error: Exception) -> None:
+    logger.warning("[expert-layout] rank %s: daemon at %s unreachable: %r", st.rank, st.socket_path, error)
 
 
 def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwargs: Any) -> Any:
@@ -120,10 +140,18 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     result = original(*args, **kwargs)
     # The moved weights must have landed before any other engine can be served them.
     torch.get_device_module(get_device().device).synchronize()
-    session.moved(get_global_expert_location_metadata().physical_to_logical_map_cpu.tolist())
     t2 = time.perf_counter()
 
-    step = session.committed_all(all_gather(ask_daemon(st, session.commit_request(rank))))
+    # The commit goes out with the chunk's rows; the engine's whole map is read, checked and hashed
+    # while the daemon records it (session.commit_request: the same steps, in the same order).
+    moved_map = get_global_expert_location_metadata().physical_to_logical_map_cpu
+    chunk = session.view().chunk
+    read_reply = send_to_daemon(st, session.commit_request(rank, {layer: moved_map[layer].tolist() for layer in chunk}))
+    try:
+        session.moved(moved_map.tolist())
+    finally:
+        reply = read_reply()  # read (and closed) even when the map is refused
+    step = session.committed_all(all_gather(reply))
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)

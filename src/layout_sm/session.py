@@ -297,16 +297,33 @@ class EngineSession:
         (kept as immutable rows: the rows sglang did not move are the ones kept before)."""
         self._fire(self._rebalance, "move", rows=engine_rows)
 
-    def commit_request(self, rank: int) -> messages.CommitRequest:
-        """Rank ``rank``'s commit: the chunk's rows of the engine's new map."""
+    def commit_request(
+        self, rank: int, moved: Sequence[Sequence[int]] | Mapping[int, Sequence[int]] | None = None
+    ) -> messages.CommitRequest:
+        """Rank ``rank``'s commit: the chunk's rows of the engine's new map.
+
+        ``moved``: the new map's rows by layer (the chunk's at least), when the commit goes out before
+        ``moved`` takes the whole map; the engine then checks and hashes its map while the daemon
+        records, instead of before it sends. The steps are the same, in the same order: the commit's
+        reply is taken after ``moved``, and ``verify`` compares every daemon's digest with the
+        engine's own, so rows that changed in between are a failed verification, never a silent one."""
         v = self.model.view
-        self._require(
-            v.rebalance == "committing" and v.moved_rows is not None and v.commits[rank] is None,
-            f"rank {rank} has no commit to send",
-        )
-        assert v.moved_rows is not None
+        rows: Sequence[Sequence[int]] | Mapping[int, Sequence[int]]
+        if moved is None:
+            self._require(
+                v.rebalance == "committing" and v.moved_rows is not None and v.commits[rank] is None,
+                f"rank {rank} has no commit to send",
+            )
+            assert v.moved_rows is not None
+            rows = v.moved_rows
+        else:
+            self._require(
+                v.rebalance == "moving" and v.commits[rank] is None,
+                f"rank {rank} has no commit to send before the move is taken",
+            )
+            rows = moved
         return messages.CommitRequest(
-            v.engine_id, self._token(rank), v.chunk, tuple(v.moved_rows[layer] for layer in v.chunk)
+            v.engine_id, self._token(rank), v.chunk, tuple(tuple(rows[layer]) for layer in v.chunk)
         )
 
     def committed(self, rank: int, reply: AnyReply) -> None:

@@ -72,6 +72,45 @@ def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
     assert all(d.view().record.rows == MOVED for d in daemons)
 
 
+def test_a_commit_sent_before_the_move_is_taken_is_the_same_commit(statemachine: bool) -> None:
+    """The adapter sends each rank's commit first and checks the engine's map while the daemon records
+    it: the requests are the ones built after ``moved``, and the chunk verifies the same way."""
+    early_daemons, late_daemons = (
+        [DaemonMachine(RECORD), DaemonMachine(RECORD)],
+        [
+            DaemonMachine(RECORD),
+            DaemonMachine(RECORD),
+        ],
+    )
+    early, late = _started(early_daemons, statemachine=statemachine), _started(late_daemons, statemachine=statemachine)
+    assert _chunk(early, early_daemons, [0]).go is Go.MOVE and _chunk(late, late_daemons, [0]).go is Go.MOVE
+    with pytest.raises(SessionError, match="has no commit to send"):
+        early.commit_request(0)  # without the map, only once the move is taken
+    sent = [early.commit_request(rank, {0: list(MOVED[0])}) for rank in range(2)]
+    early.moved(MOVED)
+    late.moved(MOVED)
+    assert sent == [late.commit_request(rank) for rank in range(2)]
+    with pytest.raises(SessionError, match="before the move is taken"):
+        early.commit_request(0, MOVED)  # once the move is taken, the commit is built from it
+    for rank, daemon in enumerate(early_daemons):
+        early.committed(rank, daemon.commit_move(sent[rank]))
+    assert early.verify().reason is Reason.COMMITTED and early.view().rows == MOVED
+
+
+def test_a_map_changed_after_its_commit_went_out_fails_the_verification(statemachine: bool) -> None:
+    """Rows sent early and a map taken after that differ: the daemons recorded the rows sent, the
+    engine's digest is of the map it routes with, and the chunk stops unverified."""
+    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
+    session = _started(daemons, statemachine=statemachine)
+    assert _chunk(session, daemons, [0]).go is Go.MOVE
+    sent = [session.commit_request(rank, MOVED) for rank in range(2)]
+    session.moved(((0, 1, 3, 2), MOVED[1]))  # not the rows that went out
+    for rank, daemon in enumerate(daemons):
+        session.committed(rank, daemon.commit_move(sent[rank]))
+    verdict = session.verify()
+    assert verdict.go is Go.STOP and verdict.reason is Reason.COMMIT_UNVERIFIED
+
+
 def test_busy_aborts_the_begun_ranks_then_pauses(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
     session = _started(daemons, statemachine=statemachine)

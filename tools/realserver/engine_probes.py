@@ -18,8 +18,9 @@ processes our launchers start; each probe is on only when its environment variab
   to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move);
   ``before_commit:N`` the rank is about to send its N-th commit (sglang has moved that chunk's
   experts in the daemon's memory, the record still holds the base version: the torn move at its
-  worst, memory and record apart). An AROUND hook on ``daemon_adapter.client.request``: it reads
-  the request type and the reply status only, and changes neither.
+  worst, memory and record apart). An AROUND hook on ``daemon_adapter.client.send_request``
+  (every request's: ``client.request`` sends through it): it reads the request type and, once the
+  reply is read, its status only, and changes neither.
 """
 
 from __future__ import annotations
@@ -207,11 +208,21 @@ def register_if_asked() -> None:
     if os.environ.get(STOP_ENV):
         stop = StopAt(StopPoint.parse(os.environ[STOP_ENV]), out_dir)
 
-        def around_request(original: Any, path: str, msg: Any, *args: Any, **kwargs: Any) -> Any:
-            stop.before_request(msg)
-            reply = original(path, msg, *args, **kwargs)
-            stop.after_reply(msg, reply)
-            return reply
+        class WatchedReply:
+            """The request's ``SentRequest``, whose reply the stop sees when it is read."""
 
-        HookRegistry.register("daemon_adapter.client.request", around_request, HookType.AROUND)
+            def __init__(self, sent: Any, msg: Any) -> None:
+                self._sent, self._msg = sent, msg
+
+            def read(self) -> Any:
+                reply = self._sent.read()
+                stop.after_reply(self._msg, reply)
+                return reply
+
+        # Every request goes through send_request (client.request is send_request(...).read()).
+        def around_send(original: Any, path: str, msg: Any, *args: Any, **kwargs: Any) -> Any:
+            stop.before_request(msg)
+            return WatchedReply(original(path, msg, *args, **kwargs), msg)
+
+        HookRegistry.register("daemon_adapter.client.send_request", around_send, HookType.AROUND)
     _registered = True
