@@ -45,6 +45,7 @@ How it binds to sglang, without copying sglang code:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import io
 import logging
@@ -133,6 +134,11 @@ REPLY_SEND_TIMEOUT_S = 5.0
 # apart, by layout_sm.daemon.MAX_ATTACHMENTS). When all are taken, sglang's serve loop waits up to
 # REQUEST_READ_TIMEOUT_S for one, then refuses the connection with busy(overloaded).
 MAX_OPEN_CONNECTIONS = 32
+# How long sglang's serve loop waits for a thread it starts to run. threading.Thread.start waits
+# without a bound, and a thread whose own start fails (out of memory: seen under a capped address
+# space, "Exception ignored in thread started by ... MemoryError") never runs: the loop would wait
+# for good and the daemon answer no one again.
+THREAD_START_TIMEOUT_S = 2.0
 # Bad frames: a line each, at most BAD_FRAME_LOG_BURST lines per BAD_FRAME_LOG_WINDOW_S.
 BAD_FRAME_LOG_BURST = 20
 BAD_FRAME_LOG_WINDOW_S = 10.0
@@ -222,6 +228,32 @@ def _peek_frame(conn: socket.socket) -> bytes | None:
         return peeked if len(peeked) == size else None
     except BlockingIOError:
         return None
+
+
+def _start_thread(target: Callable[..., None], args: tuple[Any, ...]) -> bool:
+    """Run ``target(*args)`` in a new thread; False, and ``target`` never runs, when the thread cannot
+    start or does not run within ``THREAD_START_TIMEOUT_S`` (see there)."""
+    lock, running = threading.Lock(), threading.Event()
+    decided: list[str] = []  # "run" by the thread, or "abandoned" by the caller: whichever is first
+
+    def bootstrap() -> None:
+        with lock:
+            if decided:
+                return
+            decided.append("run")
+        running.set()
+        target(*args)
+
+    try:
+        _thread.start_new_thread(bootstrap, ())
+    except RuntimeError:  # the thread limit, or no memory for its stack
+        return False
+    if running.wait(THREAD_START_TIMEOUT_S):
+        return True
+    with lock:
+        if not decided:
+            decided.append("abandoned")
+        return decided[0] == "run"
 
 
 class _Slot:
@@ -458,17 +490,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 send_msg(conn, overloaded(MAX_OPEN_CONNECTIONS).to_wire())
             return
         slot = _Slot(slots)
-        own: socket.socket | None = None
         try:
             own = conn.dup()  # serve() closes conn when _handle_connection returns
-            threading.Thread(
-                target=self._serve_connection, args=(own, slot, frame), name="expert-layout-connection", daemon=True
-            ).start()
-        except (OSError, RuntimeError) as error:  # descriptor or thread limit: nothing was recorded
+        except OSError as error:  # the descriptor limit: nothing was recorded
             slot.release()
-            if own is not None:
-                own.close()
             self._log_bad_frame(f"closed a connection unanswered: cannot serve it ({error})")
+            return
+        if not _start_thread(self._serve_connection, (own, slot, frame)):  # nothing was recorded
+            slot.release()
+            own.close()
+            self._log_bad_frame("closed a connection unanswered: cannot serve it (no thread started)")
 
     def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None) -> None:
         """One connection in its own thread: read its request (unless already read), answer it,
@@ -538,13 +569,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 self._attached_pids[session] = pid
             self._attach_conns[parsed.engine_id] = watched
             self._send(watched, reply.to_wire())
-            if slot is None:  # the engine has its reply; its watcher starts now
-                threading.Thread(
-                    target=self._watch_attachment,
-                    args=(watched, parsed.engine_id, session),
-                    name="expert-layout-attachment",
-                    daemon=True,
-                ).start()
+            # The engine has its reply; its watcher starts now.
+            if slot is None and not _start_thread(self._watch_attachment, (watched, parsed.engine_id, session)):
+                raise RuntimeError("no thread started")
         except Exception as error:
             self._log_bad_frame(
                 f"detached engine {parsed.engine_id!r} at once: cannot watch its connection "

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import pytest
 from tools.harness.daemon_proc import DaemonProcess, attach, connect, recv_frame, request
 
+from daemon_adapter import daemon as daemon_module
 from daemon_adapter.daemon import REQUEST_READ_TIMEOUT_S
 from daemon_adapter.wire import MAX_REQUEST_OPCODES
 from layout_sm.daemon import MAX_ATTACHMENTS
@@ -257,6 +258,22 @@ def test_an_attach_that_cannot_get_its_thread_leaves_no_attachment(daemon: Daemo
     assert stopped, f"the cap did not stop a thread: {outcomes}"
     wait_for(lambda: query(daemon.socket_path)["attached"] == [], timeout=5, what="no engine left attached")
     assert Engine(daemon.socket_path, "after").attach()["status"] == "ok"
+
+
+def test_a_thread_that_does_not_run_is_given_up_and_never_runs_its_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """threading.Thread.start waits for its thread without a bound; a thread whose own start fails (out
+    of memory) never runs, and sglang's serve loop would wait for good. The daemon's threads start
+    through ``_start_thread``: it gives such a thread up after a bound, and a thread that runs after
+    all then does nothing (the caller has already detached or closed what it was for)."""
+    late: list[Callable[[], None]] = []
+    monkeypatch.setattr(daemon_module, "THREAD_START_TIMEOUT_S", 0.05)
+    ran: list[int] = []
+    assert daemon_module._start_thread(ran.append, (1,)) is True  # a thread that runs
+    wait_for(lambda: ran == [1], timeout=5, what="the thread's target ran")
+    monkeypatch.setattr(daemon_module._thread, "start_new_thread", lambda bootstrap, args: late.append(bootstrap))
+    assert daemon_module._start_thread(ran.append, (2,)) is False  # started, never running
+    late[0]()  # it runs after all, once given up
+    assert ran == [1]
 
 
 # -- 7: launchers refuse abbreviated options -------------------------------------------------------
