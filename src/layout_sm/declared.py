@@ -45,32 +45,26 @@ class Call:
     params: tuple[str, ...]
     expected: bool = True  # for a guard: the value it must have (False: ``unless`` or ``not``)
     on_machine: bool = False  # a method of the machine class (run on the host), else of the model
-    # ``invoke(host, model, kwargs)``: the call, made once for its parameters (a step makes a dozen calls).
-    invoke: Callable[[Any, Any, dict[str, Any]], Any] = field(init=False, repr=False, compare=False)
+    # ``invoke(receiver, kwargs)``: the call on the host or the model, made once for its parameters
+    # (a step makes a dozen calls).
+    invoke: Callable[[Any, dict[str, Any]], Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "invoke", _invoker(self.name, self.params, self.on_machine))
+        object.__setattr__(self, "invoke", _invoker(self.name, self.params))
 
     def __call__(self, host: Any, model: Any, kwargs: dict[str, Any]) -> Any:
-        return self.invoke(host, model, kwargs)
+        return self.invoke(host if self.on_machine else model, kwargs)
 
 
-def _invoker(name: str, params: tuple[str, ...], on_machine: bool) -> Callable[[Any, Any, dict[str, Any]], Any]:
+def _invoker(name: str, params: tuple[str, ...]) -> Callable[[Any, dict[str, Any]], Any]:
     # Looked up by name on every call, as python-statemachine resolves it: a method replaced on the
     # class (a mutant of a rule) is the one that runs.
-    if on_machine:
-        if not params:
-            return lambda host, model, kwargs: getattr(host, name)()
-        if len(params) == 1:
-            (one,) = params
-            return lambda host, model, kwargs: getattr(host, name)(kwargs[one])
-        return lambda host, model, kwargs: getattr(host, name)(*[kwargs[p] for p in params])
     if not params:
-        return lambda host, model, kwargs: getattr(model, name)()
+        return lambda receiver, kwargs: getattr(receiver, name)()
     if len(params) == 1:
         (one,) = params
-        return lambda host, model, kwargs: getattr(model, name)(kwargs[one])
-    return lambda host, model, kwargs: getattr(model, name)(*[kwargs[p] for p in params])
+        return lambda receiver, kwargs: getattr(receiver, name)(kwargs[one])
+    return lambda receiver, kwargs: getattr(receiver, name)(*[kwargs[p] for p in params])
 
 
 @dataclass(frozen=True)
@@ -82,18 +76,18 @@ class Rule:
     target: str
     guards: tuple[Call, ...]
     actions: tuple[Call, ...]
-    # The guards as (invoke, expected) pairs, for ``allows``.
-    checks: tuple[tuple[Callable[[Any, Any, dict[str, Any]], Any], bool], ...] = field(
+    # The guards as (invoke, expected, on_machine), for ``allows``.
+    checks: tuple[tuple[Callable[[Any, dict[str, Any]], Any], bool, bool], ...] = field(
         init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "checks", tuple((g.invoke, g.expected) for g in self.guards))
+        object.__setattr__(self, "checks", tuple((g.invoke, g.expected, g.on_machine) for g in self.guards))
 
     def allows(self, host: Any, model: Any, kwargs: dict[str, Any]) -> bool:
         # A loop, not all(<generator>): a dozen guards a chunk, and the generator's frame costs as much.
-        for invoke, expected in self.checks:  # noqa: SIM110
-            if bool(invoke(host, model, kwargs)) is not expected:
+        for invoke, expected, on_machine in self.checks:
+            if bool(invoke(host if on_machine else model, kwargs)) is not expected:
                 return False
         return True
 
@@ -141,7 +135,7 @@ class Declared:
         rule = self.rule(model, event, kwargs, host)
         result = None
         for action in rule.actions:
-            result = action.invoke(host, model, kwargs)
+            result = action(host, model, kwargs)
         setattr(model, self.state_field, rule.target)
         return result
 
