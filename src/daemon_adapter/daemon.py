@@ -230,7 +230,7 @@ def _peek_frame(conn: socket.socket) -> bytes | None:
         return None
 
 
-def _start_thread(target: Callable[..., None], args: tuple[Any, ...]) -> bool:
+def _start_thread(target: Callable[..., object], args: tuple[Any, ...]) -> bool:
     """Run ``target(*args)`` in a new thread; False, and ``target`` never runs, when the thread cannot
     start or does not run within ``THREAD_START_TIMEOUT_S`` (see there)."""
     lock, running = threading.Lock(), threading.Event()
@@ -666,8 +666,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         level = logging.WARNING if effect.dirty is not None else logging.INFO
         logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
         self._notify(effect.notified)
-        if repairing:  # auto repair: the machine turned repairing; reload off this watcher thread
-            threading.Thread(target=self._run_repair, name="expert-layout-repair", daemon=True).start()
+        # Auto repair: the machine turned repairing; the reload runs in a thread of its own, or in this
+        # one when none starts (a repairing daemon with no reload running would stay so for good).
+        if repairing and not _start_thread(self._run_repair, ()):
+            self._run_repair()
 
     def _notify(self, engines: Any) -> None:
         """Write the notice on each parked standby's attach connection: no unparked engine is attached
