@@ -39,6 +39,7 @@ from typing import Any, ClassVar, cast
 from statemachine import State, StateMachine
 from statemachine.exceptions import TransitionNotAllowed
 
+from layout_sm.declared import all_hold, call_source
 from layout_sm.messages import (
     STARTUP_HOOK_MISSING,
     AbortRequest,
@@ -400,6 +401,8 @@ class Conjunct:
     # ``ask(view, request)``: the conjunct's truth, made once for the method's parameters (the
     # machine asks a conjunct several times a request: no argument tuple is built per call).
     ask: Callable[[DaemonView, Request], bool] = field(repr=False, compare=False)
+    # The request's fields the method takes, in its order.
+    params: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def named(cls, spec: str, negated: bool = False) -> Conjunct:
@@ -411,7 +414,11 @@ class Conjunct:
             raise ValueError(f"{spec!r} is not a DaemonView conjunct (or 'not' one)")
         name = words[0]
         params = tuple(inspect.signature(getattr(DaemonView, name)).parameters)[1:]
-        return cls(name, negated, _asker(name, params, negated))
+        return cls(name, negated, _asker(name, params, negated), params)
+
+    def source(self) -> str:
+        """The conjunct's call as a Python expression over ``view`` and ``request`` (``all_hold``)."""
+        return call_source("view", self.method, [f"request.{p}" for p in self.params])
 
     def __call__(self, view: DaemonView, request: Request) -> bool:
         return self.ask(view, request)
@@ -1318,10 +1325,12 @@ class DeclaredTransition:
     target: str
     action: str
 
-    asks: tuple[Callable[[DaemonView, Request], bool], ...] = field(init=False, repr=False, compare=False)
+    # Whether every guard holds, asked in order, compiled once (``declared.all_hold``).
+    all_hold: Callable[[DaemonView, Request], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "asks", tuple(g.ask for g in self.guards))
+        terms = [(guard.source(), not guard.negated) for guard in self.guards]
+        object.__setattr__(self, "all_hold", all_hold(("view", "request"), terms))
 
 
 def transition_table(machine_class: type[StateMachine]) -> dict[tuple[str, str], tuple[DeclaredTransition, ...]]:
@@ -1431,10 +1440,7 @@ class DaemonMachine(StateMachine):
         transitions = self.table().get((model.phase, event), ())
         view = model.view
         for transition in transitions:
-            for ask in transition.asks:
-                if not ask(view, request):
-                    break
-            else:
+            if transition.all_hold(view, request):
                 return getattr(self, transition.action)(event, request)
         raise TransitionNotAllowed(getattr(type(self), event), self.configuration)
 

@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from statemachine import StateMachine
 from statemachine.callbacks import CallbackGroup
 from statemachine.exceptions import TransitionNotAllowed
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
+# What a part of a compiled guard may be: a name, ``name.name`` or ``name['name']``.
+_SOURCE_PART = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\['[A-Za-z_]\w*'\])?")
 
 
 @dataclass(frozen=True)
@@ -76,20 +78,40 @@ class Rule:
     target: str
     guards: tuple[Call, ...]
     actions: tuple[Call, ...]
-    # The guards as (invoke, expected, on_machine), for ``allows``.
-    checks: tuple[tuple[Callable[[Any, dict[str, Any]], Any], bool, bool], ...] = field(
-        init=False, repr=False, compare=False
-    )
+    # Whether every guard holds (``all_hold``), compiled once: ``allows(host, model, kwargs)``.
+    allows: Callable[[Any, Any, dict[str, Any]], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "checks", tuple((g.invoke, g.expected, g.on_machine) for g in self.guards))
+        terms = [(_call_source(g), g.expected) for g in self.guards]
+        object.__setattr__(self, "allows", all_hold(("host", "model", "kwargs"), terms))
 
-    def allows(self, host: Any, model: Any, kwargs: dict[str, Any]) -> bool:
-        # A loop, not all(<generator>): a dozen guards a chunk, and the generator's frame costs as much.
-        for invoke, expected, on_machine in self.checks:
-            if bool(invoke(host if on_machine else model, kwargs)) is not expected:
-                return False
-        return True
+
+def call_source(receiver: str, method: str, arguments: Sequence[str]) -> str:
+    """``receiver.method(arguments...)`` as Python source, for ``all_hold``: the method is looked up by
+    name when it runs (a method replaced on the class is what runs). Every part must be a name or a
+    dotted or subscripted name; anything else is refused."""
+    for part in (receiver, method, *arguments):
+        if not _SOURCE_PART.fullmatch(part):
+            raise ValueError(f"{part!r} cannot be part of a declared guard")
+    return f"{receiver}.{method}({', '.join(arguments)})"
+
+
+def _call_source(call: Call) -> str:
+    """``call`` over ``host``, ``model`` and ``kwargs``, as ``Call.invoke`` makes it."""
+    return call_source("host" if call.on_machine else "model", call.name, [f"kwargs[{p!r}]" for p in call.params])
+
+
+def all_hold(params: tuple[str, ...], terms: Sequence[tuple[str, bool]]) -> Callable[..., bool]:
+    """One function of ``params`` telling whether every term (a Python expression over them, and the
+    truth it must have) has it, asked in order and stopping at the first that does not. A machine asks
+    a transition's guards on every step: compiled once, one call asks them all, where a call per guard
+    costs as much again as the guards themselves. The callers build the terms from the names of
+    declared methods and of their parameters only (``call_source``)."""
+    body = " and ".join(f"({expression})" if expected else f"not ({expression})" for expression, expected in terms)
+    source = f"def all_hold({', '.join(params)}):\n    return bool({body or 'True'})\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<declared guards>", "exec"), namespace)
+    return cast(Callable[..., bool], namespace["all_hold"])
 
 
 class Declared:
@@ -197,4 +219,4 @@ def _event(machine: type[StateMachine], event: str) -> Any:
     return None
 
 
-__all__ = ["Call", "Declared", "Rule"]
+__all__ = ["Call", "Declared", "Rule", "all_hold", "call_source"]

@@ -10,7 +10,7 @@ import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.declared import Declared
+from layout_sm.declared import Declared, all_hold, call_source
 from layout_sm.engine import (
     EngineLayout,
     Go,
@@ -293,6 +293,42 @@ def test_the_table_refuses_what_it_cannot_read() -> None:
 
     with pytest.raises(TypeError, match="convention callback"):
         Declared(Entering, EngineState, "phase")
+
+
+def test_compiled_guards_are_asked_in_order_and_stop_at_the_first_that_fails() -> None:
+    """``all_hold`` asks each guard as a loop over them would: in order, each for the truth it must
+    have, and none after the first that does not have it (a later guard may assume an earlier one)."""
+    asked: list[object] = []
+
+    class Model:
+        def a(self) -> bool:
+            asked.append("a")
+            return True
+
+        def b(self, x: int) -> bool:
+            asked.append(("b", x))
+            return False
+
+        def c(self) -> bool:
+            asked.append("c")
+            return True
+
+    a, b, c = (call_source("model", "a", []), call_source("model", "b", ["kwargs['x']"]), call_source("model", "c", []))
+    params = ("host", "model", "kwargs")
+    assert all_hold(params, [(a, True), (b, False), (c, True)])(None, Model(), {"x": 1}) is True
+    assert asked == ["a", ("b", 1), "c"]
+    asked.clear()
+    assert all_hold(params, [(a, True), (b, True), (c, True)])(None, Model(), {"x": 2}) is False
+    assert asked == ["a", ("b", 2)]
+    assert all_hold(params, [])(None, Model(), {}) is True
+
+
+@pytest.mark.parametrize("part", ["a(b)", "x; import os", "kwargs[x]", "kwargs[1]", "a.b.c", ""])
+def test_a_compiled_guard_is_made_of_names_only(part: str) -> None:
+    with pytest.raises(ValueError, match="cannot be part of a declared guard"):
+        call_source("model", part, [])
+    with pytest.raises(ValueError, match="cannot be part of a declared guard"):
+        call_source("model", "a", [part])
 
 
 def test_the_diagrams_are_drawn_from_the_declarations() -> None:
