@@ -18,10 +18,10 @@ How it binds to sglang, without copying sglang code:
   by ``PlainRequestUnpickler``, a subclass of sglang's ``SafeUnpickler``. A layout request
   is answered here; any other dict goes to sglang's own ``_handle_connection`` (under one lock:
   sglang's handler still runs one request at a time), so ``ping``, ``query_config`` and
-  ``fetch_state`` behave exactly as before, on frames already known to be bounded. A frame
-  checked by peeking is still in the socket's buffer, and sglang reads it itself (a copy and a
-  Python wrapper less on every ``fetch_state``); a frame read in a connection's thread is
-  replayed to it byte for byte.
+  ``fetch_state`` behave exactly as before, on frames already known to be bounded. sglang's
+  handler reads its request through its module's ``recv_msg``, which the daemon hooks
+  (``_recv_request``): it gets the request already read, and a frame is read and unpickled once,
+  not twice (every other caller of that ``recv_msg`` reads as before).
 - Every frame gets a reply, or a close with one rate-limited log line saying why; never a
   traceback (``layout_sm.messages`` says who answers what).
 - ``fetch_state``: sglang's handler runs its config check and then calls
@@ -206,28 +206,26 @@ class _DeadlineReader:
         return self._conn.recv(bufsize)
 
 
-# One peek reads a usual request whole (a fetch_state or a one-layer commit is under 1 KiB); a larger
-# one (a full-map commit is about 35 KiB) takes a second peek of its exact size.
-_PEEK_BYTES = 4096
+# One read takes a usual request whole (a fetch_state or a one-layer commit is under 1 KiB); a larger
+# one (a full-map commit is about 35 KiB) takes a second read of the rest.
+_FIRST_READ_BYTES = 4096
 
 
-def _peek_frame(conn: socket.socket) -> bytes | None:
-    """The connection's buffered bytes when reading the request cannot wait: a whole frame (left
-    in the buffer), a header announcing too large a frame, or b"" (EOF); None when more must come."""
-    conn.settimeout(0.0)  # with a timeout, Python would wait for data before even peeking
+def _take_buffered(conn: socket.socket) -> bytes | None:
+    """What the connection has buffered, taken without waiting: a whole frame (and anything sent
+    after it, which no request needs), a part of one, or b"" (EOF); None when nothing came yet."""
+    conn.settimeout(0.0)  # with a timeout, Python would wait for data
     try:
-        peeked = conn.recv(_PEEK_BYTES, socket.MSG_PEEK)
-        if len(peeked) < FRAME_HEADER.size:
-            return None if peeked else b""
-        (length,) = FRAME_HEADER.unpack_from(peeked)
-        if length > wire.MAX_REQUEST_FRAME_BYTES:
-            return peeked
-        size = FRAME_HEADER.size + length
-        if len(peeked) < size:
-            peeked = conn.recv(size, socket.MSG_PEEK)
-        return peeked if len(peeked) == size else None
+        taken = conn.recv(_FIRST_READ_BYTES)
     except BlockingIOError:
         return None
+    if len(taken) >= FRAME_HEADER.size:
+        (length,) = FRAME_HEADER.unpack_from(taken)
+        missing = FRAME_HEADER.size + length - len(taken)
+        if missing > 0 and length <= wire.MAX_REQUEST_FRAME_BYTES:
+            with contextlib.suppress(BlockingIOError):
+                taken += conn.recv(missing)
+    return taken
 
 
 def _start_thread(target: Callable[..., object], args: tuple[Any, ...]) -> bool:
@@ -287,61 +285,114 @@ class _RequestFrame:
     reply: Reply | None = None
 
     @classmethod
-    def read(cls, conn: socket.socket) -> _RequestFrame:
+    def read(cls, conn: socket.socket, taken: bytes = b"") -> _RequestFrame:
+        """The request of ``conn``, waiting for it (``REQUEST_READ_TIMEOUT_S``); ``taken``: its first
+        bytes, already read off ``conn``."""
         timed = _DeadlineReader(conn, REQUEST_READ_TIMEOUT_S)
         try:
-            header = recv_exact(timed, FRAME_HEADER.size)  # type: ignore[arg-type]
+            header = taken[: FRAME_HEADER.size]
+            header += recv_exact(timed, FRAME_HEADER.size - len(header))  # type: ignore[arg-type]
             (length,) = FRAME_HEADER.unpack(header)
             if length > wire.MAX_REQUEST_FRAME_BYTES:
-                problem = f"a request of {length} bytes exceeds the limit of {wire.MAX_REQUEST_FRAME_BYTES}"
-                return cls(problem=f"refused a request unread: {problem}", reply=malformed_frame(problem))
-            body = recv_exact(timed, length)  # type: ignore[arg-type]
+                return cls.too_large(length)
+            body = taken[FRAME_HEADER.size : FRAME_HEADER.size + length]
+            body += recv_exact(timed, length - len(body))  # type: ignore[arg-type]
         except TimeoutError:
             return cls(problem=f"closed a connection that sent no complete request within {REQUEST_READ_TIMEOUT_S:g} s")
         except ConnectionError as error:
-            return cls(problem=f"closed a connection that ended before its request did ({error})")
+            return cls.ended(error)
         except OSError as error:
             return cls(problem=f"closed a connection that could not be read ({error})")
         return cls.of(header, body)
 
     @classmethod
-    def of(cls, header: bytes, body: bytes) -> _RequestFrame:
-        """The request of a whole frame, checked before it is unpickled."""
+    def of_taken(cls, taken: bytes) -> _RequestFrame | None:
+        """The request in what a connection had buffered (``_take_buffered``): its request, or why not;
+        None when only a part of it came yet."""
+        if not taken:
+            return cls.ended(ConnectionError(f"connection closed after 0 of {FRAME_HEADER.size} bytes"))
+        if len(taken) < FRAME_HEADER.size:
+            return None
+        (length,) = FRAME_HEADER.unpack_from(taken)
+        if length > wire.MAX_REQUEST_FRAME_BYTES:
+            return cls.too_large(length)
+        size = FRAME_HEADER.size + length
+        if len(taken) < size:
+            return None
+        frame = taken if len(taken) == size else taken[:size]
+        return cls.of(frame[: FRAME_HEADER.size], frame[FRAME_HEADER.size :], frame)
+
+    @classmethod
+    def too_large(cls, length: int) -> _RequestFrame:
+        problem = f"a request of {length} bytes exceeds the limit of {wire.MAX_REQUEST_FRAME_BYTES}"
+        return cls(problem=f"refused a request unread: {problem}", reply=malformed_frame(problem))
+
+    @classmethod
+    def ended(cls, error: ConnectionError) -> _RequestFrame:
+        return cls(problem=f"closed a connection that ended before its request did ({error})")
+
+    @classmethod
+    def of(cls, header: bytes, body: bytes, raw: bytes | None = None) -> _RequestFrame:
+        """The request of a whole frame, checked before it is unpickled (``raw``: header + body, when
+        the caller has them joined already)."""
         problem = wire.request_pickle_problem(body)
         if problem is None:
             try:
-                return cls(request=PlainRequestUnpickler(io.BytesIO(body)).load(), raw=header + body)
+                return cls(request=PlainRequestUnpickler(io.BytesIO(body)).load(), raw=raw or header + body)
             except Exception as error:  # any unpickling failure is the client's
                 problem = f"not a pickle: {type(error).__name__}: {error}"
         return cls(problem=f"refused a request: {problem}", reply=malformed_frame(problem))
 
 
-class _ReplayConnection:
-    """A connection that first returns ``already_read`` and then reads the real socket; ``sent``
-    says whether a reply was started through it."""
+class _ReadConnection:
+    """A connection whose request the adapter has read and checked: sglang's handler gets ``request``
+    from the hooked ``recv_msg`` (``_recv_request``) instead of reading and unpickling the frame a
+    second time; ``sent`` says whether a reply was started through it."""
 
-    def __init__(self, conn: socket.socket, already_read: bytes) -> None:
-        self._conn = conn
-        self._unread = memoryview(already_read)
+    def __init__(self, conn: socket.socket, request: dict[str, Any], frame: bytes) -> None:
+        self.socket = conn
+        self.request = request
+        self._unread = frame  # replayed only to a recv_msg that is not the hooked one
         self.sent = False
 
     def sendall(self, *args: Any) -> None:
         self.sent = True
-        self._conn.sendall(*args)
+        self.socket.sendall(*args)
 
     def sendmsg(self, *args: Any) -> int:
         self.sent = True
-        return self._conn.sendmsg(*args)
+        return self.socket.sendmsg(*args)
 
     def recv(self, bufsize: int, *flags: int) -> bytes:
         if self._unread:
             chunk, self._unread = bytes(self._unread[:bufsize]), self._unread[bufsize:]
             return chunk
-        return self._conn.recv(bufsize, *flags)
+        return self.socket.recv(bufsize, *flags)
 
     def __getattr__(self, name: str) -> Any:
-        # sendall, sendmsg, fileno, settimeout...: the real socket.
-        return getattr(self._conn, name)
+        # fileno, settimeout...: the real socket.
+        return getattr(self.socket, name)
+
+
+_sglang_recv_msg = sglang_daemon.recv_msg
+
+
+def _recv_request(conn: Any) -> Any:
+    """sglang's daemon module's ``recv_msg``, hooked (``_hook_sglang_read``): the request the adapter
+    already read off a ``_ReadConnection``, under bounds stricter than sglang's (a frame of at most
+    ``wire.MAX_REQUEST_FRAME_BYTES``, loaded by a subclass of sglang's ``SafeUnpickler``); sglang's own
+    read for any other connection."""
+    if type(conn) is _ReadConnection:
+        return conn.request
+    return _sglang_recv_msg(conn)
+
+
+def _hook_sglang_read() -> None:
+    """Point sglang's daemon module's ``recv_msg`` at ``_recv_request`` (idempotent). sglang's handler
+    reads each request through that module global; a request is then read and unpickled once
+    (a ``fetch_state`` reads its frame once instead of twice), and every other caller reads as before."""
+    if sglang_daemon.recv_msg is not _recv_request:
+        sglang_daemon.recv_msg = _recv_request
 
 
 class _LayoutGatedTransport:
@@ -390,6 +441,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
         # The running reload's progress (daemon_adapter.repair.RepairProgress), for the status.
         self._repair_progress: Any = None
+        _hook_sglang_read()
         super().__init__(*args, **kwargs)
 
     def serve(self) -> None:
@@ -451,28 +503,14 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         watcher thread starts after the reply). Otherwise, and for a repair (seconds), the
         connection goes to a thread of its own, so that a client slow to send holds no one else up."""
         try:
-            peeked = _peek_frame(conn)
+            taken = _take_buffered(conn)
         except OSError as error:
             self._log_bad_frame(f"closed a connection that could not be read ({error})")
             return
-        if peeked is None:
-            self._serve_in_thread(conn, None)
+        frame = None if taken is None else _RequestFrame.of_taken(taken)
+        if frame is None:  # nothing, or a part, came yet: the rest is read in the connection's thread
+            self._serve_in_thread(conn, None, taken or b"")
             return
-        size = len(peeked)
-        if size < FRAME_HEADER.size or size != FRAME_HEADER.size + FRAME_HEADER.unpack_from(peeked)[0]:
-            frame = _RequestFrame.read(conn)  # EOF or too large: read says why
-        else:
-            frame = _RequestFrame.of(peeked[: FRAME_HEADER.size], peeked[FRAME_HEADER.size :])
-            if frame.problem is None and is_sglang_request(frame.request):
-                # Left in the buffer: sglang's handler reads the frame itself, from the socket.
-                try:
-                    with self._sglang_lock:
-                        self._handle_sglang_request(conn, frame.request, None)  # type: ignore[arg-type]
-                except Exception as error:  # one line instead of sglang's traceback
-                    self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
-                return
-            with contextlib.suppress(OSError):
-                recv_exact(conn, size)  # consumed: an attach's watcher then reads only what follows
         if frame.problem is None and _is_repair(frame.request):
             self._serve_in_thread(conn, frame)  # a repair takes seconds
             return
@@ -481,7 +519,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         except Exception as error:  # one line instead of sglang's traceback
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
 
-    def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None) -> None:
+    def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None, taken: bytes = b"") -> None:
+        """``conn`` served in a thread of its own: its ``frame`` when read already, else its request
+        read there (``taken``: its first bytes, already read off it)."""
         slots = self._slots
         # Waits at most the time an open connection may take to send its request.
         if not slots.acquire(timeout=REQUEST_READ_TIMEOUT_S):
@@ -496,16 +536,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             slot.release()
             self._log_bad_frame(f"closed a connection unanswered: cannot serve it ({error})")
             return
-        if not _start_thread(self._serve_connection, (own, slot, frame)):  # nothing was recorded
+        if not _start_thread(self._serve_connection, (own, slot, frame, taken)):  # nothing was recorded
             slot.release()
             own.close()
             self._log_bad_frame("closed a connection unanswered: cannot serve it (no thread started)")
 
-    def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None) -> None:
+    def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None, taken: bytes) -> None:
         """One connection in its own thread: read its request (unless already read), answer it,
         and for an attach that was recorded, watch the connection until EOF (the detach)."""
         try:
-            self._answer(conn, frame if frame is not None else _RequestFrame.read(conn), slot)
+            self._answer(conn, frame if frame is not None else _RequestFrame.read(conn, taken), slot)
         except Exception as error:  # one line instead of a traceback
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
         finally:
@@ -588,32 +628,28 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         except OSError as error:  # gone, or not reading within REPLY_SEND_TIMEOUT_S
             self._log_bad_frame(f"reply not delivered: {type(error).__name__}: {error}")
 
-    def _handle_sglang_request(self, conn: socket.socket, request: dict[str, Any], frame: bytes | None) -> None:
-        """sglang's own handler on the request; ``fetch_state`` gets the layout gate. ``frame``: the
-        bytes already read off ``conn``, replayed to sglang; None when the frame is still unread.
+    def _handle_sglang_request(self, conn: socket.socket, request: dict[str, Any], frame: bytes) -> None:
+        """sglang's own handler on the request, already read (``frame``, its bytes, are off ``conn``):
+        sglang gets it from the hooked ``recv_msg`` (``_recv_request``). ``fetch_state`` gets the layout gate.
 
         sglang's handler raises on a request it cannot read (a ``fetch_state`` without a config,
         say); the client then gets sglang's error shape, or a close if a reply had started."""
-        conn.settimeout(REPLY_SEND_TIMEOUT_S)
-        gated = request.get("type") == FETCH_STATE
-        # A fetch_state's reply starts at the gate (sglang's config-mismatch reply is its handler's last
-        # act); any other reply is seen through the replay.
-        replay = _ReplayConnection(conn, frame or b"") if frame is not None or not gated else None
+        read = _ReadConnection(conn, request, frame)
         backend = self.transport_backend
         gate: _LayoutGatedTransport | None = None
-        if gated:
+        if request.get("type") == FETCH_STATE:
             claim = parse_fetch_field(request.get(FETCH_FIELD))
             gap = self._plugin_gap(conn, request, claim)
             gate = self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim, gap))
         try:
-            super()._handle_connection(replay or conn)  # type: ignore[arg-type]
+            super()._handle_connection(read)  # type: ignore[arg-type]
         except Exception as error:
             problem = f"{request.get('type')!r} request failed in sglang's handler: {type(error).__name__}: {error}"
             self._log_bad_frame(problem)
-            if not (replay.sent if replay is not None else gate is not None and gate.sent):
+            if not (read.sent or (gate is not None and gate.sent)):
                 self._send(conn, {"status": "error", "message": problem})
         finally:
-            if gated:
+            if gate is not None:
                 self.transport_backend = backend
 
     def _plugin_gap(self, conn: socket.socket, request: dict[str, Any], claim: object) -> str | None:

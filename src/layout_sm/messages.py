@@ -414,6 +414,12 @@ def parse_plugin_gap(value: object) -> str | None:
     return value if isinstance(value, str) and value in PLUGIN_GAPS else None
 
 
+# The fields of the ``expert_layout`` field, as a refusal names them.
+_FETCH_ENGINE_ID, _FETCH_SESSION, _FETCH_VERSION, _FETCH_DIGEST = (
+    f"{FETCH_FIELD}.{name}" for name in ("engine_id", "session", "version", "digest")
+)
+
+
 def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
     """The ``expert_layout`` field of a ``fetch_state``: None when absent, or a refusal."""
     if value is None:
@@ -422,10 +428,10 @@ def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
         if not isinstance(value, Mapping):
             raise _Malformed(FETCH_FIELD, f"expected a dict, got {_type_name(value)}")
         return FetchLayoutField(
-            _engine_id(value, f"{FETCH_FIELD}.engine_id"),
-            _session(value, f"{FETCH_FIELD}.session"),
-            _int(_get(value, "version", f"{FETCH_FIELD}.version"), f"{FETCH_FIELD}.version", 0, 2**62),
-            _digest(_get(value, "digest", f"{FETCH_FIELD}.digest"), f"{FETCH_FIELD}.digest"),
+            _engine_id(value, _FETCH_ENGINE_ID),
+            _session(value, _FETCH_SESSION),
+            _int(_get(value, "version", _FETCH_VERSION), _FETCH_VERSION, 0, 2**62),
+            _digest(_get(value, "digest", _FETCH_DIGEST), _FETCH_DIGEST),
         )
     except _Malformed as error:
         return layout_refused(

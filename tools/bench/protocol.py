@@ -17,8 +17,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
    and the commit's size on the wire.
 4. fetch: ``fetch_state`` through the layout-aware handler (with the layout check) against
    sglang's own ``WeightCacheDaemon._handle_connection``, on the same daemon object with the same
-   exported tensors; and, in the same rotation, a handler that only reads the request (peek, the
-   hardening's check, unpickling, the field) before sglang's: the floor of any check.
+   exported tensors; and, in the same rotation, a handler that only reads the request (one read, the
+   hardening's check, unpickling, the field) and hands it to sglang's handler as the layout-aware
+   daemon does: the floor of any check.
 5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
    against 1.
 6. request check: the daemon's check of a request's pickle before unpickling it
@@ -308,8 +309,7 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
     import torch
     from sglang.srt.weight_cache.daemon import WeightCacheDaemon
 
-    from daemon_adapter.client import FRAME_HEADER
-    from daemon_adapter.daemon import _peek_frame, _RequestFrame
+    from daemon_adapter.daemon import _ReadConnection, _RequestFrame, _take_buffered
     from layout_sm.messages import FETCH_FIELD, AttachRequest, fetch_layout_field
     from layout_sm.record import layout_digest
     from tools.harness.daemon_proc import default_cache_config, recv_frame, send_frame
@@ -352,14 +352,15 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
         return time.perf_counter() - t0
 
     def read_only(conn: socket.socket) -> None:
-        """What any layout check must do before sglang's handler runs, and no more: peek the frame, check
-        and unpickle it under the hardening's bounds, read the field; then sglang's handler, ungated."""
-        peeked = _peek_frame(conn)
-        assert peeked is not None
-        frame = _RequestFrame.of(peeked[: FRAME_HEADER.size], peeked[FRAME_HEADER.size :])
-        assert frame.problem is None and isinstance(frame.request, dict) and FETCH_FIELD in frame.request
+        """What any layout check must do before sglang's handler runs, and no more: read the frame, check
+        and unpickle it under the hardening's bounds, read the field; then sglang's handler, ungated, on
+        the request read (as the daemon hands it over)."""
+        taken = _take_buffered(conn)
+        frame = _RequestFrame.of_taken(taken) if taken is not None else None
+        assert frame is not None and frame.problem is None and isinstance(frame.request, dict)
+        assert FETCH_FIELD in frame.request
         conn.settimeout(30.0)
-        WeightCacheDaemon._handle_connection(daemon, conn)
+        WeightCacheDaemon._handle_connection(daemon, _ReadConnection(conn, frame.request, frame.raw))  # type: ignore[arg-type]
 
     layout_s, plain_s, floor_s = [], [], []
     sides = [
@@ -508,8 +509,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"{fe['fetch_plain_sglang_us']} µs (sglang's own handler, same daemon) | overhead "
         f"{100 * fe['overhead']:.2f}% | ≤{100 * t['fetch_overhead_max']:.0f}%: "
         f"{yes(fe['overhead'] <= t['fetch_overhead_max'])} |",
-        f"| fetch_state reading the request only (peek, the hardening's check, unpickling, the field: what "
-        f"any check does before deciding) | {fe['fetch_reading_the_request_us']} µs | "
+        f"| fetch_state reading the request only (one read, the hardening's check, unpickling, the field; "
+        f"sglang's handler gets the request read: what any check does before deciding) | "
+        f"{fe['fetch_reading_the_request_us']} µs | "
         f"{fe['fetch_plain_sglang_us']} µs (sglang's own handler) | overhead {100 * fe['reading_overhead']:.2f}% | "
         f"none: the floor of any check |",
         f"| query throughput, 16 attached engines polling | {tp['queries_per_s_16_engines']} /s | "
