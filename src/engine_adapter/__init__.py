@@ -12,6 +12,7 @@ Modules:
   ``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, ``SGLANG_EXPERT_LAYOUT_POLL_INTERVAL``).
 - ``loader``: the ``expert_layout`` field of ``fetch_state``; ``LayoutRefusedError``.
 - ``rebalance``: the chunk protocol around sglang's EPLB.
+- ``collective``: every rank's small object in one collective (a chunk's begin and commit replies).
 - ``install_check``: at startup, that sglang applied every hook (by identity); otherwise shared
   rebalancing off with one error. ``compat``: the tested sglang and Python versions, the warning.
 - ``metrics``: the protocol's series on sglang's ``/metrics`` (``--enable-metrics``).

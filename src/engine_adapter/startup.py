@@ -33,6 +33,7 @@ from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
 from engine_adapter import install_check, metrics, roles, state
+from engine_adapter.collective import all_gather_small
 from layout_sm.engine import EngineLayout, Go, RankFinding, Step
 from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
 from layout_sm.record import layout_digest
@@ -79,15 +80,13 @@ def world_cpu_group() -> Any:
 
 
 def all_gather(obj: Any) -> list[Any]:
-    """Every rank's ``obj``, in rank order, over the world's CPU group. An engine of one rank has
-    nothing to exchange: no collective (it would pickle the object twice, twice per chunk)."""
+    """Every rank's ``obj``, in rank order, over the world's CPU group, in one collective where it fits
+    (``collective.all_gather_small``). An engine of one rank has nothing to exchange: no collective."""
     group = world_cpu_group()
     world = dist.get_world_size(group)
     if world == 1:
         return [obj]
-    out: list[Any] = [None] * world
-    dist.all_gather_object(out, obj, group=group)
-    return out
+    return all_gather_small(obj, group)
 
 
 def around_maybe_init_expert_location_metadata(original: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:

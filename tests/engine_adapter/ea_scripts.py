@@ -304,3 +304,34 @@ def metrics_active(rank: EngineRank) -> bool:
     from engine_adapter import metrics
 
     return metrics.active() is not None
+
+
+def gather_small_and_large(rank: EngineRank) -> dict[str, Any]:
+    """``collective.all_gather_small`` on small objects (one collective), then with rank 1's too large
+    for the slot (every rank gathers again): what was gathered, and the collectives each took."""
+    import torch.distributed as dist
+
+    from engine_adapter import collective
+
+    calls: list[str] = []
+    real_gather, real_object = dist.all_gather, dist.all_gather_object
+
+    def counted(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return fn(*args, **kwargs)
+
+        return call
+
+    dist.all_gather = counted("all_gather", real_gather)
+    dist.all_gather_object = counted("all_gather_object", real_object)
+    try:
+        small = collective.all_gather_small({"rank": rank.rank, "reply": "ok" * rank.rank})
+        small_calls = list(calls)
+        calls.clear()
+        big = "x" * (collective.INLINE_BYTES + 1) if rank.rank == 1 else "y"
+        large = collective.all_gather_small({"rank": rank.rank, "payload": big})
+        large_calls = list(calls)
+    finally:
+        dist.all_gather, dist.all_gather_object = real_gather, real_object
+    return {"small": small, "small_calls": small_calls, "large": large, "large_calls": large_calls}

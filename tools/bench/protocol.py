@@ -86,6 +86,7 @@ def _rank_worker(
     import torch.distributed as dist
 
     from daemon_adapter import client
+    from engine_adapter.collective import all_gather_small
     from layout_sm.engine import EngineLayout, RankFinding
     from layout_sm.messages import request_wire
     from layout_sm.record import layout_digest
@@ -98,11 +99,7 @@ def _rank_worker(
     engine = EngineLayout(num_layers, num_physical, num_logical, layout_digest(rows), True)
 
     def gather(obj: Any) -> list[Any]:  # as engine_adapter.startup.all_gather: one rank, no collective
-        if world == 1:
-            return [obj]
-        out: list[Any] = [None] * world
-        dist.all_gather_object(out, obj)
-        return out
+        return [obj] if world == 1 else all_gather_small(obj)
 
     def barrier() -> None:  # lines the ranks up; one rank has none to wait for (as the adapter: no collective)
         if world > 1:
