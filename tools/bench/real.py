@@ -22,6 +22,7 @@ import json
 import re
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,32 +90,60 @@ def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str
     }
 
 
-def _rebalance_seconds(server: rs.RealServer, tp_size: int) -> tuple[float, int]:
-    """The slowest rank's time in rebalance work (``engine_probes.EplbTimer``), and its rebalance calls."""
+@dataclass(frozen=True)
+class Timed:
+    """A server's rebalances: seconds of rebalance work per rebalance (the slowest rank's), how many
+    rebalances, the rebalance calls, and the garbage collector's share of that work."""
+
+    per_rebalance_s: float
+    rebalances: int
+    calls: int
+    gc_s: float
+    full_collections: int
+
+    def line(self) -> str:
+        return (
+            f"{self.per_rebalance_s * 1000:.1f} ms per rebalance ({self.rebalances} rebalances, {self.calls} calls; "
+            f"garbage collector {self.gc_s * 1000:.1f} ms in all, {self.full_collections} full collections)"
+        )
+
+
+def _rebalance_seconds(server: rs.RealServer, tp_size: int) -> dict[str, Any]:
+    """The slowest rank's ``engine_probes.EplbTimer`` figures (time in rebalance work, its calls, GC)."""
     per_rank = []
     for rank in range(tp_size):
         path = server.probe_dir / f"rank{rank}.eplb.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            per_rank.append((data["rebalance_s"], data["rebalance_calls"]))
-    return max(per_rank) if per_rank else (float("nan"), 0)
+            per_rank.append(json.loads(path.read_text()))
+    return max(per_rank, key=lambda d: d["rebalance_s"]) if per_rank else {}
 
 
-def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: int) -> tuple[float, int, int]:
-    """Requests until the server logged ``rebalances`` rebalances; seconds of rebalance work per rebalance."""
+def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: int) -> Timed:
+    """Requests until the server logged ``rebalances`` rebalances. First sglang's own ``/freeze_gc``, on
+    every server of both sides alike, as an operator runs it once a server is up: a full collection of
+    the heap left by startup takes about 0.3 s here and otherwise lands in whichever forward pass
+    allocates at the wrong moment, a rebalance's first chunk as often as not (measured: README)."""
+    server.freeze_gc()
     for _ in range(4 * rebalances):
         if len(re.findall(REBALANCE_END, server.log_text())) >= rebalances:
             break
         server.generate(list(PROMPTS), 16)
-    done = len(re.findall(REBALANCE_END, server.log_text()))
-    seconds, calls = _rebalance_seconds(server, topology.tp_size)
-    return round(seconds / max(1, done), 4), done, calls
+    done = max(1, len(re.findall(REBALANCE_END, server.log_text())))
+    data = _rebalance_seconds(server, topology.tp_size)
+    return Timed(
+        round(data.get("rebalance_s", float("nan")) / done, 4),
+        done,
+        data.get("rebalance_calls", 0),
+        data.get("rebalance_gc_s", 0.0),
+        data.get("rebalance_full_collections", 0),
+    )
 
 
 def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
     """EPLB's rebalance, one layer per chunk, with the protocol and without, on spawned daemons; servers
     alternated (on, off, off, on, ...). Each figure: seconds of rebalance work per rebalance."""
     out: dict[str, list[float]] = {"on": [], "off": []}
+    gc_s: dict[str, list[float]] = {"on": [], "off": []}  # the garbage collector's time in that work, in all
     topology = _topology(model)
     for i, pair in enumerate(_alternated("on", "off", repeats)):
         for side in pair:
@@ -130,16 +159,18 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
             server = rs.RealServer(run, topology, spec).start()
             try:
                 server.wait_ready()
-                per_rebalance, done, calls = _timed_rebalances(server, topology, rebalances)
+                timed = _timed_rebalances(server, topology, rebalances)
             finally:
                 server.stop()
-            out[side].append(per_rebalance)
-            ms = per_rebalance * 1000
-            step(f"  rebalance, protocol {side}: {ms:.1f} ms per rebalance ({done} rebalances, {calls} calls)")
+            out[side].append(timed.per_rebalance_s)
+            gc_s[side].append(round(timed.gc_s, 4))
+            step(f"  rebalance, protocol {side}: {timed.line()}")
     on, off = _median(out["on"]), _median(out["off"])
     return {
         "rebalance_s_protocol_on": out["on"],
         "rebalance_s_protocol_off": out["off"],
+        "gc_s_protocol_on": gc_s["on"],
+        "gc_s_protocol_off": gc_s["off"],
         "layers_per_chunk": 1,
         "median_on_s": on,
         "median_off_s": off,
@@ -178,14 +209,14 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
                         parked = rs.ServerSpec(f"standby-{i}", rebalance_iterations=100_000, extra_env=role)
                         standby = rs.RealServer(run, topology, parked).start()
                         rs.wait_parked(run, standby, topology.tp_size)
-                    per_rebalance, done, _ = _timed_rebalances(primary, topology, rebalances)
+                    timed = _timed_rebalances(primary, topology, rebalances)
                     busy[side] += primary.log_text().count("rebalance paused")
                 finally:
                     if standby is not None:
                         standby.stop()
                     primary.stop()
-                out[side].append(per_rebalance)
-                step(f"  rebalance, primary {side}: {per_rebalance * 1000:.1f} ms per rebalance ({done} rebalances)")
+                out[side].append(timed.per_rebalance_s)
+                step(f"  rebalance, primary {side}: {timed.line()}")
     finally:
         daemons.stop()
     beside, alone = _median(out["beside"]), _median(out["alone"])
@@ -271,7 +302,9 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"{r['median_off_s']} s with `SGLANG_PLUGINS=none` ({r['ready_s_plugin_off']}) | "
         f"{r['ratio_on_to_off']}x | ≤{READY_RATIO_MAX}x: {_met(r['ratio_on_to_off'] <= READY_RATIO_MAX)} |",
         "| real EPLB rebalance, one layer per chunk (`--eplb-rebalance-layers-per-chunk 1`): seconds of "
-        "rebalance work per rebalance in `EPLBManager.on_forward_pass_end`, slowest rank, spawned daemons | "
+        "rebalance work per rebalance in `EPLBManager.on_forward_pass_end`, slowest rank, spawned daemons, "
+        "after sglang's `/freeze_gc` on every server (garbage collector in that work, all rebalances: "
+        f"{b.get('gc_s_protocol_on')} s with, {b.get('gc_s_protocol_off')} s without) | "
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
         f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | "
         f"≤{REBALANCE_RATIO_MAX}x: {_met(b['ratio_on_to_off'] <= REBALANCE_RATIO_MAX)} |",

@@ -25,6 +25,7 @@ processes our launchers start; each probe is on only when its environment variab
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -120,24 +121,44 @@ class BeliefWriter:
 
 class EplbTimer:
     """Time spent in ``EPLBManager.on_forward_pass_end`` calls that ran rebalance work, per rank:
-    ``rank{r}.eplb.json`` (with the plugin, this includes every begin, commit and all-gather)."""
+    ``rank{r}.eplb.json`` (with the plugin, this includes every begin, commit and all-gather), and how
+    much of it Python's garbage collector took (a full collection of a server's heap takes hundreds of
+    milliseconds on these CPUs, and lands in whichever call allocates at the wrong moment)."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
         self.calls = 0
         self.rebalance_calls = 0
         self.rebalance_s = 0.0
+        self.rebalance_gc_s = 0.0
+        self.rebalance_full_collections = 0
+        self._in_call = False
+        self._call_gc_s = 0.0
+        self._call_full = 0
+        self._gc_started = 0.0
+        gc.callbacks.append(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._in_call:
+            self._call_gc_s += time.perf_counter() - self._gc_started
+            self._call_full += info.get("generation") == 2
 
     def around(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        self._in_call, self._call_gc_s, self._call_full = True, 0.0, 0
         t0 = time.perf_counter()
         try:
             return original(*args, **kwargs)
         finally:
             took = time.perf_counter() - t0
+            self._in_call = False
             self.calls += 1
             if took > REBALANCE_CALL_S:
                 self.rebalance_calls += 1
                 self.rebalance_s += took
+                self.rebalance_gc_s += self._call_gc_s
+                self.rebalance_full_collections += self._call_full
                 rank = _rank()
                 _write_json(
                     self.out_dir / f"rank{rank}.eplb.json",
@@ -146,6 +167,8 @@ class EplbTimer:
                         "calls": self.calls,
                         "rebalance_calls": self.rebalance_calls,
                         "rebalance_s": self.rebalance_s,
+                        "rebalance_gc_s": self.rebalance_gc_s,
+                        "rebalance_full_collections": self.rebalance_full_collections,
                     },
                 )
 
