@@ -25,8 +25,9 @@ How it binds to sglang, without copying sglang code:
 - Every frame gets a reply, or a close with one rate-limited log line saying why; never a
   traceback (``layout_sm.messages`` says who answers what).
 - ``fetch_state``: sglang's handler runs its config check and then calls
-  ``transport_backend.send_fetch_state_response``. For that one call the backend is wrapped
-  by a gate that asks the machine first (after the config check, before any handle is sent).
+  ``transport_backend.send_fetch_state_response``. The daemon's backend is wrapped once, when
+  sglang sets it, by a gate that asks the machine first (after the config check, before any handle
+  is sent) about the claim the request came with, which its connection carries (``_ReadConnection``).
 - ``expert_layout_attach``: once the machine has recorded the attachment and the engine has its
   reply, a watcher thread reads the connection until EOF, which is the detach, however the engine
   died (SIGKILL included): the connection's own thread, or one started right after the reply (an
@@ -349,11 +350,15 @@ class _ReadConnection:
     from the hooked ``recv_msg`` (``_recv_request``) instead of reading and unpickling the frame a
     second time; ``sent`` says whether a reply was started through it."""
 
-    def __init__(self, conn: socket.socket, request: dict[str, Any], frame: bytes) -> None:
+    def __init__(
+        self, conn: socket.socket, request: dict[str, Any], frame: bytes, fetch: tuple[Any, str | None] | None = None
+    ) -> None:
         self.socket = conn
         self.request = request
         self._unread = frame  # replayed only to a recv_msg that is not the hooked one
         self.sent = False
+        # A fetch_state's claim (``parse_fetch_field``) and plugin gap, for the gate's check.
+        self.fetch = fetch
 
     def sendall(self, *args: Any) -> None:
         self.sent = True
@@ -396,16 +401,22 @@ def _hook_sglang_read() -> None:
 
 
 class _LayoutGatedTransport:
-    """sglang's transport backend with the layout check in front of its one sending call."""
+    """sglang's transport backend with the layout check in front of its one sending call: made once,
+    when sglang sets the daemon's backend (``LayoutAwareDaemon.transport_backend``)."""
 
-    def __init__(self, backend: Any, check: Callable[[], Reply]) -> None:
+    def __init__(self, backend: Any, check: Callable[[Any, str | None], Reply]) -> None:
         self._backend = backend
         self._check = check
-        self.sent = False  # whether a reply was started (once the check has decided)
+        self.name = backend.name  # sglang's handler logs it on every fetch_state
 
     def send_fetch_state_response(self, conn: Any, **kwargs: Any) -> None:
-        verdict = self._check()
-        self.sent = True
+        fetch = conn.fetch if type(conn) is _ReadConnection else None
+        if fetch is None:  # fail closed: only the daemon's own read knows the request's claim
+            raise RuntimeError(
+                "fetch_state reached sglang's handler without the layout-aware daemon's read of its request "
+                "(LayoutAwareDaemon._handle_connection); not served"
+            )
+        verdict = self._check(*fetch)
         if verdict.ok:
             self._backend.send_fetch_state_response(conn, **kwargs)
         else:
@@ -420,6 +431,8 @@ class _LayoutGatedTransport:
 
 class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     """sglang's weight cache daemon that keeps the expert-layout record (README, "The protocol core")."""
+
+    _layout_gate: _LayoutGatedTransport | None = None  # sglang's backend behind the gate (transport_backend)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Logged first, so that a spawned daemon says what it is even if loading then fails.
@@ -634,23 +647,18 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
 
         sglang's handler raises on a request it cannot read (a ``fetch_state`` without a config,
         say); the client then gets sglang's error shape, or a close if a reply had started."""
-        read = _ReadConnection(conn, request, frame)
-        backend = self.transport_backend
-        gate: _LayoutGatedTransport | None = None
+        fetch = None
         if request.get("type") == FETCH_STATE:
             claim = parse_fetch_field(request.get(FETCH_FIELD))
-            gap = self._plugin_gap(conn, request, claim)
-            gate = self.transport_backend = _LayoutGatedTransport(backend, lambda: self._fetch_check(claim, gap))
+            fetch = (claim, self._plugin_gap(conn, request, claim))
+        read = _ReadConnection(conn, request, frame, fetch)
         try:
             super()._handle_connection(read)  # type: ignore[arg-type]
         except Exception as error:
             problem = f"{request.get('type')!r} request failed in sglang's handler: {type(error).__name__}: {error}"
             self._log_bad_frame(problem)
-            if not (read.sent or (gate is not None and gate.sent)):
+            if not read.sent:
                 self._send(conn, {"status": "error", "message": problem})
-        finally:
-            if gate is not None:
-                self.transport_backend = backend
 
     def _plugin_gap(self, conn: socket.socket, request: dict[str, Any], claim: object) -> str | None:
         """What of the engine's layout plugin is missing: its own word, or a claimless attached process."""
@@ -660,6 +668,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             if pid is not None and pid in self._attached_pids.values():
                 gap = FETCH_HOOK_MISSING
         return gap
+
+    @property  # type: ignore[override]
+    def transport_backend(self) -> Any:
+        """sglang's transport backend, behind the layout gate (None until sglang sets one)."""
+        return self._layout_gate
+
+    @transport_backend.setter
+    def transport_backend(self, backend: Any) -> None:
+        # sglang sets it in __init__ (None) and in load(); the gate is made once, here.
+        self._layout_gate = None if backend is None else _LayoutGatedTransport(backend, self._fetch_check)
 
     def _fetch_check(self, claim: FetchLayoutField | Reply | None, gap: str | None = None) -> Reply:
         if isinstance(claim, Reply):  # the field was malformed: parse_fetch_field's refusal

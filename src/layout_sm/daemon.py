@@ -39,7 +39,7 @@ from typing import Any, ClassVar, cast
 from statemachine import State, StateMachine
 from statemachine.exceptions import TransitionNotAllowed
 
-from layout_sm.declared import all_hold, call_source
+from layout_sm.declared import all_hold, call_source, text_maker
 from layout_sm.messages import (
     STARTUP_HOOK_MISSING,
     AbortRequest,
@@ -653,13 +653,19 @@ class Say:
     ``{req.engine_id!r}``, ``{version}``...) and the reply's data fields, each named after the word
     it carries (``version="version"``)."""
 
-    __slots__ = ("data", "make", "reason", "text")
+    __slots__ = ("_make_text", "data", "make", "reason", "text")
 
     def __init__(self, make: Callable[..., Reply], reason: Reason, text: str, **data: str) -> None:
         self.make, self.reason, self.text, self.data = make, reason, text, data
+        # The text and the data compiled once (a reply is made on every request: a fetch_state, each
+        # chunk's begin and commit); None for a text that names more than paths of words.
+        self._make_text = text_maker(text, data)
 
     def __call__(self, view: DaemonView, req: Any) -> Reply:
         words = Words(view, req)
+        if self._make_text is not None:
+            text, data = self._make_text(words)
+            return self.make(self.reason, text, **data)
         return self.make(self.reason, self.text.format_map(words), **{f: words[w] for f, w in self.data.items()})
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -112,6 +113,39 @@ def all_hold(params: tuple[str, ...], terms: Sequence[tuple[str, bool]]) -> Call
     namespace: dict[str, Any] = {}
     exec(compile(source, "<declared guards>", "exec"), namespace)
     return cast(Callable[..., bool], namespace["all_hold"])
+
+
+# A field of a declared text that ``text_maker`` compiles: a path of attributes (``req.engine_id``).
+_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def text_maker(text: str, fields: dict[str, str]) -> Callable[[Any], tuple[str, dict[str, Any]]] | None:
+    """One function of ``words`` making ``(text.format_map(words), {field: words[path]})``, where
+    ``words[path]`` reads ``path`` as attributes of ``words``: compiled once, where ``format_map``
+    asks each word through ``__getitem__`` on every reply. The same words in the same order, and
+    the same formatting (``format(value, spec)`` after the conversion). None when a field of
+    ``text`` or a path in ``fields`` is more than a path of attributes: the caller formats as before."""
+    parts: list[str] = []
+    constants: dict[str, Any] = {"_format": format, "_repr": repr, "_ascii": ascii}
+    for literal, name, spec, conversion in string.Formatter().parse(text):
+        if literal:
+            constants[f"_t{len(constants)}"] = literal
+            parts.append(f"_t{len(constants) - 1}")
+        if name is None:
+            continue
+        if not _PATH.fullmatch(name) or (spec and "{" in spec) or conversion not in (None, "r", "s", "a"):
+            return None
+        value = f"words.{name}"
+        if conversion is not None:
+            value = {"r": "_repr", "s": "str", "a": "_ascii"}[conversion] + f"({value})"
+        constants[f"_t{len(constants)}"] = spec
+        parts.append(f"_format({value}, _t{len(constants) - 1})")
+    if not all(_NAME.fullmatch(f) and _PATH.fullmatch(p) for f, p in fields.items()):
+        return None
+    data = ", ".join(f"{f!r}: words.{p}" for f, p in fields.items())
+    source = f"def make_text(words):\n    return ''.join(({', '.join(parts)}{',' if parts else ''})), {{{data}}}\n"
+    exec(compile(source, "<declared text>", "exec"), constants)
+    return cast(Callable[[Any], tuple[str, dict[str, Any]]], constants["make_text"])
 
 
 class Declared:

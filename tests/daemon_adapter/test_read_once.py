@@ -109,3 +109,19 @@ def test_a_request_sent_in_parts_is_read_whole(daemon: DaemonProcess) -> None:
             sock.sendall(frame[7:])
             reply = recv_frame(sock, plain=False)
         assert reply["status"] == "ok", (request["type"], reply)
+
+
+def test_a_fetch_that_bypasses_the_daemons_read_is_not_served(in_process: FakeLoadedLayoutAwareDaemon) -> None:
+    """The layout gate is installed once, on sglang's backend; the claim it checks comes with the
+    daemon's read of the request. sglang's handler called on a bare connection (no such read) fails
+    closed: nothing is sent, not even to a fetch that claims the daemon's own layout."""
+    client, server = socket.socketpair()
+    with client, server:
+        send_frame(client, _requests()[2])
+        with pytest.raises(RuntimeError, match="without the layout-aware daemon's read"):
+            sglang_daemon.WeightCacheDaemon._handle_connection(in_process, server)
+        client.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            client.recv(1)
+    # The same request through the daemon's own handler is served.
+    assert _served(in_process, _requests()[2])["status"] == "ok"

@@ -10,7 +10,7 @@ import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.declared import Declared, all_hold, call_source
+from layout_sm.declared import Declared, all_hold, call_source, text_maker
 from layout_sm.engine import (
     EngineLayout,
     Go,
@@ -329,6 +329,60 @@ def test_a_compiled_guard_is_made_of_names_only(part: str) -> None:
         call_source("model", part, [])
     with pytest.raises(ValueError, match="cannot be part of a declared guard"):
         call_source("model", "a", [part])
+
+
+class _Words:
+    """Words as a reply's text names them: attributes, each read once per mention (counted)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.req = self
+
+    def __getitem__(self, word: str) -> object:  # what str.format_map asks
+        return _path(self, word)
+
+    @property
+    def version(self) -> int:
+        self.asked.append("version")
+        return 7
+
+    engine_id = "e'1"
+    layers = (1, 2)
+    message = "a {brace}"
+
+
+def _path(obj: object, path: str) -> object:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "served engine {req.engine_id!r} at version {version}",
+        "{{literal}} {layers} {version:>5}|{engine_id!s}{message}{engine_id!a}",
+        "no words at all",
+        "",
+        "{req.req.version:04d} ends with a word",
+    ],
+)
+def test_a_compiled_text_is_the_formatted_text(text: str) -> None:
+    """A declared reply's text compiled once says what ``str.format_map`` says over the same words,
+    asking them in the same order; its data fields read the same paths."""
+    made = text_maker(text, {"version": "version", "who": "req.engine_id"})
+    assert made is not None
+    compiled, formatted = _Words(), _Words()
+    said, data = made(compiled)
+    assert said == text.format_map(formatted)
+    assert data == {"version": 7, "who": "e'1"}
+    assert compiled.asked == [*formatted.asked, "version"]
+
+
+@pytest.mark.parametrize("text", ["{layers[0]}", "{version:{width}}", "{0}", "{}"])
+def test_a_text_with_more_than_paths_of_words_is_not_compiled(text: str) -> None:
+    assert text_maker(text, {}) is None
+    assert text_maker("plain", {"field": "a[0]"}) is None
 
 
 def test_the_diagrams_are_drawn_from_the_declarations() -> None:

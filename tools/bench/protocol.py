@@ -16,8 +16,8 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 3. scale: the digest of a 61 x 288 map, a full-map commit daemon-side (parse + machine + reply),
    and the commit's size on the wire.
 4. fetch: ``fetch_state`` through the layout-aware handler (with the layout check) against
-   sglang's own ``WeightCacheDaemon._handle_connection``, on the same daemon object with the same
-   exported tensors; and, in the same rotation, a handler that only reads the request (one read, the
+   sglang's own daemon (``FakeLoadedDaemon``) on the same transport backend and the same exported
+   tensors; and, in the same rotation, a handler that only reads the request (one read, the
    hardening's check, unpickling, the field) and hands it to sglang's handler as the layout-aware
    daemon does: the floor of any check.
 5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
@@ -304,19 +304,23 @@ def bench_scale(n: int) -> dict[str, Any]:
 
 def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
     import torch
-    from sglang.srt.weight_cache.daemon import WeightCacheDaemon
+    from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
     from daemon_adapter.daemon import _ReadConnection, _RequestFrame, _take_buffered
     from layout_sm.messages import FETCH_FIELD, AttachRequest, fetch_layout_field
     from layout_sm.record import layout_digest
     from tools.harness.daemon_proc import default_cache_config, recv_frame, send_frame
-    from tools.harness.loaded_daemon import FakeLoadedLayoutAwareDaemon
+    from tools.harness.loaded_daemon import FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
 
     torch.multiprocessing.set_sharing_strategy("file_system")
     rows = deepseek_map()
     tensors = {f"model.layers.{i // 16}.t{i}": torch.zeros(8) for i in range(num_tensors)}
     config = default_cache_config()
-    daemon = FakeLoadedLayoutAwareDaemon(socket_path="", config=config, tensors=tensors)
+    backend = TorchIpcTransportBackend()
+    daemon = FakeLoadedLayoutAwareDaemon(socket_path="", config=config, tensors=tensors, transport_backend=backend)
+    # sglang's own daemon on the same backend and the same exported entries: the baseline.
+    sglang_own = FakeLoadedDaemon(socket_path="", config=config, transport_backend=backend)
+    sglang_own.state_entries = daemon.state_entries
     daemon.set_initial_layout(rows, LOGICAL)
     machine, _ = daemon._machine()
     machine.handle(AttachRequest("bench"), session="s" * 32)
@@ -357,12 +361,12 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
         assert frame is not None and frame.problem is None and isinstance(frame.request, dict)
         assert FETCH_FIELD in frame.request
         conn.settimeout(30.0)
-        WeightCacheDaemon._handle_connection(daemon, _ReadConnection(conn, frame.request, frame.raw))  # type: ignore[arg-type]
+        sglang_own._handle_connection(_ReadConnection(conn, frame.request, frame.raw))  # type: ignore[arg-type]
 
     layout_s, plain_s, floor_s = [], [], []
     sides = [
         (layout_s, daemon._handle_connection, with_check),
-        (plain_s, lambda conn: WeightCacheDaemon._handle_connection(daemon, conn), plain),
+        (plain_s, sglang_own._handle_connection, plain),
         (floor_s, read_only, with_check),
     ]
     for i in range(n):  # each side first, second and third in turn, so drift and order hit all alike
