@@ -602,9 +602,10 @@ def main(argv: list[str] | None = None) -> int:
         scaling = bench_scaling(bench_ranks, workdir, max(20, args.n // 4), step)
     real = None
     if not args.no_real:
-        from tools.bench.real import bench_real_servers
+        from tools.bench.real import bench_real_servers, floor_bound
 
         real = bench_real_servers(workdir, args.real_repeats, args.real_rebalances, step)
+        floor_bound(real["rebalance"], two["chunk_floor_us"])
         step(f"  {real['ready']}")
         step(f"  {real['rebalance']}")
     data = {
