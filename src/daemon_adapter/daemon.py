@@ -66,7 +66,7 @@ from sglang.srt.weight_cache import daemon as sglang_daemon
 from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
-from daemon_adapter.client import FRAME_HEADER, recv_exact
+from daemon_adapter.client import FRAME_HEADER
 from layout_sm.daemon import REPAIRING, DaemonMachine
 from layout_sm.messages import (
     ATTACH,
@@ -220,13 +220,19 @@ def _take_buffered(conn: socket.socket) -> bytes | None:
         taken = conn.recv(_FIRST_READ_BYTES)
     except BlockingIOError:
         return None
-    if len(taken) >= FRAME_HEADER.size:
-        (length,) = FRAME_HEADER.unpack_from(taken)
-        missing = FRAME_HEADER.size + length - len(taken)
-        if missing > 0 and length <= wire.MAX_REQUEST_FRAME_BYTES:
-            with contextlib.suppress(BlockingIOError):
-                taken += conn.recv(missing)
+    missing = _missing(taken)
+    if len(taken) >= FRAME_HEADER.size and 0 < missing <= wire.MAX_REQUEST_FRAME_BYTES:
+        with contextlib.suppress(BlockingIOError):
+            taken += conn.recv(missing)
     return taken
+
+
+def _missing(taken: bytes) -> int:
+    """How many more bytes the frame begun by ``taken`` needs: the rest of its header, else of its body."""
+    if len(taken) < FRAME_HEADER.size:
+        return FRAME_HEADER.size - len(taken)
+    (length,) = FRAME_HEADER.unpack_from(taken)
+    return FRAME_HEADER.size + length - len(taken)
 
 
 def _start_thread(target: Callable[..., object], args: tuple[Any, ...]) -> bool:
@@ -287,24 +293,20 @@ class _RequestFrame:
 
     @classmethod
     def read(cls, conn: socket.socket, taken: bytes = b"") -> _RequestFrame:
-        """The request of ``conn``, waiting for it (``REQUEST_READ_TIMEOUT_S``); ``taken``: its first
-        bytes, already read off ``conn``."""
+        """The request of ``conn``, waiting for the rest of it (``REQUEST_READ_TIMEOUT_S``); ``taken``: its
+        first bytes, already read off ``conn``. What is read is judged as ``of_taken`` judges it."""
         timed = _DeadlineReader(conn, REQUEST_READ_TIMEOUT_S)
         try:
-            header = taken[: FRAME_HEADER.size]
-            header += recv_exact(timed, FRAME_HEADER.size - len(header))  # type: ignore[arg-type]
-            (length,) = FRAME_HEADER.unpack(header)
-            if length > wire.MAX_REQUEST_FRAME_BYTES:
-                return cls.too_large(length)
-            body = taken[FRAME_HEADER.size : FRAME_HEADER.size + length]
-            body += recv_exact(timed, length - len(body))  # type: ignore[arg-type]
+            while not taken or (frame := cls.of_taken(taken)) is None:
+                chunk = timed.recv(min(_missing(taken), 1 << 16))
+                if not chunk:
+                    return cls.ended(ConnectionError(f"connection closed after {len(taken)} bytes of its request"))
+                taken += chunk
         except TimeoutError:
             return cls(problem=f"closed a connection that sent no complete request within {REQUEST_READ_TIMEOUT_S:g} s")
-        except ConnectionError as error:
-            return cls.ended(error)
         except OSError as error:
             return cls(problem=f"closed a connection that could not be read ({error})")
-        return cls.of(header, body)
+        return frame
 
     @classmethod
     def of_taken(cls, taken: bytes) -> _RequestFrame | None:
@@ -320,8 +322,7 @@ class _RequestFrame:
         size = FRAME_HEADER.size + length
         if len(taken) < size:
             return None
-        frame = taken if len(taken) == size else taken[:size]
-        return cls.of(frame[: FRAME_HEADER.size], frame[FRAME_HEADER.size :], frame)
+        return cls.of(taken if len(taken) == size else taken[:size])
 
     @classmethod
     def too_large(cls, length: int) -> _RequestFrame:
@@ -333,13 +334,13 @@ class _RequestFrame:
         return cls(problem=f"closed a connection that ended before its request did ({error})")
 
     @classmethod
-    def of(cls, header: bytes, body: bytes, raw: bytes | None = None) -> _RequestFrame:
-        """The request of a whole frame, checked before it is unpickled (``raw``: header + body, when
-        the caller has them joined already)."""
+    def of(cls, frame: bytes) -> _RequestFrame:
+        """The request of a whole frame (header and body), checked before it is unpickled."""
+        body = frame[FRAME_HEADER.size :]
         problem = wire.request_pickle_problem(body)
         if problem is None:
             try:
-                return cls(request=PlainRequestUnpickler(io.BytesIO(body)).load(), raw=raw or header + body)
+                return cls(request=PlainRequestUnpickler(io.BytesIO(body)).load(), raw=frame)
             except Exception as error:  # any unpickling failure is the client's
                 problem = f"not a pickle: {type(error).__name__}: {error}"
         return cls(problem=f"refused a request: {problem}", reply=malformed_frame(problem))
@@ -521,20 +522,19 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._log_bad_frame(f"closed a connection that could not be read ({error})")
             return
         frame = None if taken is None else _RequestFrame.of_taken(taken)
-        if frame is None:  # nothing, or a part, came yet: the rest is read in the connection's thread
-            self._serve_in_thread(conn, None, taken or b"")
-            return
-        if frame.problem is None and _is_repair(frame.request):
-            self._serve_in_thread(conn, frame)  # a repair takes seconds
+        # Nothing, or a part, came yet: the rest is read in the connection's thread. A repair takes
+        # seconds: its thread reads it again from the bytes taken (a repair is rare; one path).
+        if frame is None or (frame.problem is None and _is_repair(frame.request)):
+            self._serve_in_thread(conn, taken or b"")
             return
         try:
             self._answer(conn, frame, None)  # an attach too: answered here, then watched by a thread
         except Exception as error:  # one line instead of sglang's traceback
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
 
-    def _serve_in_thread(self, conn: socket.socket, frame: _RequestFrame | None, taken: bytes = b"") -> None:
-        """``conn`` served in a thread of its own: its ``frame`` when read already, else its request
-        read there (``taken``: its first bytes, already read off it)."""
+    def _serve_in_thread(self, conn: socket.socket, taken: bytes) -> None:
+        """``conn`` served in a thread of its own, its request read there (``taken``: its first bytes,
+        already read off it; the whole request, for a repair)."""
         slots = self._slots
         # Waits at most the time an open connection may take to send its request.
         if not slots.acquire(timeout=REQUEST_READ_TIMEOUT_S):
@@ -549,16 +549,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             slot.release()
             self._log_bad_frame(f"closed a connection unanswered: cannot serve it ({error})")
             return
-        if not _start_thread(self._serve_connection, (own, slot, frame, taken)):  # nothing was recorded
+        if not _start_thread(self._serve_connection, (own, slot, taken)):  # nothing was recorded
             slot.release()
             own.close()
             self._log_bad_frame("closed a connection unanswered: cannot serve it (no thread started)")
 
-    def _serve_connection(self, conn: socket.socket, slot: _Slot, frame: _RequestFrame | None, taken: bytes) -> None:
-        """One connection in its own thread: read its request (unless already read), answer it,
-        and for an attach that was recorded, watch the connection until EOF (the detach)."""
+    def _serve_connection(self, conn: socket.socket, slot: _Slot, taken: bytes) -> None:
+        """One connection in its own thread: read its request, answer it, and for an attach that was
+        recorded, watch the connection until EOF (the detach)."""
         try:
-            self._answer(conn, frame if frame is not None else _RequestFrame.read(conn, taken), slot)
+            self._answer(conn, _RequestFrame.read(conn, taken), slot)
         except Exception as error:  # one line instead of a traceback
             self._log_bad_frame(f"request failed: {type(error).__name__}: {error}")
         finally:

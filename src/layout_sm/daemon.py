@@ -401,8 +401,8 @@ class Conjunct:
     # ``ask(view, request)``: the conjunct's truth, made once for the method's parameters (the
     # machine asks a conjunct several times a request: no argument tuple is built per call).
     ask: Callable[[DaemonView, Request], bool] = field(repr=False, compare=False)
-    # The request's fields the method takes, in its order.
-    params: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # The request's fields the method takes, in its order (``named`` reads them off its signature).
+    params: tuple[str, ...] = field(repr=False, compare=False)
 
     @classmethod
     def named(cls, spec: str, negated: bool = False) -> Conjunct:
