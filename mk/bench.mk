@@ -3,7 +3,7 @@
 # The last part starts real sglang servers (ready time with/without the plugin, EPLB rebalance wall
 # time with/without the protocol): a few minutes on 2 cores.
 #   make bench BENCH_ARGS="-n 500"              more repetitions per figure
-#   make bench BENCH_ARGS="--real-repeats 2"    two servers per side for the ready time (on, off, off, on)
+#   make bench BENCH_ARGS="--real-repeats 5"    five servers per side for each real figure (the ready time takes 5 at least)
 #   make bench BENCH_ARGS=--no-real             skip the real-server part
 # Included by the main Makefile (PY, STAMP and PYTHONPATH=src come from it).
 BENCH_ARGS ?=

@@ -33,3 +33,14 @@ PAUSED_LOOP_TARGET = "sglang.srt.managers.scheduler.Scheduler._record_scheduler_
 # and /health_generate answer 503) and the dispatcher of what the scheduler sends back (the promotion).
 SERVER_STATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._set_engine_state_field"
 RESULT_DISPATCHER_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager.init_request_dispatcher"
+
+# Which of sglang's processes is loading the plugin. sglang calls ``load_plugins()`` first thing in each
+# process, before anything says which process it is: the module of that call is the one fact there is.
+# HookRegistry imports every registered target's module when it applies the hooks, so each process
+# registers only the hooks it can run. The HTTP server's process (launch_server, ``sglang serve``, an
+# ``Engine``) runs no model runner, scheduler, EPLB or weight loader (sglang starts those in its scheduler
+# processes), and importing them for nothing cost its start 2.4 s here (2,359 modules); the detokenizer
+# runs none of the targets. Any other caller (a scheduler, a DP controller, a test) gets every hook.
+HTTP_SERVER_CALLERS = frozenset({"sglang.launch_server", "sglang.cli.serve", "sglang.srt.entrypoints.engine"})
+DETOKENIZER_CALLERS = frozenset({"sglang.srt.managers.detokenizer_manager"})
+HTTP_SERVER_TARGETS = frozenset({SERVER_STATE_TARGET, RESULT_DISPATCHER_TARGET})

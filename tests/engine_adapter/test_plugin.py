@@ -94,3 +94,55 @@ def test_a_role_that_is_not_one_is_refused_with_the_valid_ones(monkeypatch):
     assert roles.is_standby()
     monkeypatch.delenv(roles.ROLE_ENV)
     assert roles.role() == roles.PRIMARY
+
+
+PROCESS_PROBE = r"""
+import json, sys
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+# sglang's own call, made from the module of the process (sglang names none of them to the plugin)
+exec(compile("load_plugins()", "<sglang's caller>", "exec"), {"__name__": sys.argv[1], "load_plugins": load_plugins})
+imported = sorted(m for m in ("sglang.srt.model_executor.model_runner", "sglang.srt.eplb.eplb_manager",
+                             "layout_sm", "engine_adapter.install_check") if m in sys.modules)
+from engine_adapter import plugin
+print(json.dumps({
+    "patched": sorted(HookRegistry._patched),
+    "engine": [target for target, _ in plugin.hooks(True)],
+    "imported": imported,
+}))
+"""
+
+
+def _process_probe(caller: str, role: str) -> dict[str, list[str]]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_PLUGINS", "SGLANG_EXPERT_LAYOUT_ROLE")}
+    env["SGLANG_EXPERT_LAYOUT_ROLE"] = role
+    out = subprocess.run(
+        [sys.executable, "-c", PROCESS_PROBE, caller],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_each_sglang_process_applies_the_hooks_it_can_run_and_imports_nothing_for_the_others():
+    """HookRegistry imports each registered target's module: the HTTP server's process (launch_server) would
+    import the model runner, the scheduler and EPLB for hooks it never runs (2.4 s of a server's start here),
+    the detokenizer the same. A scheduler, and any process sglang does not name, apply every hook."""
+    from engine_adapter.targets import HTTP_SERVER_TARGETS
+
+    http = _process_probe("sglang.launch_server", "standby")
+    assert set(http["patched"]) == {
+        *HTTP_SERVER_TARGETS,
+        "sglang.srt.weight_cache.daemon.WeightCacheDaemon",  # daemons spawned from here are layout-aware
+        "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon",
+    }, http["patched"]
+    primary_http = _process_probe("sglang.srt.entrypoints.engine", "primary")
+    assert not set(primary_http["patched"]) & set(http["engine"]), primary_http["patched"]
+    assert "sglang.srt.model_executor.model_runner" not in primary_http["imported"], primary_http["imported"]
+    detokenizer = _process_probe("sglang.srt.managers.detokenizer_manager", "standby")
+    assert detokenizer["patched"] == [] and detokenizer["imported"] == [], detokenizer
+    scheduler = _process_probe("sglang.srt.managers.scheduler", "standby")
+    assert set(scheduler["engine"]) <= set(scheduler["patched"]), scheduler
