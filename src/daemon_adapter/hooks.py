@@ -15,6 +15,9 @@ daemons it spawns.
   over. While sglang's spawn function runs, the hook points its target name at
   ``run_layout_aware_daemon``, a function of this package; the child imports this package,
   installs the hooks there, and then runs sglang's own ``run_weight_cache_daemon``.
+
+``install_spawn_hook()`` registers the second alone, for a process that spawns daemons and builds none
+(sglang's HTTP server process): it imports nothing of the protocol.
 """
 
 from __future__ import annotations
@@ -28,14 +31,12 @@ from typing import Any
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 from sglang.srt.weight_cache import daemon as sglang_daemon
 
-from daemon_adapter.daemon import LayoutAwareDaemon
-
 logger = logging.getLogger(__name__)
 
 DAEMON_CLASS_TARGET = "sglang.srt.weight_cache.daemon.WeightCacheDaemon"
 SPAWN_TARGET = "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"
 
-_registered = False
+_registered: set[str] = set()  # the targets registered in this process
 _register_lock = threading.Lock()
 # The spawn hook swaps a module global for the duration of one spawn call.
 _spawn_lock = threading.Lock()
@@ -45,13 +46,24 @@ def install_daemon_hooks() -> None:
     """Register the layout-aware daemon hooks (idempotent). Called by the project's sglang
     plugin (``engine_adapter.plugin:register``), by ``python -m daemon_adapter`` and by every
     daemon child this package spawns."""
-    global _registered
+    from daemon_adapter.daemon import LayoutAwareDaemon
+
+    _register(DAEMON_CLASS_TARGET, LayoutAwareDaemon, HookType.REPLACE)
+    install_spawn_hook()
+
+
+def install_spawn_hook() -> None:
+    """Register only the spawn hook (idempotent): for a process that spawns daemons and builds none, as
+    sglang's HTTP server process does with ``--weight-cache-mode daemon``. Its children still build
+    layout-aware daemons (``run_layout_aware_daemon``); it imports nothing of the protocol."""
+    _register(SPAWN_TARGET, _spawn_layout_aware_daemon, HookType.AROUND)
+
+
+def _register(target: str, hook: Any, hook_type: HookType) -> None:
     with _register_lock:
-        if _registered:
-            return
-        HookRegistry.register(DAEMON_CLASS_TARGET, LayoutAwareDaemon, HookType.REPLACE)
-        HookRegistry.register(SPAWN_TARGET, _spawn_layout_aware_daemon, HookType.AROUND)
-        _registered = True
+        if target not in _registered:
+            HookRegistry.register(target, hook, hook_type)
+            _registered.add(target)
 
 
 def apply_daemon_hooks() -> None:

@@ -32,6 +32,7 @@ from engine_adapter.targets import (
     REBALANCE_TARGET,
     RECV_TARGET,
     RESULT_DISPATCHER_TARGET,
+    SCHEDULER_CALLERS,
     SEND_TARGET,
     SERVER_STATE_TARGET,
     STARTUP_TARGET,
@@ -61,8 +62,9 @@ class SglangProcess(enum.Enum):
     """Which of sglang's processes loads the plugin (``engine_adapter.targets``: why it matters)."""
 
     HTTP_SERVER = "http server"  # the tokenizer manager; it spawns the daemons in --weight-cache-mode daemon
+    SCHEDULER = "scheduler"  # a TP rank: model runner, EPLB, the weight loader
     DETOKENIZER = "detokenizer"
-    ENGINE = "engine"  # a scheduler, or any process not known to run none of the targets
+    ENGINE = "engine"  # any process not known to run none of the targets: every hook
 
 
 def _module_name(namespace: Mapping[str, Any]) -> str:
@@ -79,6 +81,8 @@ def sglang_process() -> SglangProcess:
             caller = _module_name(frame.f_back.f_globals) if frame.f_back is not None else ""
             if caller in HTTP_SERVER_CALLERS:
                 return SglangProcess.HTTP_SERVER
+            if caller in SCHEDULER_CALLERS:
+                return SglangProcess.SCHEDULER
             if caller in DETOKENIZER_CALLERS:
                 return SglangProcess.DETOKENIZER
             break
@@ -108,12 +112,15 @@ _STANDBY_HOOKS = (  # a primary carries none of them
 def hooks(
     standby: bool = False, process: SglangProcess = SglangProcess.ENGINE
 ) -> tuple[tuple[str, Callable[..., Any]], ...]:
-    """Every (target, AROUND hook) ``process`` can run, in registration order: every one in an engine
-    process (with a warm standby's if ``standby``), a standby's server status and result dispatcher in
-    the HTTP server's, none in the detokenizer. Only the modules of those hooks are imported."""
+    """Every (target, AROUND hook) ``process`` can run, in registration order (a warm standby's too if
+    ``standby``): a standby's server status and result dispatcher in the HTTP server's process, all the
+    others in a scheduler, none in the detokenizer, every one elsewhere. Only the modules of those hooks
+    are imported."""
     rows = _PROTOCOL_HOOKS + (_STANDBY_HOOKS if standby else ())
     if process is SglangProcess.HTTP_SERVER:
         rows = tuple(row for row in rows if row[0] in HTTP_SERVER_TARGETS)
+    elif process is SglangProcess.SCHEDULER:
+        rows = tuple(row for row in rows if row[0] not in HTTP_SERVER_TARGETS)
     elif process is SglangProcess.DETOKENIZER:
         rows = ()
     return tuple((target, getattr(importlib.import_module(f"engine_adapter.{m}"), name)) for target, m, name in rows)
@@ -135,8 +142,14 @@ def register() -> None:
         if _registered:
             return
         process = sglang_process()
-        if process is not SglangProcess.DETOKENIZER:
-            from daemon_adapter import install_daemon_hooks
+        if process is SglangProcess.HTTP_SERVER:
+            from daemon_adapter.hooks import install_spawn_hook
+
+            # --weight-cache-mode daemon: the daemons it spawns are layout-aware (they install the rest)
+            install_spawn_hook()
+            for target, hook in hooks(_standby_role(), process):
+                HookRegistry.register(target, hook, HookType.AROUND)
+        elif process in (SglangProcess.SCHEDULER, SglangProcess.ENGINE):
             from engine_adapter import install_check
 
             # sglang applies them after register() returns and only logs a target it fails to apply;
@@ -145,7 +158,9 @@ def register() -> None:
             for target, hook in registered:
                 HookRegistry.register(target, hook, HookType.AROUND)
             install_check.expect(registered)
-            # --weight-cache-mode daemon: the daemons this engine spawns are layout-aware too.
-            install_daemon_hooks()
+            if process is SglangProcess.ENGINE:  # one not known to build or spawn no daemon
+                from daemon_adapter import install_daemon_hooks
+
+                install_daemon_hooks()
         _registered = True
         logger.info("[expert-layout] hooks registered for sglang's %s process", process.value)

@@ -103,7 +103,7 @@ from sglang.srt.plugins.hook_registry import HookRegistry
 # sglang's own call, made from the module of the process (sglang names none of them to the plugin)
 exec(compile("load_plugins()", "<sglang's caller>", "exec"), {"__name__": sys.argv[1], "load_plugins": load_plugins})
 imported = sorted(m for m in ("sglang.srt.model_executor.model_runner", "sglang.srt.eplb.eplb_manager",
-                             "layout_sm", "engine_adapter.install_check") if m in sys.modules)
+                             "layout_sm", "statemachine", "engine_adapter.install_check") if m in sys.modules)
 from engine_adapter import plugin
 print(json.dumps({
     "patched": sorted(HookRegistry._patched),
@@ -130,19 +130,18 @@ def _process_probe(caller: str, role: str) -> dict[str, list[str]]:
 def test_each_sglang_process_applies_the_hooks_it_can_run_and_imports_nothing_for_the_others():
     """HookRegistry imports each registered target's module: the HTTP server's process (launch_server) would
     import the model runner, the scheduler and EPLB for hooks it never runs (2.4 s of a server's start here),
-    the detokenizer the same. A scheduler, and any process sglang does not name, apply every hook."""
+    the detokenizer the same. A scheduler applies the engine's hooks; any process sglang does not name
+    applies every hook (test_load_plugins_installs_every_hook)."""
     from engine_adapter.targets import HTTP_SERVER_TARGETS
 
     http = _process_probe("sglang.launch_server", "standby")
-    assert set(http["patched"]) == {
-        *HTTP_SERVER_TARGETS,
-        "sglang.srt.weight_cache.daemon.WeightCacheDaemon",  # daemons spawned from here are layout-aware
-        "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon",
-    }, http["patched"]
+    # the daemons it spawns are layout-aware: they install the daemon's class themselves
+    assert set(http["patched"]) == {*HTTP_SERVER_TARGETS, "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"}
     primary_http = _process_probe("sglang.srt.entrypoints.engine", "primary")
-    assert not set(primary_http["patched"]) & set(http["engine"]), primary_http["patched"]
-    assert "sglang.srt.model_executor.model_runner" not in primary_http["imported"], primary_http["imported"]
+    assert primary_http["patched"] == ["sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"], primary_http
+    assert primary_http["imported"] == [], primary_http["imported"]  # no model runner, EPLB, nor protocol
     detokenizer = _process_probe("sglang.srt.managers.detokenizer_manager", "standby")
     assert detokenizer["patched"] == [] and detokenizer["imported"] == [], detokenizer
     scheduler = _process_probe("sglang.srt.managers.scheduler", "standby")
-    assert set(scheduler["engine"]) <= set(scheduler["patched"]), scheduler
+    # every engine hook, and neither the HTTP server's nor a daemon's: a scheduler builds and spawns none
+    assert set(scheduler["patched"]) == set(scheduler["engine"]) - HTTP_SERVER_TARGETS, scheduler["patched"]

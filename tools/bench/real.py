@@ -2,10 +2,12 @@
 
 Measured side by side in one run, each as a ratio with the protocol on against off:
 
-1. **ready time**: seconds from launching a server to its first 200 from ``/health`` (a 1-token generation),
-   with the plugin and with ``SGLANG_PLUGINS=none``, on the *same* standalone layout-aware
-   daemons (``python -m daemon_adapter --enable-eplb``) and the same flags, alternated
-   (on, off, off, on, ...) so drift on a shared machine hits both alike; polled every 50 ms;
+1. **ready time**: seconds from launching a server to its first generated token (a one-token ``/generate``,
+   sent again 50 ms after each refused connection, answered as soon as the token is made; sglang's
+   ``/health`` answers only on whole seconds after it was asked, which read a start to ~1 s), with the
+   plugin and with ``SGLANG_PLUGINS=none``, on the *same* standalone layout-aware daemons
+   (``python -m daemon_adapter --enable-eplb``) and the same flags, alternated (on, off, off, on, ...) so
+   drift on a shared machine hits both alike;
 2. **rebalance time**, one layer per chunk (``--eplb-rebalance-layers-per-chunk 1``): a chunked
    rebalance runs across forward passes and sglang times only an unchunked one, so each rank times
    its ``EPLBManager.on_forward_pass_end`` calls that did rebalance work (the plan, each chunk's move
@@ -77,7 +79,7 @@ def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str
         )
         server = rs.RealServer(run, _topology(model), spec).start()
         try:
-            return round(server.wait_ready(), 2)
+            return round(server.wait_first_token(), 3)
         finally:
             server.stop()
 
@@ -310,7 +312,8 @@ def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -
 def markdown_rows(data: dict[str, Any]) -> list[str]:
     r, b = data["ready"], data["rebalance"]
     return [
-        "| real server ready time (launch to the first 200 of `/health`, which generates a token), "
+        "| real server ready time (launch to its first generated token: a one-token `/generate` sent every 50 ms "
+        "until the port accepts it), "
         f"TP2/EP2, same standalone daemons | "
         f"{r['median_on_s']} s with the plugin ({r['ready_s_plugin_on']}) | "
         f"{r['median_off_s']} s with `SGLANG_PLUGINS=none` ({r['ready_s_plugin_off']}) | "

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,9 +292,33 @@ class RealServer:
         ]
 
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.05) -> float:
-        """Seconds from start until ``/health`` answers 200, to within ``poll_s`` (a refused connection
-        returns at once). ServerFailed, with the log tail, if the server exits first (a startup
-        refusal: the reason is in the tail) or the timeout passes."""
+        """Seconds from start until ``/health`` answers 200 (a refused connection returns at once). sglang
+        answers it only on a whole second after it was asked (``health_generate`` sleeps 1 s between its
+        looks): ``wait_first_token`` times a start finely. ServerFailed, with the log tail, if the server
+        exits first (a startup refusal: the reason is in the tail) or the timeout passes."""
+        return self._wait_until(lambda _left: self._get("/health", timeout=2.0) == 200, timeout_s, poll_s)
+
+    def wait_first_token(self, timeout_s: float = 300.0, poll_s: float = 0.05) -> float:
+        """Seconds from start until the server generated its first token, to within ``poll_s``: a one-token
+        ``/generate``, sent again ``poll_s`` after each refused connection, is answered as soon as the token
+        is made. ServerFailed as ``wait_ready``."""
+
+        def first_token(left: float) -> bool:
+            body = {"text": "ready", "sampling_params": {"temperature": 0.0, "max_new_tokens": 1}}
+            request = urllib.request.Request(
+                self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=max(left, 0.1)) as response:
+                    return bool(json.loads(response.read()).get("output_ids"))
+            except urllib.error.HTTPError:  # up, not serving yet
+                return False
+
+        return self._wait_until(first_token, timeout_s, poll_s)
+
+    def _wait_until(self, ready: Callable[[float], bool], timeout_s: float, poll_s: float) -> float:
+        """Asks ``ready(seconds left)`` every ``poll_s`` (an unreachable port counts as not ready) until it
+        says yes; the seconds since start."""
         assert self.tree.started_at is not None
         deadline = time.monotonic() + timeout_s
         while True:
@@ -304,7 +328,7 @@ class RealServer:
                     f"{self.tree.failure_report()}"
                 )
             try:
-                if self._get("/health", timeout=2.0) == 200:
+                if ready(deadline - time.monotonic()):
                     self.ready_s = time.monotonic() - self.tree.started_at
                     return self.ready_s
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
