@@ -142,25 +142,24 @@ def register() -> None:
         if _registered:
             return
         process = sglang_process()
+        # sglang applies them after register() returns and only logs a target it fails to apply;
+        # a scheduler's startup hook checks that each is in place (engine_adapter.install_check).
+        registered = hooks(_standby_role(), process)
+        for target, hook in registered:
+            HookRegistry.register(target, hook, HookType.AROUND)
+        if process in (SglangProcess.SCHEDULER, SglangProcess.ENGINE):
+            from engine_adapter import install_check
+
+            install_check.expect(registered)
+        # --weight-cache-mode daemon: the daemons spawned here are layout-aware (they install the rest);
+        # a process not known to build none gets the daemon's class too.
         if process is SglangProcess.HTTP_SERVER:
             from daemon_adapter.hooks import install_spawn_hook
 
-            # --weight-cache-mode daemon: the daemons it spawns are layout-aware (they install the rest)
             install_spawn_hook()
-            for target, hook in hooks(_standby_role(), process):
-                HookRegistry.register(target, hook, HookType.AROUND)
-        elif process in (SglangProcess.SCHEDULER, SglangProcess.ENGINE):
-            from engine_adapter import install_check
+        elif process is SglangProcess.ENGINE:
+            from daemon_adapter import install_daemon_hooks
 
-            # sglang applies them after register() returns and only logs a target it fails to apply;
-            # the startup hook checks that each is in place (engine_adapter.install_check).
-            registered = hooks(_standby_role(), process)
-            for target, hook in registered:
-                HookRegistry.register(target, hook, HookType.AROUND)
-            install_check.expect(registered)
-            if process is SglangProcess.ENGINE:  # one not known to build or spawn no daemon
-                from daemon_adapter import install_daemon_hooks
-
-                install_daemon_hooks()
+            install_daemon_hooks()
         _registered = True
         logger.info("[expert-layout] hooks registered for sglang's %s process", process.value)

@@ -304,13 +304,8 @@ class RealServer:
         is made. ServerFailed as ``wait_ready``."""
 
         def first_token(left: float) -> bool:
-            body = {"text": "ready", "sampling_params": {"temperature": 0.0, "max_new_tokens": 1}}
-            request = urllib.request.Request(
-                self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-            )
             try:
-                with urllib.request.urlopen(request, timeout=max(left, 0.1)) as response:
-                    return bool(json.loads(response.read()).get("output_ids"))
+                return bool(self.generate(["ready"], max_new_tokens=1, timeout_s=max(left, 0.1))[0])
             except urllib.error.HTTPError:  # up, not serving yet
                 return False
 
@@ -347,7 +342,7 @@ class RealServer:
         except subprocess.TimeoutExpired:
             return None
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int = 16) -> list[list[int]]:
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 16, timeout_s: float = 300.0) -> list[list[int]]:
         """Greedy token ids for each prompt (one batch request to sglang's ``/generate``)."""
         body = {
             "text": list(prompts),
@@ -356,7 +351,7 @@ class RealServer:
         request = urllib.request.Request(
             self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             replies = json.loads(response.read())
         return [list(reply["output_ids"]) for reply in replies]
 
