@@ -207,19 +207,28 @@ class _DeadlineReader:
         return self._conn.recv(bufsize)
 
 
+# How long sglang's serve loop waits for a request's first bytes before handing the connection to a
+# thread of its own. A client sends right after it connects, but on a busy host its connect wakes the
+# daemon first and the client is preempted before it sends: measured on a real 2-rank server on 2
+# cores, 10 of the 36 requests of a run (attaches, begins, commits) found nothing buffered and paid a
+# thread start each (a rebalance then took 27-30 ms, 19-24 ms with this wait).
+# Waiting this long takes them inline; an idle client holds the loop up this long at most.
+FIRST_BYTES_WAIT_S = 0.002
 # One read takes a usual request whole (a fetch_state or a one-layer commit is under 1 KiB); a larger
 # one (a full-map commit is about 35 KiB) takes a second read of the rest.
 _FIRST_READ_BYTES = 4096
 
 
-def _take_buffered(conn: socket.socket) -> bytes | None:
-    """What the connection has buffered, taken without waiting: a whole frame (and anything sent
-    after it, which no request needs), a part of one, or b"" (EOF); None when nothing came yet."""
-    conn.settimeout(0.0)  # with a timeout, Python would wait for data
+def _take_buffered(conn: socket.socket, wait_s: float = 0.0) -> bytes | None:
+    """What the connection has buffered, its first bytes waited for at most ``wait_s``: a whole frame
+    (and anything sent after it, which no request needs), a part of one, or b"" (EOF); None when
+    nothing came within ``wait_s``. The rest of a frame begun is taken without waiting."""
+    conn.settimeout(wait_s)  # 0.0: without waiting
     try:
         taken = conn.recv(_FIRST_READ_BYTES)
-    except BlockingIOError:
+    except (BlockingIOError, TimeoutError):
         return None
+    conn.settimeout(0.0)  # with a timeout, Python would wait for the rest
     missing = _missing(taken)
     if len(taken) >= FRAME_HEADER.size and 0 < missing <= wire.MAX_REQUEST_FRAME_BYTES:
         with contextlib.suppress(BlockingIOError):
@@ -512,12 +521,13 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     def _handle_connection(self, conn: socket.socket) -> None:
         """Called by sglang's serial serve loop for each accepted connection.
 
-        A client sends its request right after connecting, so it is usually all in the socket
-        buffer by the time the loop accepts it: it is answered here, at once (an attach too; its
-        watcher thread starts after the reply). Otherwise, and for a repair (seconds), the
-        connection goes to a thread of its own, so that a client slow to send holds no one else up."""
+        A client sends its request right after connecting, so it is usually in the socket buffer by
+        the time the loop accepts it, or within ``FIRST_BYTES_WAIT_S``: it is answered here, at once
+        (an attach too; its watcher thread starts after the reply). Otherwise, and for a repair
+        (seconds), the connection goes to a thread of its own, so that a client slow to send holds no
+        one else up for longer than that wait."""
         try:
-            taken = _take_buffered(conn)
+            taken = _take_buffered(conn, FIRST_BYTES_WAIT_S)
         except OSError as error:
             self._log_bad_frame(f"closed a connection that could not be read ({error})")
             return
