@@ -104,8 +104,8 @@ _STANDBY_HOOKS = (  # a primary carries none of them
     (CONTINUE_TARGET, "standby", "around_continue_generation"),
     (LOCAL_INPUTS_TARGET, "standby", "around_poll_timeout_aborts"),
     (PAUSED_LOOP_TARGET, "standby", "around_paused_loop"),
-    (SERVER_STATE_TARGET, "standby", "around_set_engine_state_field"),
-    (RESULT_DISPATCHER_TARGET, "standby", "around_init_request_dispatcher"),
+    (SERVER_STATE_TARGET, "standby_server", "around_set_engine_state_field"),
+    (RESULT_DISPATCHER_TARGET, "standby_server", "around_init_request_dispatcher"),
 )
 
 

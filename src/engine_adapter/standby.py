@@ -39,12 +39,13 @@ from typing import Any
 
 import torch
 from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_expert_location_metadata
-from sglang.srt.managers.io_struct import HealthCheckOutput, PauseGenerationReqInput
+from sglang.srt.managers.io_struct import HealthCheckOutput
 from sglang.srt.runtime_context import get_parallel
 
 from daemon_adapter.client import Attachment
 from engine_adapter import roles, state
 from engine_adapter.rebalance import ask_daemon
+from engine_adapter.standby_server import PARK_RID, PROMOTED_RID
 from engine_adapter.startup import all_gather
 from layout_sm.engine import Go, Step
 from layout_sm.messages import NOTICE
@@ -52,18 +53,13 @@ from layout_sm.reasons import Status
 
 logger = logging.getLogger("engine_adapter")
 
-# The rids that mark the plugin's own uses of sglang's pause, continue and health-check messages.
-PARK_RID = "expert-layout-park"
-TAKEOVER_RID = "expert-layout-takeover"
-PROMOTED_RID = "expert-layout-promoted"
+TAKEOVER_RID = "expert-layout-takeover"  # the takeover request's mark, in the scheduler's own broadcast
 # How long a rank waits for its own daemon's notice once the entry rank's came: the primary's ranks
 # die together, so the daemons see their EOFs within milliseconds; a rank still without its notice
 # then has a primary attached there, and the standby parks on.
 NOTICE_WAIT_S = 5.0
 # The paused entry rank's sleep between wake-ups, as sglang's own IdleSleeper (--sleep-on-idle).
 PAUSED_SLEEP_MS = 1000
-# The standby's own one-token warmup when sglang skipped its warmup (sglang's default warmup timeout).
-WARMUP_TIMEOUT_S = 600.0
 
 
 class StandbyFailed(RuntimeError):
@@ -295,76 +291,3 @@ def _unpark(scheduler: Any, step: Step) -> bool:
     if scheduler.recv_from_tokenizer is not None:  # the entry rank tells the HTTP server: status Up
         scheduler.ipc_channels.send_to_tokenizer.send_output(HealthCheckOutput(rid=PROMOTED_RID))
     return True
-
-
-# -- the HTTP server's process ----------------------------------------------------------------
-
-
-@dataclass
-class _ServerSide:
-    park_sent: bool = False
-    promoted: bool = False
-
-
-_SERVER = _ServerSide()
-
-
-def around_set_engine_state_field(original: Any, manager: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
-    from sglang.srt.managers.tokenizer_manager import ServerStatus
-
-    if name != "_server_status" or value != ServerStatus.Up or _SERVER.promoted or not roles.is_standby():
-        return original(manager, name, value, *args, **kwargs)
-    if not _SERVER.park_sent:  # the warmup is over: park instead of going up
-        _SERVER.park_sent = True
-        if getattr(manager, "event_loop", None) is None:
-            _warm_up(manager)
-        request = PauseGenerationReqInput(mode="in_place", rid=PARK_RID)
-        # The server's event loop owns the zmq socket to the scheduler (this is sglang's warmup thread).
-        manager.event_loop.call_soon_threadsafe(manager._dispatch_to_scheduler, request)
-        logger.info("[expert-layout] warm standby: warmed up, parking (health answers 503 until promoted)")
-    return None
-
-
-def _warm_up(manager: Any) -> None:
-    """sglang skipped its warmup (``--skip-server-warmup``): the standby runs one one-token request on the
-    shared weights before it parks. It also starts the server's loop that reads what the scheduler
-    sends back (sglang starts it at the first request), which is where the promotion arrives."""
-    import requests
-    from sglang.srt.runtime_context import get_serving
-
-    key = get_serving().api_key
-    deadline = time.monotonic() + WARMUP_TIMEOUT_S
-    while True:  # with its warmup skipped, sglang declares the server up before its HTTP socket listens
-        try:
-            response = requests.post(
-                manager.server_args.url() + "/generate",
-                json={"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}},
-                headers={"Authorization": f"Bearer {key}"} if key else {},
-                timeout=WARMUP_TIMEOUT_S,
-                verify=False,
-            )
-            break
-        except requests.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    response.raise_for_status()
-
-
-def around_init_request_dispatcher(original: Any, manager: Any, *args: Any, **kwargs: Any) -> Any:
-    result = original(manager, *args, **kwargs)
-    dispatcher = manager._result_dispatcher
-    passed_on = dispatcher._mapping.get(HealthCheckOutput)
-
-    def health_check_output(obj: Any) -> Any:
-        if getattr(obj, "rid", None) == PROMOTED_RID:
-            from sglang.srt.managers.tokenizer_manager import ServerStatus
-
-            _SERVER.promoted = True
-            manager.server_status = ServerStatus.Up
-            logger.info("[expert-layout] warm standby promoted: the server is up")
-            return None
-        return None if passed_on is None else passed_on(obj)
-
-    dispatcher._mapping[HealthCheckOutput] = health_check_output
-    return result

@@ -29,8 +29,9 @@ PAUSE_TARGET = "sglang.srt.managers.scheduler.Scheduler.pause_generation"
 CONTINUE_TARGET = "sglang.srt.managers.scheduler.Scheduler.continue_generation"
 LOCAL_INPUTS_TARGET = "sglang.srt.managers.scheduler.Scheduler._poll_timeout_aborts"
 PAUSED_LOOP_TARGET = "sglang.srt.managers.scheduler.Scheduler._record_scheduler_state_for_paused_engine"
-# In the HTTP server's process: the server status (held at Starting while the standby is parked: /health
-# and /health_generate answer 503) and the dispatcher of what the scheduler sends back (the promotion).
+# In the HTTP server's process (engine_adapter.standby_server): the server status (held at Starting while
+# the standby is parked: /health and /health_generate answer 503) and the dispatcher of what the scheduler
+# sends back (the promotion).
 SERVER_STATE_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager._set_engine_state_field"
 RESULT_DISPATCHER_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManager.init_request_dispatcher"
 

@@ -137,6 +137,8 @@ def test_each_sglang_process_applies_the_hooks_it_can_run_and_imports_nothing_fo
     http = _process_probe("sglang.launch_server", "standby")
     # the daemons it spawns are layout-aware: they install the daemon's class themselves
     assert set(http["patched"]) == {*HTTP_SERVER_TARGETS, "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"}
+    # a standby's two hooks there are the light standby_server: not the scheduler side's protocol and EPLB
+    assert http["imported"] == [], http["imported"]
     primary_http = _process_probe("sglang.srt.entrypoints.engine", "primary")
     assert primary_http["patched"] == ["sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"], primary_http
     assert primary_http["imported"] == [], primary_http["imported"]  # no model runner, EPLB, nor protocol
