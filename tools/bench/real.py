@@ -153,22 +153,37 @@ def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: 
     )
 
 
+def _rotated(sides: tuple[str, ...], repeats: int) -> list[tuple[str, ...]]:
+    """The sides' order per repeat, each first in turn: drift on a shared machine hits all alike."""
+    return [sides[i % len(sides) :] + sides[: i % len(sides)] for i in range(repeats)]
+
+
+# The rebalance's sides: the protocol on; off; and off with each chunk doing the protocol's floor where
+# the protocol does it (engine_probes.ChunkFloor), so that floor is measured inside the same servers.
+_REBALANCE_SIDES = ("on", "off", "floor")
+
+
 def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
-    """EPLB's rebalance, one layer per chunk, with the protocol and without, on spawned daemons; servers
-    alternated (on, off, off, on, ...). Each figure: seconds of rebalance work per rebalance."""
-    out: dict[str, list[float]] = {"on": [], "off": []}
-    gc_s: dict[str, list[float]] = {"on": [], "off": []}  # the garbage collector's time in that work, in all
+    """EPLB's rebalance, one layer per chunk, with the protocol, without it, and without it plus each
+    chunk's floor (a ping to the rank's daemon and an all-gather before the move and after it), on spawned
+    daemons; servers rotated (on, off, floor; off, floor, on; ...). Each figure: seconds of rebalance work
+    per rebalance."""
+    out: dict[str, list[float]] = {side: [] for side in _REBALANCE_SIDES}
+    gc_s: dict[str, list[float]] = {side: [] for side in _REBALANCE_SIDES}  # the garbage collector's, in all
     topology = _topology(model)
-    for i, pair in enumerate(_alternated("on", "off", repeats)):
-        for side in pair:
+    for i, order in enumerate(_rotated(_REBALANCE_SIDES, repeats)):
+        for side in order:
             run = rs.RunDir(workdir / f"rebalance-{side}-{i}")
+            env = {engine_probes.EPLB_TIME_ENV: "1"}
+            if side == "floor":
+                env[engine_probes.CHUNK_FLOOR_ENV] = "1"
             spec = rs.ServerSpec(
                 f"rebalance-{side}-{i}",
                 weight_cache_mode="daemon",
                 rebalance_iterations=ITERATIONS,
                 layers_per_chunk=1,
                 plugins=None if side == "on" else rs.PROTOCOL_OFF,
-                extra_env={engine_probes.EPLB_TIME_ENV: "1"},
+                extra_env=env,
             )
             server = rs.RealServer(run, topology, spec).start()
             try:
@@ -178,20 +193,27 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
                 server.stop()
             out[side].append(timed.per_rebalance_s)
             gc_s[side].append(round(timed.gc_s, 4))
-            step(f"  rebalance, protocol {side}: {timed.line()}")
-    on, off = _median(out["on"]), _median(out["off"])
+            step(f"  rebalance, {_SIDE_WORDS[side]}: {timed.line()}")
+    on, off, floor = (_median(out[side]) for side in _REBALANCE_SIDES)
     return {
         # Every layer of the tiny model is an MoE layer (decoder_sparse_step=1), one chunk each.
         "chunks_per_rebalance": TinyMoeRecipe().num_hidden_layers,
         "rebalance_s_protocol_on": out["on"],
         "rebalance_s_protocol_off": out["off"],
+        "rebalance_s_off_with_chunk_floor": out["floor"],
         "gc_s_protocol_on": gc_s["on"],
         "gc_s_protocol_off": gc_s["off"],
         "layers_per_chunk": 1,
         "median_on_s": on,
         "median_off_s": off,
+        "median_floor_s": floor,
         "ratio_on_to_off": _ratio(on, off),
+        "ratio_floor_to_off": _ratio(floor, off),
+        "ratio_on_to_floor": _ratio(on, floor),
     }
+
+
+_SIDE_WORDS = {"on": "protocol on", "off": "protocol off", "floor": "protocol off, each chunk doing its floor"}
 
 
 def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, step: Any) -> dict[str, Any]:
@@ -325,6 +347,12 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
         f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x | "
         f"≤{REBALANCE_RATIO_MAX}x: {_met(b['ratio_on_to_off'] <= REBALANCE_RATIO_MAX)}{_floor_note(b)} |",
+        "| the same rebalance without the protocol, each chunk doing the protocol's floor where the protocol "
+        "does it (a ping to the rank's daemon and an all-gather of its reply before sglang's move, a device "
+        "synchronize and the same again after it: `engine_probes.ChunkFloor`), servers rotated with the two "
+        f"above | {b.get('median_floor_s')} s ({b.get('rebalance_s_off_with_chunk_floor')}) | "
+        f"{b['median_off_s']} s without | {b.get('ratio_floor_to_off')}x (the protocol against this in-situ "
+        f"floor: {b.get('ratio_on_to_floor')}x) | shown: no protocol of two phases per chunk does better |",
         *_standby_rows(data.get("standby")),
         *_repair_rows(data.get("repair")),
     ]

@@ -10,6 +10,11 @@ processes our launchers start; each probe is on only when its environment variab
 - ``EXPERT_LAYOUT_TEST_EPLB_TIME=1`` (with the directory above): each rank writes ``rank{r}.eplb.json``,
   the time its ``EPLBManager.on_forward_pass_end`` calls spent on rebalance work (an AROUND hook), so
   a chunked rebalance is timed whole, with the protocol or without it.
+- ``EXPERT_LAYOUT_TEST_CHUNK_FLOOR=1`` (for a server with the plugin off): each chunk of sglang's
+  rebalance does what the protocol's floor is, where the protocol does it: a ping to the rank's daemon
+  and an all-gather of its reply before sglang's move, a device synchronize and the same again after it
+  (``ChunkFloor``), with the plugin's own client, socket path and all-gather. A rebalance's time is then
+  sglang's plus the floor, measured inside the server (``make bench``'s in-situ floor).
 - ``EXPERT_LAYOUT_TEST_STOP=POINT:N`` (with the directory above): a rank that reaches the point
   writes ``rank{r}.stopped`` and blocks until it is killed (the test SIGKILLs the server's
   process tree once every rank has stopped). Points, counted per rank:
@@ -38,6 +43,7 @@ from typing import Any
 DIR_ENV = "EXPERT_LAYOUT_TEST_DIR"
 STOP_ENV = "EXPERT_LAYOUT_TEST_STOP"
 EPLB_TIME_ENV = "EXPERT_LAYOUT_TEST_EPLB_TIME"
+CHUNK_FLOOR_ENV = "EXPERT_LAYOUT_TEST_CHUNK_FLOOR"
 # A call of EPLBManager.on_forward_pass_end that takes longer than this ran rebalance work (computing
 # the plan, a chunk's move and its protocol); one that does not only stepped the iteration counter.
 REBALANCE_CALL_S = 0.001
@@ -173,6 +179,36 @@ class EplbTimer:
                 )
 
 
+class ChunkFloor:
+    """Each chunk of sglang's rebalance with the floor of the protocol's two phases in it (see the module
+    docstring): what no check that asks every daemon before and after each chunk can do without."""
+
+    def __init__(self) -> None:
+        self.socket_path: str | None = None
+
+    def after_load_model(self, result: Any, runner: Any, *args: Any, **kwargs: Any) -> None:
+        from engine_adapter.startup import daemon_socket_path
+
+        self.socket_path = daemon_socket_path(runner.gpu_id)
+
+    def around_chunk(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+        from sglang.srt.runtime_context import get_device
+
+        self._round_trip_and_all_gather()
+        result = original(*args, **kwargs)
+        torch.get_device_module(get_device().device).synchronize()
+        self._round_trip_and_all_gather()
+        return result
+
+    def _round_trip_and_all_gather(self) -> None:
+        from daemon_adapter import client
+        from engine_adapter.startup import all_gather
+
+        assert self.socket_path is not None, "the model was not loaded through ModelRunner.load_model"
+        all_gather(client.request(self.socket_path, {"type": "ping"}))
+
+
 class StopAt:
     def __init__(self, point: StopPoint, out_dir: Path) -> None:
         self.point = point
@@ -221,6 +257,13 @@ def register_if_asked() -> None:
         timer = EplbTimer(out_dir)
         HookRegistry.register(
             "sglang.srt.eplb.eplb_manager.EPLBManager.on_forward_pass_end", timer.around, HookType.AROUND
+        )
+
+    if os.environ.get(CHUNK_FLOOR_ENV) == "1":
+        floor = ChunkFloor()
+        HookRegistry.register("sglang.srt.model_executor.model_runner.ModelRunner.load_model", floor.after_load_model)
+        HookRegistry.register(
+            "sglang.srt.eplb.eplb_manager.update_expert_location_with_recovery", floor.around_chunk, HookType.AROUND
         )
 
     def after_write_belief(result: Any, *args: Any, **kwargs: Any) -> None:
