@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="throughput window per client count")
     parser.add_argument("--no-real", action="store_true", help="skip the real-server part (a few minutes)")
     parser.add_argument("--real-repeats", type=int, default=3, help="real servers per side, alternated, per figure")
-    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
+    parser.add_argument("--real-rebalances", type=int, default=8, help="rebalances timed per server")
     parser.add_argument("--no-scaling", action="store_true", help="skip the growth with ranks and map size")
     parser.add_argument("--only-scaling", action="store_true", help="the growth with ranks and map size alone")
     args = parser.parse_args(argv)

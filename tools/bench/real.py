@@ -12,7 +12,10 @@ Measured side by side in one run, each as a ratio with the protocol on against o
    rebalance runs across forward passes and sglang times only an unchunked one, so each rank times
    its ``EPLBManager.on_forward_pass_end`` calls that did rebalance work (the plan, each chunk's move
    and, with the plugin, its begin, commit and all-gathers: ``engine_probes.EplbTimer``); on servers
-   with spawned daemons (``--weight-cache-mode daemon``), alternated like the ready time.
+   with spawned daemons (``--weight-cache-mode daemon``), rotated with a third side: the plugin off and
+   each chunk doing the protocol's floor where the protocol does it (``engine_probes.ChunkFloor``), the
+   floor measured inside the same kind of server. Each server times ``--real-rebalances`` rebalances (8:
+   the first carries one-off costs, sglang's and the plugin's, that a serving engine pays once).
 
 Servers need about 30-60 s each to be ready on 2 cores: this part takes several minutes
 (``--real-repeats`` sets how many servers per side per figure, at least ``READY_REPEATS`` for the ready
@@ -418,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.real", description=__doc__)
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--real-repeats", type=int, default=3, help="servers per side, alternated, for each figure")
-    parser.add_argument("--real-rebalances", type=int, default=3, help="rebalances timed per side")
+    parser.add_argument("--real-rebalances", type=int, default=8, help="rebalances timed per server")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
 
