@@ -223,12 +223,18 @@ def _take_buffered(conn: socket.socket, wait_s: float = 0.0) -> bytes | None:
     """What the connection has buffered, its first bytes waited for at most ``wait_s``: a whole frame
     (and anything sent after it, which no request needs), a part of one, or b"" (EOF); None when
     nothing came within ``wait_s``. The rest of a frame begun is taken without waiting."""
-    conn.settimeout(wait_s)  # 0.0: without waiting
+    conn.settimeout(0.0)  # with a timeout, Python polls before every read: only when nothing came yet
     try:
         taken = conn.recv(_FIRST_READ_BYTES)
-    except (BlockingIOError, TimeoutError):
-        return None
-    conn.settimeout(0.0)  # with a timeout, Python would wait for the rest
+    except BlockingIOError:
+        if wait_s <= 0:
+            return None
+        conn.settimeout(wait_s)
+        try:
+            taken = conn.recv(_FIRST_READ_BYTES)
+        except TimeoutError:
+            return None
+        conn.settimeout(0.0)
     missing = _missing(taken)
     if len(taken) >= FRAME_HEADER.size and 0 < missing <= wire.MAX_REQUEST_FRAME_BYTES:
         with contextlib.suppress(BlockingIOError):
