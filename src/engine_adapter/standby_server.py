@@ -6,8 +6,8 @@ the promotion the entry rank sends back (a health-check output, marked) turns th
 
 A module of its own, light to import: sglang imports each hooked target's module in the process that
 registers the hook, and the HTTP server's process runs neither a scheduler nor EPLB; with the
-scheduler side's module (torch, sglang's EPLB metadata, the protocol) its ``load_plugins()`` took 2.3-2.5 s
-here, against 0.14 s for a primary's.
+scheduler side's module (sglang's EPLB metadata, the protocol, python-statemachine) its ``load_plugins()``
+took 0.120 s and 57 modules here once sglang's tokenizer manager was imported, against 0.066 s and 13.
 """
 
 from __future__ import annotations

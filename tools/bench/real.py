@@ -58,9 +58,10 @@ def _ratio(on: float, off: float) -> float:
     return round(on / off, 3) if off else float("nan")
 
 
-def _alternated(a: str, b: str, repeats: int) -> list[tuple[str, str]]:
-    """The sides' order per repeat, (a, b), (b, a), (a, b)...: drift on a shared machine hits both alike."""
-    return [(a, b) if i % 2 == 0 else (b, a) for i in range(repeats)]
+def _rotated(sides: tuple[str, ...], repeats: int) -> list[tuple[str, ...]]:
+    """The sides' order per repeat, each first in turn ((a, b), (b, a), ... for two): drift on a shared
+    machine hits all alike."""
+    return [sides[i % len(sides) :] + sides[: i % len(sides)] for i in range(repeats)]
 
 
 def _topology(model: Path) -> rs.Topology:
@@ -91,7 +92,7 @@ def ready_times(model: Path, workdir: Path, repeats: int, step: Any) -> dict[str
         # Not timed: the first server after the daemons reads sglang's modules and the model from disk
         # into the page cache (30.1 s here, 21-23 s for every start after it), and would be an "on" one.
         step(f"  ready time, warmup start (not timed): {ready_s('ready-warmup', 'on'):.1f} s")
-        for i, pair in enumerate(_alternated("on", "off", repeats)):
+        for i, pair in enumerate(_rotated(("on", "off"), repeats)):
             for side in pair:
                 seconds[side].append(ready_s(f"ready-{side}-{i}", side))
                 step(f"  ready time, plugin {side}: {seconds[side][-1]:.1f} s")
@@ -156,11 +157,6 @@ def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: 
     )
 
 
-def _rotated(sides: tuple[str, ...], repeats: int) -> list[tuple[str, ...]]:
-    """The sides' order per repeat, each first in turn: drift on a shared machine hits all alike."""
-    return [sides[i % len(sides) :] + sides[: i % len(sides)] for i in range(repeats)]
-
-
 # The rebalance's sides: the protocol on; off; and off with each chunk doing the protocol's floor where
 # the protocol does it (engine_probes.ChunkFloor), so that floor is measured inside the same servers.
 _REBALANCE_SIDES = ("on", "off", "floor")
@@ -206,6 +202,7 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
         "rebalance_s_off_with_chunk_floor": out["floor"],
         "gc_s_protocol_on": gc_s["on"],
         "gc_s_protocol_off": gc_s["off"],
+        "gc_s_off_with_chunk_floor": gc_s["floor"],
         "layers_per_chunk": 1,
         "median_on_s": on,
         "median_off_s": off,
@@ -233,7 +230,7 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
     busy: dict[str, int] = {"beside": 0, "alone": 0}
     try:
         daemons.wait_ready()
-        for i, pair in enumerate(_alternated("beside", "alone", repeats)):
+        for i, pair in enumerate(_rotated(("beside", "alone"), repeats)):
             for side in pair:
                 spec = rs.ServerSpec(
                     f"primary-{side}-{i}",

@@ -181,32 +181,34 @@ class EplbTimer:
 
 class ChunkFloor:
     """Each chunk of sglang's rebalance with the floor of the protocol's two phases in it (see the module
-    docstring): what no check that asks every daemon before and after each chunk can do without."""
+    docstring): what no check that asks every daemon before and after each chunk can do without. What
+    it calls is looked up once the model is loaded, as the plugin's modules import it: nothing more runs
+    per chunk than the protocol's own round trips, all-gathers and synchronize."""
 
     def __init__(self) -> None:
-        self.socket_path: str | None = None
+        self._round_trip: Any = None  # () -> the ping's reply from this rank's daemon
+        self._all_gather: Any = None
+        self._synchronize: Any = None
 
     def after_load_model(self, result: Any, runner: Any, *args: Any, **kwargs: Any) -> None:
-        from engine_adapter.startup import daemon_socket_path
-
-        self.socket_path = daemon_socket_path(runner.gpu_id)
-
-    def around_chunk(self, original: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
         from sglang.srt.runtime_context import get_device
 
-        self._round_trip_and_all_gather()
-        result = original(*args, **kwargs)
-        torch.get_device_module(get_device().device).synchronize()
-        self._round_trip_and_all_gather()
-        return result
-
-    def _round_trip_and_all_gather(self) -> None:
         from daemon_adapter import client
-        from engine_adapter.startup import all_gather
+        from engine_adapter.startup import all_gather, daemon_socket_path
 
-        assert self.socket_path is not None, "the model was not loaded through ModelRunner.load_model"
-        all_gather(client.request(self.socket_path, {"type": "ping"}))
+        path = daemon_socket_path(runner.gpu_id)
+        self._round_trip = lambda: client.request(path, {"type": "ping"})
+        self._all_gather = all_gather
+        self._synchronize = torch.get_device_module(get_device().device).synchronize
+
+    def around_chunk(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        assert self._round_trip is not None, "the model was not loaded through ModelRunner.load_model"
+        self._all_gather(self._round_trip())
+        result = original(*args, **kwargs)
+        self._synchronize()
+        self._all_gather(self._round_trip())
+        return result
 
 
 class StopAt:
