@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -73,3 +74,34 @@ def test_server_lock_held_by_an_outer_flock_is_not_waited_for_but_anyone_else_is
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_eplb_timer_counts_every_call_of_a_rebalance_and_no_other_however_short(tmp_path: Path) -> None:
+    """sglang's own ``EPLBManager._entrypoint`` drives the timer, as in a server: each rebalance of 2 chunks
+    is 3 calls (the plan, the first chunk, the second and the end), every other call only steps the
+    iteration counter; the chunks here take no time at all, as a chunk without the protocol nearly does."""
+    import json
+
+    from sglang.srt.eplb.eplb_manager import EPLBManager
+    from sglang.srt.runtime_context import get_parallel
+    from tools.realserver.engine_probes import EplbTimer
+
+    chunks_moved: list[int] = []
+
+    def rebalance() -> Any:  # the shape of sglang's: plan, then a yield before each of its chunks
+        for chunk in (0, 1):
+            yield
+            chunks_moved.append(chunk)
+
+    manager = object.__new__(EPLBManager)  # sglang's generator, without a model or a runtime context
+    manager._rebalance_num_iterations = 3
+    manager.rebalance = rebalance  # type: ignore[method-assign]
+    manager.reset_generator()
+    timer = EplbTimer(tmp_path)
+    iterations = 3 * 2 + 1  # two rebalances, each after 3 iterations, and the first call of a third period
+    with get_parallel().override(tp_rank=0):  # the rank the timer names its file after, as a server's
+        for _ in range(iterations + 2 * 3):
+            timer.around(EPLBManager.on_forward_pass_end, manager)
+    assert chunks_moved == [0, 1, 0, 1]
+    assert (timer.calls, timer.rebalance_calls) == (13, 6)
+    assert json.loads((tmp_path / "rank0.eplb.json").read_text())["rebalance_calls"] == 6
