@@ -19,7 +19,9 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
    sglang's own daemon (``FakeLoadedDaemon``) on the same transport backend and the same exported
    tensors; and, in the same rotation, a handler that only reads the request (one read, the
    hardening's check, unpickling, the field) and hands it to sglang's handler as the layout-aware
-   daemon does: the floor of any check.
+   daemon does: the floor of any check. The layout check's own time is taken where it runs (in
+   sglang's handler, once the reply is built) and warm, back to back: the first is several times the
+   second, because the reply just built has pushed the check's code and data out of the caches.
 5. throughput: ``expert_layout_query`` requests per second with 16 attached engines polling
    against 1.
 6. request check: the daemon's check of a request's pickle before unpickling it
@@ -307,7 +309,7 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
     from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
     from daemon_adapter.daemon import _ReadConnection, _RequestFrame, _take_buffered
-    from layout_sm.messages import FETCH_FIELD, AttachRequest, fetch_layout_field
+    from layout_sm.messages import FETCH_FIELD, AttachRequest, fetch_layout_field, parse_fetch_field
     from layout_sm.record import layout_digest
     from tools.harness.daemon_proc import default_cache_config, recv_frame, send_frame
     from tools.harness.loaded_daemon import FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
@@ -327,6 +329,23 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
     field = fetch_layout_field("bench", "s" * 32, 0, layout_digest(rows))
     with_check = {"type": "fetch_state", "config": config, "expert_layout": field}
     plain = {"type": "fetch_state", "config": config}
+    # The layout check alone, where it runs: in sglang's handler, right after the handler built its reply
+    # (the caches then hold that reply, not the daemon's layout code), and warm, back to back. The timer
+    # wraps the gate's call to the check (two clock reads, in the layout side's time).
+    gate = daemon._layout_gate
+    assert gate is not None
+    check, check_in_situ_s = gate._check, []
+
+    def timed_check(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        verdict = check(*args)
+        check_in_situ_s.append(time.perf_counter() - t0)
+        return verdict
+
+    gate._check = timed_check
+    claim = parse_fetch_field(field)
+    assert check(claim, None).ok
+    check_warm_s = _timeit(lambda: check(claim, None), n)
     client, server = socket.socketpair()
     replies: list[Any] = []
     got = threading.Event()
@@ -374,6 +393,7 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
             series.append(one(handler, msg))
     assert all(reply["status"] == "ok" for reply in replies[:3])
     assert len(replies[0]["entries"]) == num_tensors
+    assert len(check_in_situ_s) == n, "every fetch through the layout-aware handler runs the check once"
     client.close()
     server.close()
     layout_us, plain_us = _median_us(layout_s), _median_us(plain_s)
@@ -390,6 +410,8 @@ def bench_fetch(n: int, num_tensors: int = 1000) -> dict[str, Any]:
         # Reading the request alone, as the hardening requires before any decision: the floor of any check.
         "fetch_reading_the_request_us": _median_us(floor_s),
         "reading_overhead": round(floor_paired - 1, 4),
+        "check_in_situ_us": _median_us(check_in_situ_s),
+        "check_warm_us": _median_us(check_warm_s),
         "repetitions": n,
     }
 
@@ -515,6 +537,11 @@ def markdown(data: dict[str, Any]) -> str:
         f"{fe['fetch_reading_the_request_us']} µs | "
         f"{fe['fetch_plain_sglang_us']} µs (sglang's own handler) | overhead {100 * fe['reading_overhead']:.2f}% | "
         f"none: the floor of any check |",
+        f"| the layout check alone (`DaemonMachine.fetch_check`), timed where it runs: in sglang's handler, "
+        f"right after the reply is built | {fe['check_in_situ_us']} µs | {fe['check_warm_us']} µs (the same "
+        f"check warm, back to back) | {fe['check_in_situ_us'] / fe['check_warm_us']:.1f}x; "
+        f"{100 * fe['check_in_situ_us'] / fe['fetch_plain_sglang_us']:.2f}% of sglang's fetch | "
+        f"none: where the overhead goes |",
         f"| query throughput, 16 attached engines polling | {tp['queries_per_s_16_engines']} /s | "
         f"{tp['queries_per_s_1_engine']} /s (1 engine) | {tp['ratio_16_to_1']}x | none |",
     ]
