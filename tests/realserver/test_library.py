@@ -98,9 +98,10 @@ def test_eplb_timer_counts_every_call_of_a_rebalance_and_no_other_however_short(
     manager.rebalance = rebalance  # type: ignore[method-assign]
     manager.reset_generator()
     timer = EplbTimer(tmp_path)
-    iterations = 3 * 2 + 1  # two rebalances, each after 3 iterations, and the first call of a third period
+    # 3 calls that only count iterations, then a rebalance's 3 calls (its last also takes the next period's
+    # first iteration), 2 that only count, the second rebalance's 3, and 2 more: 13 calls, 6 of rebalance work.
     with get_parallel().override(tp_rank=0):  # the rank the timer names its file after, as a server's
-        for _ in range(iterations + 2 * 3):
+        for _ in range(3 + 3 + 2 + 3 + 2):
             timer.around(EPLBManager.on_forward_pass_end, manager)
     assert chunks_moved == [0, 1, 0, 1]
     assert (timer.calls, timer.rebalance_calls) == (13, 6)
