@@ -106,3 +106,75 @@ def test_eplb_timer_counts_every_call_of_a_rebalance_and_no_other_however_short(
     assert chunks_moved == [0, 1, 0, 1]
     assert (timer.calls, timer.rebalance_calls) == (13, 6)
     assert json.loads((tmp_path / "rank0.eplb.json").read_text())["rebalance_calls"] == 6
+
+
+def test_chunk_floor_asks_the_daemon_around_each_move_and_the_timer_writes_each_part(tmp_path: Path) -> None:
+    """``ChunkFloor`` around two chunks of a rebalance driven by sglang's own ``EPLBManager._entrypoint``:
+    a real ping to a real daemon and an all-gather of its reply before sglang's move, a synchronize and the
+    same again after it; each part timed where it runs, and ``EplbTimer`` writes the parts beside its
+    figures, where ``make bench`` reads them. The all-gathers (one rank: the reply itself, as the plugin's
+    ``all_gather`` on one rank) and the move take distinct known times, so a part timed in the wrong place
+    shows."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from sglang.srt.eplb.eplb_manager import EPLBManager
+    from sglang.srt.runtime_context import get_parallel
+    from tools.bench.real import _part_medians_ms, _rebalance_seconds
+    from tools.harness.daemon_proc import start_daemon
+    from tools.realserver.engine_probes import ChunkFloor, EplbTimer
+
+    from daemon_adapter import client
+
+    before_s, move_s, after_s = 0.05, 0.1, 0.15
+    calls: list[Any] = []
+    floor = ChunkFloor()
+    with pytest.raises(AssertionError, match="load_model"):  # no model loaded: nothing to ask
+        floor.around_chunk(lambda: None)
+
+    def move(layers: list[int]) -> str:  # sglang's update_expert_location_with_recovery, as the hook sees it
+        calls.append(("move", layers))
+        time.sleep(move_s)
+        return "moved"
+
+    def rebalance() -> Any:  # sglang's shape: plan, then a yield before each of its chunks
+        for layer in (0, 1):
+            yield
+            assert floor.around_chunk(move, [layer]) == "moved"
+
+    with tempfile.TemporaryDirectory(prefix="floor-", dir="/tmp") as short:
+        daemon = start_daemon(f"{short}/d.sock", plain_sglang=True, log_path=f"{short}/d.log")
+        try:
+
+            def all_gather(reply: Any) -> list[Any]:
+                calls.append(("all_gather", reply["status"]))
+                time.sleep(
+                    after_s if calls[-3:-1] == ["synchronize", "ping"] else before_s
+                )  # after the move, or before
+                return [reply]
+
+            floor._round_trip = lambda: calls.append("ping") or client.request(daemon.socket_path, {"type": "ping"})
+            floor._all_gather = all_gather
+            floor._synchronize = lambda: calls.append("synchronize")
+            manager = object.__new__(EPLBManager)
+            manager._rebalance_num_iterations = 1
+            manager.rebalance = rebalance  # type: ignore[method-assign]
+            manager.reset_generator()
+            timer = EplbTimer(tmp_path, lambda: floor.chunk_s)
+            with get_parallel().override(tp_rank=0):
+                for _ in range(4):  # one that counts, the plan, the first chunk, the second and the end
+                    timer.around(EPLBManager.on_forward_pass_end, manager)
+        finally:
+            daemon.kill()
+
+    one_chunk = ["ping", ("all_gather", "ok"), "synchronize", "ping", ("all_gather", "ok")]
+    assert calls == [*one_chunk[:2], ("move", [0]), *one_chunk[2:], *one_chunk[:2], ("move", [1]), *one_chunk[2:]]
+    written = _rebalance_seconds(SimpleNamespace(probe_dir=tmp_path), 1)  # type: ignore[arg-type]
+    assert written["chunk_s"] == floor.chunk_s
+    assert [len(part) for part in written["chunk_s"].values()] == [2, 2, 2]
+    # Lower bounds only (the machine may be slow, never fast): each part holds its own wait.
+    assert all(s >= before_s for s in written["chunk_s"]["before_s"])
+    assert all(s >= move_s for s in written["chunk_s"]["move_s"])
+    assert all(s >= after_s for s in written["chunk_s"]["after_s"])
+    medians = _part_medians_ms(written["chunk_s"])
+    assert medians["chunks"] == 2 and medians["after"] >= after_s * 1000

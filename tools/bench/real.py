@@ -118,6 +118,7 @@ class Timed:
     calls: int
     gc_s: float
     full_collections: int
+    chunk_s: dict[str, list[float]]  # each chunk's parts on every rank (engine_probes: the plugin's or the floor's)
 
     def line(self) -> str:
         return (
@@ -133,7 +134,14 @@ def _rebalance_seconds(server: rs.RealServer, tp_size: int) -> dict[str, Any]:
         path = server.probe_dir / f"rank{rank}.eplb.json"
         if path.exists():
             per_rank.append(json.loads(path.read_text()))
-    return max(per_rank, key=lambda d: d["rebalance_s"]) if per_rank else {}
+    if not per_rank:
+        return {}
+    slowest = dict(max(per_rank, key=lambda d: d["rebalance_s"]))
+    # Each chunk's parts, every rank's: the slowest rank decides a collective step, not a part.
+    slowest["chunk_s"] = {
+        part: [s for d in per_rank for s in d.get("chunk_s", {}).get(part, ())] for part in slowest.get("chunk_s", {})
+    }
+    return slowest
 
 
 def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: int) -> Timed:
@@ -154,6 +162,7 @@ def _timed_rebalances(server: rs.RealServer, topology: rs.Topology, rebalances: 
         data.get("rebalance_calls", 0),
         data.get("rebalance_gc_s", 0.0),
         data.get("rebalance_full_collections", 0),
+        data.get("chunk_s", {}),
     )
 
 
@@ -169,6 +178,7 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
     per rebalance."""
     out: dict[str, list[float]] = {side: [] for side in _REBALANCE_SIDES}
     gc_s: dict[str, list[float]] = {side: [] for side in _REBALANCE_SIDES}  # the garbage collector's, in all
+    chunk_s: dict[str, dict[str, list[float]]] = {side: {} for side in _REBALANCE_SIDES}  # every server's chunks
     topology = _topology(model)
     for i, order in enumerate(_rotated(_REBALANCE_SIDES, repeats)):
         for side in order:
@@ -192,6 +202,8 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
                 server.stop()
             out[side].append(timed.per_rebalance_s)
             gc_s[side].append(round(timed.gc_s, 4))
+            for part, seconds in timed.chunk_s.items():
+                chunk_s[side].setdefault(part, []).extend(seconds)
             step(f"  rebalance, {_SIDE_WORDS[side]}: {timed.line()}")
     on, off, floor = (_median(out[side]) for side in _REBALANCE_SIDES)
     return {
@@ -210,7 +222,18 @@ def rebalance_times(model: Path, workdir: Path, rebalances: int, repeats: int, s
         "ratio_on_to_off": _ratio(on, off),
         "ratio_floor_to_off": _ratio(floor, off),
         "ratio_on_to_floor": _ratio(on, floor),
+        # Where a chunk's time goes, inside the servers: medians over every rank's chunks, in ms (the
+        # plugin's begin, sglang's move, its commit; the floor's round trip and all-gather before and after).
+        "chunk_parts_ms": {side: _part_medians_ms(parts) for side, parts in chunk_s.items() if parts},
     }
+
+
+def _part_medians_ms(parts: dict[str, list[float]]) -> dict[str, Any]:
+    medians: dict[str, Any] = {
+        part.removesuffix("_s"): round(statistics.median(s) * 1000, 2) for part, s in parts.items() if s
+    }
+    medians["chunks"] = max((len(s) for s in parts.values()), default=0)
+    return medians
 
 
 _SIDE_WORDS = {"on": "protocol on", "off": "protocol off", "floor": "protocol off, each chunk doing its floor"}
@@ -353,6 +376,7 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"above | {b.get('median_floor_s')} s ({b.get('rebalance_s_off_with_chunk_floor')}) | "
         f"{b['median_off_s']} s without | {b.get('ratio_floor_to_off')}x (the protocol against this in-situ "
         f"floor: {b.get('ratio_on_to_floor')}x) | shown: no protocol of two phases per chunk does better |",
+        *_chunk_part_rows(b.get("chunk_parts_ms", {})),
         *_standby_rows(data.get("standby")),
         *_repair_rows(data.get("repair")),
     ]
@@ -378,6 +402,23 @@ def _floor_note(b: dict[str, Any]) -> str:
         f"{b['floor_s_per_rebalance'] * 1000:.1f} ms, makes {b['floor_bound_ratio']}x: "
         f"{'below' if b['floor_bound_ratio'] <= REBALANCE_RATIO_MAX else 'above'} the target)"
     )
+
+
+def _chunk_part_rows(parts: dict[str, dict[str, Any]]) -> list[str]:
+    """Where a chunk's time goes inside the servers of the two rows above: the protocol's two phases
+    against the floor's, and sglang's move between them on each side."""
+    on, floor = parts.get("on"), parts.get("floor")
+    if not on or not floor or "begin" not in on or "before" not in floor:
+        return []
+    phases, floor_phases = on["begin"] + on["commit"], floor["before"] + floor["after"]
+    return [
+        "| inside each chunk of those rebalances (medians over every rank's chunks, in ms, timed where they run: "
+        "the plugin's own `begin_s`, `move_s`, `commit_s`; `engine_probes.ChunkFloor` the same way) | "
+        f"begin {on['begin']} + sglang's move {on['move']} + commit {on['commit']} ({on['chunks']} chunks) | "
+        f"the floor: before {floor['before']} + sglang's move {floor['move']} + after {floor['after']} "
+        f"({floor['chunks']} chunks) | the two phases {phases:.2f} ms against the floor's {floor_phases:.2f} ms: "
+        f"{_ratio(phases, floor_phases)}x | shown: where the rebalance's time goes |",
+    ]
 
 
 def _standby_rows(p: dict[str, Any] | None) -> list[str]:

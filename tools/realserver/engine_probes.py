@@ -9,7 +9,9 @@ processes our launchers start; each probe is on only when its environment variab
   ``ModelRunner.load_model`` and ``EPLBManager.on_forward_pass_end``.
 - ``EXPERT_LAYOUT_TEST_EPLB_TIME=1`` (with the directory above): each rank writes ``rank{r}.eplb.json``,
   the time its ``EPLBManager.on_forward_pass_end`` calls spent on rebalance work (an AROUND hook), so
-  a chunked rebalance is timed whole, with the protocol or without it.
+  a chunked rebalance is timed whole, with the protocol or without it; and each chunk's parts as the
+  plugin times them (its begin phase, sglang's move, its commit phase) or, with the floor below, as
+  the floor does: where a rebalance's time goes, inside the server.
 - ``EXPERT_LAYOUT_TEST_CHUNK_FLOOR=1`` (for a server with the plugin off): each chunk of sglang's
   rebalance does what the protocol's floor is, where the protocol does it: a ping to the rank's daemon
   and an all-gather of its reply before sglang's move, a device synchronize and the same again after it
@@ -34,8 +36,10 @@ import gc
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +132,17 @@ def _in_rebalance(manager: Any) -> bool:
     return getattr(getattr(manager, "_main_generator", None), "gi_yieldfrom", None) is not None
 
 
+def plugin_chunk_s() -> dict[str, list[float]]:
+    """The plugin's own timings of each chunk in this process (``engine_adapter.rebalance``: its begin
+    phase, sglang's move and the synchronize, its commit phase), in seconds; empty without the plugin
+    (nothing is imported here: a process whose rebalance is timed)."""
+    state = sys.modules.get("engine_adapter.state")
+    if state is None:
+        return {}
+    timings = state.get().counters.timings
+    return {part: list(timings[part]) for part in ("begin_s", "move_s", "commit_s") if part in timings}
+
+
 class EplbTimer:
     """Time spent in ``EPLBManager.on_forward_pass_end`` calls that ran rebalance work, per rank:
     ``rank{r}.eplb.json`` (with the plugin, this includes every begin, commit and all-gather), and how
@@ -139,8 +154,9 @@ class EplbTimer:
     its length: a chunk's move without the protocol can take under a millisecond here, and a threshold
     on the time (1 ms, until 2026-12-03) left such calls out of the protocol-off side only."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, chunk_s: Callable[[], dict[str, list[float]]] = plugin_chunk_s) -> None:
         self.out_dir = out_dir
+        self._chunk_s = chunk_s  # each chunk's parts (the plugin's, or ChunkFloor's), written beside
         self.calls = 0
         self.rebalance_calls = 0
         self.rebalance_s = 0.0
@@ -184,6 +200,7 @@ class EplbTimer:
                         "rebalance_s": self.rebalance_s,
                         "rebalance_gc_s": self.rebalance_gc_s,
                         "rebalance_full_collections": self.rebalance_full_collections,
+                        "chunk_s": self._chunk_s(),
                     },
                 )
 
@@ -192,12 +209,15 @@ class ChunkFloor:
     """Each chunk of sglang's rebalance with the floor of the protocol's two phases in it (see the module
     docstring): what no check that asks every daemon before and after each chunk can do without. What
     it calls is looked up once the model is loaded, as the plugin's modules import it: nothing more runs
-    per chunk than the protocol's own round trips, all-gathers and synchronize."""
+    per chunk than the protocol's own round trips, all-gathers and synchronize. ``chunk_s``: each chunk's
+    three parts, in seconds, named as the plugin's own (``before_s`` where its begin is, ``move_s`` for
+    sglang's move and the synchronize, ``after_s`` where its commit is)."""
 
     def __init__(self) -> None:
         self._round_trip: Any = None  # () -> the ping's reply from this rank's daemon
         self._all_gather: Any = None
         self._synchronize: Any = None
+        self.chunk_s: dict[str, list[float]] = {"before_s": [], "move_s": [], "after_s": []}
 
     def after_load_model(self, result: Any, runner: Any, *args: Any, **kwargs: Any) -> None:
         import torch
@@ -213,10 +233,16 @@ class ChunkFloor:
 
     def around_chunk(self, original: Any, *args: Any, **kwargs: Any) -> Any:
         assert self._round_trip is not None, "the model was not loaded through ModelRunner.load_model"
+        t0 = time.perf_counter()
         self._all_gather(self._round_trip())
+        t1 = time.perf_counter()
         result = original(*args, **kwargs)
         self._synchronize()
+        t2 = time.perf_counter()
         self._all_gather(self._round_trip())
+        t3 = time.perf_counter()
+        for part, seconds in zip(self.chunk_s.values(), (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            part.append(seconds)
         return result
 
 
@@ -264,14 +290,14 @@ def register_if_asked() -> None:
 
     out_dir = Path(out)
     writer = BeliefWriter(out_dir)
+    floor = ChunkFloor() if os.environ.get(CHUNK_FLOOR_ENV) == "1" else None
     if os.environ.get(EPLB_TIME_ENV) == "1":  # registered first: inside the belief hook, so it is not timed
-        timer = EplbTimer(out_dir)
+        timer = EplbTimer(out_dir, plugin_chunk_s if floor is None else lambda: floor.chunk_s)
         HookRegistry.register(
             "sglang.srt.eplb.eplb_manager.EPLBManager.on_forward_pass_end", timer.around, HookType.AROUND
         )
 
-    if os.environ.get(CHUNK_FLOOR_ENV) == "1":
-        floor = ChunkFloor()
+    if floor is not None:
         HookRegistry.register("sglang.srt.model_executor.model_runner.ModelRunner.load_model", floor.after_load_model)
         HookRegistry.register(
             "sglang.srt.eplb.eplb_manager.update_expert_location_with_recovery", floor.around_chunk, HookType.AROUND
