@@ -148,9 +148,8 @@ def test_chunk_floor_asks_the_daemon_around_each_move_and_the_timer_writes_each_
 
             def all_gather(reply: Any) -> list[Any]:
                 calls.append(("all_gather", reply["status"]))
-                time.sleep(
-                    after_s if calls[-3:-1] == ["synchronize", "ping"] else before_s
-                )  # after the move, or before
+                after_the_move = calls[-3:-1] == ["synchronize", "ping"]
+                time.sleep(after_s if after_the_move else before_s)
                 return [reply]
 
             floor._round_trip = lambda: calls.append("ping") or client.request(daemon.socket_path, {"type": "ping"})
