@@ -54,6 +54,7 @@ KNOWN_DIGEST_FIELD = "known_digest"
 
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
+MAX_VERSION = 2**62  # a layout version (a begin's base, a fetch_state's claim)
 _SESSION_CHARS = re.compile(r"^[0-9A-Za-z_-]+$")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -319,7 +320,7 @@ def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
         return BeginRequest(
             _engine_id(msg),
             _session(msg),
-            _int(_get(msg, "base_version"), "base_version", 0, 2**62),
+            _int(_get(msg, "base_version"), "base_version", 0, MAX_VERSION),
             _layers(msg),
         )
     if kind == COMMIT:
@@ -424,13 +425,43 @@ def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
     """The ``expert_layout`` field of a ``fetch_state``: None when absent, or a refusal."""
     if value is None:
         return None
+    # The well-formed field of a plain dict, accepted in one expression: in make bench's fetch_state the
+    # validators' dozen calls took about 20 us where they run (cold, after sglang's reply), 1% of the
+    # fetch; this takes half that. Each test in it is one a validator below makes, or stricter (exact
+    # types): anything it does not accept goes to the validators, which accept it or name what is wrong.
+    if type(value) is dict:
+        engine_id, session, version, digest = (
+            value.get("engine_id"),
+            value.get("session"),
+            value.get("version"),
+            value.get("digest"),
+        )
+        if (
+            type(engine_id) is str
+            and 0 < len(engine_id) <= MAX_ENGINE_ID_LEN
+            and engine_id.isprintable()
+            and type(session) is str
+            and 0 < len(session) <= MAX_SESSION_LEN
+            and _SESSION_CHARS.match(session)
+            and type(version) is int
+            and 0 <= version <= MAX_VERSION
+            and type(digest) is str
+            and _DIGEST.fullmatch(digest)
+        ):
+            return FetchLayoutField(engine_id, session, version, digest)
+    return validated_fetch_field(value)
+
+
+def validated_fetch_field(value: object) -> FetchLayoutField | Reply:
+    """``parse_fetch_field`` through the validators alone, field by field: the refusal names the first
+    field that is wrong (``parse_fetch_field`` comes here for anything but a well-formed plain dict)."""
     try:
         if not isinstance(value, Mapping):
             raise _Malformed(FETCH_FIELD, f"expected a dict, got {_type_name(value)}")
         return FetchLayoutField(
             _engine_id(value, _FETCH_ENGINE_ID),
             _session(value, _FETCH_SESSION),
-            _int(_get(value, "version", _FETCH_VERSION), _FETCH_VERSION, 0, 2**62),
+            _int(_get(value, "version", _FETCH_VERSION), _FETCH_VERSION, 0, MAX_VERSION),
             _digest(_get(value, "digest", _FETCH_DIGEST), _FETCH_DIGEST),
         )
     except _Malformed as error:

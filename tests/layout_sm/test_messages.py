@@ -163,3 +163,40 @@ def test_frame_refusals_say_what_to_do() -> None:
     assert "REDUCE" in frame.message and "plain values" in frame.message
     busy = m.overloaded(32)
     assert busy.retry_can_help and busy.reason is Reason.OVERLOADED and "32" in busy.message
+
+
+# Values at and around each bound the fetch field's validators test, of the right type and of others.
+_FETCH_VALUES = {
+    "engine_id": st.sampled_from(["A", "x" * m.MAX_ENGINE_ID_LEN, "x" * (m.MAX_ENGINE_ID_LEN + 1), "", "a\nb", "é", 7])
+    | st.text(max_size=4),
+    "session": st.sampled_from(
+        [SESSION, "s" * m.MAX_SESSION_LEN, "s" * (m.MAX_SESSION_LEN + 1), "", "a b", "ab\n", "a-b_c", None]
+    )
+    | st.text(max_size=4),
+    "version": st.sampled_from([0, 1, m.MAX_VERSION, m.MAX_VERSION + 1, -1, True, False, 2.0, "0", None]),
+    "digest": st.sampled_from([DIGEST, "A" * 64, "a" * 63, "a" * 65, DIGEST + "\n", "g" * 64, b"a" * 64, None]),
+}
+_WELL_FORMED_FIELD = m.fetch_layout_field("A", SESSION, 2, DIGEST)
+# A well-formed field with one value drawn (or one field missing, or one more), and any value at all.
+_fetch_fields = (
+    st.one_of(*(st.builds(lambda v, k=k: {**_WELL_FORMED_FIELD, k: v}, values) for k, values in _FETCH_VALUES.items()))
+    | st.sampled_from(sorted(_WELL_FORMED_FIELD)).map(lambda k: {f: v for f, v in _WELL_FORMED_FIELD.items() if f != k})
+    | _scalars.map(lambda extra: {**_WELL_FORMED_FIELD, "extra": extra})
+    | st.fixed_dictionaries({}, optional=_FETCH_VALUES)
+    | _values
+)
+
+
+@settings(max_examples=2000)
+@given(_fetch_fields)
+def test_the_fetch_fields_one_expression_accepts_what_the_validators_accept_and_nothing_else(value: object) -> None:
+    # parse_fetch_field accepts a well-formed plain dict in one expression, in front of the validators:
+    # whatever it returns, the validators alone return the same (the one-expression path adds no rule).
+    assert m.parse_fetch_field(value) == (None if value is None else m.validated_fetch_field(value))
+
+
+def test_the_fetch_fields_one_expression_is_taken_for_a_well_formed_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test above cannot tell which path answered: this one sees the validators are not called.
+    field = m.fetch_layout_field("A", SESSION, 2, DIGEST)
+    monkeypatch.setattr(m, "validated_fetch_field", lambda value: pytest.fail(f"validators called on {value!r}"))
+    assert m.parse_fetch_field(field) == m.FetchLayoutField("A", SESSION, 2, DIGEST)
