@@ -55,7 +55,7 @@ KNOWN_DIGEST_FIELD = "known_digest"
 MAX_ENGINE_ID_LEN = 256
 MAX_SESSION_LEN = 128
 MAX_VERSION = 2**62  # a layout version (a begin's base, a fetch_state's claim)
-_SESSION_CHARS = re.compile(r"^[0-9A-Za-z_-]+$")
+_SESSION_CHARS = re.compile(r"[0-9A-Za-z_-]+")  # fullmatch: "$" would let a trailing newline through
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -248,7 +248,7 @@ def _session(msg: Mapping[Any, Any], where: str = "session") -> str:
     value = _get(msg, "session", where)
     if not isinstance(value, str):
         raise _Malformed(where, f"expected a string, got {_type_name(value)}")
-    if not 0 < len(value) <= MAX_SESSION_LEN or not _SESSION_CHARS.match(value):
+    if not 0 < len(value) <= MAX_SESSION_LEN or not _SESSION_CHARS.fullmatch(value):
         raise _Malformed(where, "is not a session token returned by expert_layout_attach")
     return value
 
@@ -442,7 +442,7 @@ def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
             and engine_id.isprintable()
             and type(session) is str
             and 0 < len(session) <= MAX_SESSION_LEN
-            and _SESSION_CHARS.match(session)
+            and _SESSION_CHARS.fullmatch(session)
             and type(version) is int
             and 0 <= version <= MAX_VERSION
             and type(digest) is str

@@ -69,6 +69,7 @@ def test_fetch_field_round_trip() -> None:
         ({"type": m.ATTACH, "engine_id": 7}, "engine_id", "expected a string"),
         ({"type": m.ATTACH, "engine_id": ""}, "engine_id", "printable"),
         ({"type": m.ABORT, "engine_id": "A", "session": "no spaces"}, "session", "session token"),
+        ({"type": m.ABORT, "engine_id": "A", "session": SESSION + "\n"}, "session", "session token"),
         (
             {"type": m.COMMIT, "engine_id": "A", "session": SESSION, "layers": [0], "rows": [[0], "x"]},
             "rows[1]",
