@@ -21,9 +21,9 @@ the session too:
 The session's state is its machines' model, ``EngineState``, whose one frozen ``EngineView``
 ``view()`` returns and ``restore(view)`` replaces: the mirror explores immutable states with one
 reused session, as it does with ``DaemonMachine``. Every step is an event of ``StartupMachine`` or
-``RebalanceMachine``, taken from their declarations by ``layout_sm.declared`` (or, with
-``statemachine=True``, by python-statemachine's own engine on instances of the same classes: the
-reference the fast tables are tested against); an event their transitions do not allow raises
+``RebalanceMachine``, taken from their declarations by ``layout_sm.declared`` (the tests and the
+mirror also drive the same classes through python-statemachine's own engine, the reference, with
+``tools.mirror.reference.ReferenceEngineSession``); an event their transitions do not allow raises
 ``TransitionNotAllowed``.
 
 In an engine every rank process keeps its own session for the whole engine. It knows its own
@@ -76,7 +76,6 @@ class EngineSession:
         num_ranks: int,
         layout: EngineLayout | None,
         *,
-        statemachine: bool = False,
         standby: bool = False,
     ) -> None:
         """``layout`` is the engine's own (None only for an engine that never attaches); ``standby``:
@@ -85,13 +84,11 @@ class EngineSession:
             raise ValueError(f"an engine has at least one rank, not {num_ranks}")
         self.layout = layout
         self.model = EngineState(EngineView.fresh(engine_id, num_ranks), layout)
-        self._statemachine = statemachine
         self._startup = Declared.of(self.startup_machine, EngineState, "phase")
         self._rebalance = Declared.of(self.rebalance_machine, EngineState, "rebalance")
         self._standby = Declared.of(self.standby_machine, EngineState, "role")
         if standby:
             self._fire(self._standby, "standby")
-        self._machines: dict[str, StateMachine] = {}
 
     @classmethod
     def never_attached(cls, num_ranks: int) -> EngineSession:
@@ -124,19 +121,7 @@ class EngineSession:
         return self.model.view.shares
 
     def _fire(self, table: Declared, event: str, **kwargs: Any) -> Any:
-        if not self._statemachine:
-            return table.fire(self.model, event, **kwargs)
-        return self._machine(table).send(event, **kwargs)
-
-    def _machine(self, table: Declared) -> StateMachine:
-        """python-statemachine's own engine on the same model (``statemachine=True``). A machine
-        in a final state takes no more events, so one is made anew after a restore left it."""
-        machine = self._machines.get(table.state_field)
-        final = table.states[getattr(self.model, table.state_field)].final
-        if machine is None or (machine.is_terminated and not final):
-            machine = table.machine(model=self.model, state_field=table.state_field)
-            self._machines[table.state_field] = machine
-        return machine
+        return table.fire(self.model, event, **kwargs)
 
     def _token(self, rank: int) -> str:
         token = self.model.view.tokens[rank]

@@ -8,6 +8,7 @@ from typing import get_args
 
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
+from tools.mirror.reference import ReferenceEngineSession
 
 from layout_sm.daemon import DaemonMachine
 from layout_sm.declared import Declared, all_hold, call_source, text_maker
@@ -35,8 +36,12 @@ def statemachine(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
+def _session_class(statemachine: bool) -> type[EngineSession]:
+    return ReferenceEngineSession if statemachine else EngineSession
+
+
 def _started(daemons: list[DaemonMachine], engine_id: str = "A", statemachine: bool = False) -> EngineSession:
-    session = EngineSession(engine_id, len(daemons), ENGINE, statemachine=statemachine)
+    session = _session_class(statemachine)(engine_id, len(daemons), ENGINE)
     for rank, daemon in enumerate(daemons):
         reply = daemon.attach_engine(session.attach_request(), f"s{engine_id}{rank}")
         assert session.attached(rank, reply.to_wire()).go is Go.MOVE
@@ -150,7 +155,7 @@ def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_la
     daemon = DaemonMachine(RECORD)
     mover = _started([daemon], "M", statemachine=statemachine)
     assert _chunk(mover, [daemon], [0]).go is Go.MOVE
-    session = EngineSession("B", 1, ENGINE, statemachine=statemachine)
+    session = _session_class(statemachine)("B", 1, ENGINE)
     step = session.attached(0, daemon.attach_engine(session.attach_request(), "sB").to_wire())
     assert step.go is Go.PAUSE and "'M'" in step.message
     before = session.view()
@@ -199,7 +204,7 @@ def test_no_decision_reads_what_the_bare_view_drops(statemachine: bool) -> None:
 
 
 def test_steps_out_of_order_are_refused(statemachine: bool) -> None:
-    session = EngineSession("A", 2, ENGINE, statemachine=statemachine)
+    session = _session_class(statemachine)("A", 2, ENGINE)
     with pytest.raises(TransitionNotAllowed):
         session.agree()  # no rank has found anything
     with pytest.raises(TransitionNotAllowed):

@@ -38,6 +38,7 @@ from layout_sm.messages import AttachRequest
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
+from tools.mirror.reference import ReferenceEngineSession
 from tools.mirror.render import pretty
 from tools.mirror.values import Fn, ModelValue, Record, tlc_text
 
@@ -223,7 +224,8 @@ class System:
 
     def __init__(self, model: Model, *, statemachine: bool = False) -> None:
         """``statemachine``: the sessions take their steps with python-statemachine's own engine
-        rather than the declared tables (``layout_sm.declared``); both read the same classes."""
+        (``ReferenceEngineSession``) rather than the declared tables (``layout_sm.declared``); both
+        read the same classes."""
         self.model = model
         self.R = model.num_ranks
         self.initial_perms = tuple(0 for _ in model.layers)
@@ -238,9 +240,9 @@ class System:
         # One reused machine per daemon and one reused session per engine: states are loaded into
         # them (``restore``), never rebuilt.
         self.machines = [DaemonMachine(self.initial_record, auto_repair=model.repairs) for _ in model.ranks]
+        session_class = ReferenceEngineSession if statemachine else EngineSession
         self.sessions = {
-            e: EngineSession(e, self.R, self.engine_layout, statemachine=statemachine, standby=e in model.standbys)
-            for e in model.newer
+            e: session_class(e, self.R, self.engine_layout, standby=e in model.standbys) for e in model.newer
         }
         # Each engine's view at its start (a standby's has taken its role).
         self.fresh = {e: session.view().bare() for e, session in self.sessions.items()}
