@@ -1,4 +1,4 @@
-"""What a dirty daemon repairs (issue 19): a pure decision from the daemon's view, no I/O.
+"""What a dirty daemon repairs (docs/protocol.md §9): a pure decision from the daemon's view, no I/O.
 
 A daemon turns dirty when its mover leaves mid-move (the machine's ``detach``; repairing at once
 with auto repair). The record is then still the base version's: only ``store_rows`` (a commit)
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layout_sm.daemon import DaemonView
+from layout_sm.daemon_view import DaemonView
+from layout_sm.ladders import NO_RECORD_TO_REPAIR, NOTHING_TO_REPAIR
+from layout_sm.messages import RepairRequest
 from layout_sm.reasons import Reason, Reply, refused
 from layout_sm.record import LayoutRecord, Rows
 
@@ -41,17 +43,9 @@ def repair_plan(view: DaemonView) -> RepairPlan | Reply:
     mover's detach with auto repair); this reads only what to reload."""
     record, dirty = view.record, view.dirty
     if record is None:
-        return refused(
-            Reason.NO_RECORD,
-            "this daemon keeps no expert-layout record (started without --enable-eplb), so it never "
-            "moves experts and has nothing to repair.",
-        )
+        return NO_RECORD_TO_REPAIR(view, RepairRequest())
     if dirty is None:
-        return refused(
-            Reason.NOT_DIRTY,
-            f"the daemon is {view.phase} at version {record.version}: its memory is its record, nothing to repair.",
-            version=record.version,
-        )
+        return NOTHING_TO_REPAIR(view, RepairRequest())
     if dirty.base_version != record.version:
         # Cannot happen by the machine (see the module docstring); refused rather than trusted.
         return refused(

@@ -1,10 +1,10 @@
-"""The daemon machine: its declared shape, the table its fast path runs, and each ladder's
-conjuncts deciding by themselves (spec/LayoutProtocol.tla: Attach, Fetch, Begin, Commit, Abort,
-Detach).
+"""The daemon machine: its declared shape, the table the package's runner reads off it, and each
+ladder's conjuncts deciding by themselves (spec/LayoutProtocol.tla: Attach, Fetch, Begin, Commit,
+Abort, Detach).
 
-Why: the daemon decides without python-statemachine's event loop, from a table derived from the
-machine's declarations. These tests hold the table to the declarations, the fast path to
-python-statemachine's own ``send``, and a declaration broken on purpose to a changed answer.
+Why: the daemon decides with ``layout_sm.declared``, not python-statemachine's event loop. These
+tests hold the runner's table to the declarations, the runner to python-statemachine's own
+``send``, and a declaration broken on purpose to a changed answer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from layout_sm import messages
 from layout_sm.daemon import (
     CLEAN,
     DIRTY,
-    LADDERS,
     LOADING,
     MAX_ATTACHMENTS,
     NO_RECORD,
@@ -34,11 +33,13 @@ from layout_sm.daemon import (
     Detach,
     DetachEffect,
     DirtyInfo,
+    EventArguments,
     Fetch,
     Move,
     RepairEnded,
-    RepairFailed,
+    RepairFailure,
 )
+from layout_sm.ladders import LADDERS
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord
 
@@ -107,8 +108,11 @@ def test_the_table_is_the_declared_transitions() -> None:
                 (action,) = [str(c.func) for c in transition.on if not c.is_convention]
                 expected.setdefault((state.value, event), []).append((guards, transition.target.value, action))
     table = {
-        key: [([str(g) for g in t.guards], t.target, t.action) for t in transitions]
-        for key, transitions in DaemonMachine.table().items()
+        key: [
+            ([g.name if g.expected else f"not {g.name}" for g in r.guards], r.target, r.actions[0].name) for r in rules
+        ]
+        for key, rules in DaemonMachine.declared().rules.items()
+        if not key[1].startswith("loaded_")
     }
     assert table == expected
     # Each accepting transition's guards are its ladder's conjuncts, in precedence order, then its
@@ -190,7 +194,7 @@ REQUESTS: dict[str, list[Any]] = {
     "detach": [Detach("A", "sA"), Detach("A", "old"), Detach("B", "sB")],
     "repair": [messages.RepairRequest()],
     "repair_done": [RepairEnded((0,), "reloaded"), RepairEnded((1,), "reloaded")],
-    "repair_failed": [RepairFailed(Reason.REPAIR_FAILED, "a read error")],
+    "repair_failed": [RepairFailure(Reason.REPAIR_FAILED, "a read error")],
     "park": [messages.ParkRequest("A", "sA"), messages.ParkRequest("A", "old")],
     "claim": [messages.ClaimRequest("A", "sA"), messages.ClaimRequest("A", "old")],
 }
@@ -244,7 +248,7 @@ def test_the_fast_path_answers_as_python_statemachine_does(
     assert reference.view() == fast.view()
     # The pure ladder gives the same answer, and the transition taken lands in its target.
     assert LADDERS[event].reply(view, request_) == answer
-    taken = next(t for t in DaemonMachine.table()[(view.phase, event)] if all(g(view, request_) for g in t.guards))
+    taken = DaemonMachine.declared().rule(view, event, EventArguments(event, request_), fast)
     assert fast.phase == taken.target
 
 
@@ -278,7 +282,7 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
     "repair_done": (VIEWS["repairing"], RepairEnded((0,), "reloaded"), Reason.REPAIRED, CLEAN),
     "repair_failed": (
         VIEWS["repairing"],
-        RepairFailed(Reason.REPAIR_FAILED, "a read error"),
+        RepairFailure(Reason.REPAIR_FAILED, "a read error"),
         Reason.REPAIR_FAILED,
         DIRTY,
     ),
@@ -327,7 +331,7 @@ BREAKS = [
     Break("repair", "is_dirty", CLEAN_VIEW, messages.RepairRequest(), Reason.NOT_DIRTY),
     Break("repair_done", "is_repairing", VIEWS["dirty"], RepairEnded((0,), "reloaded"), Reason.NOT_DIRTY),
     Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairEnded((1,), "reloaded"), Reason.REPAIR_UNSAFE),
-    Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailed(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
+    Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailure(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
     Break("park", "holds", CLEAN_VIEW, messages.ParkRequest("A", "old"), Reason.NOT_ATTACHED),
     Break("claim", "holds", VIEWS["clean, A parked"], messages.ClaimRequest("A", "old"), Reason.NOT_ATTACHED),
     Break("claim", "is_parked", CLEAN_VIEW, messages.ClaimRequest("A", "sA"), Reason.NOT_PARKED),

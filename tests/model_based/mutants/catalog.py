@@ -6,7 +6,7 @@ daemon processes it spawns alike. Source files are never edited (others work in 
 
 Each patch wraps or replaces one module attribute (or one method of a class, such as a conjunct
 of `layout_sm.daemon.DaemonView` that the daemon machine's guards and ladders both ask, or one
-ladder of `layout_sm.daemon.LADDERS`, which the machine's actions look up when they run); the
+ladder of `layout_sm.ladders.LADDERS`, which the machine's actions look up when they run); the
 rest of the code calls it by that name, so the break reaches every caller.
 `module.__layout_mutant__` records what was applied. A ladder broken alone, so that every one
 of its conjuncts holds in a phase from which the machine declares no acceptance, is caught by
@@ -86,9 +86,12 @@ def _(mod: ModuleType) -> None:
         return mod.DetachEffect(True, None, f"engine {req.engine_id!r} detached")
 
     def change(view: Any, req: Any) -> Any:
-        return replace(view, attachments=mod._without(view, req.engine_id), pending=None)
+        attachments = {e: s for e, s in view.attachments.items() if e != req.engine_id}
+        return replace(view, attachments=attachments, pending=None)
 
-    mod.LADDERS["detach"] = replace(mod.LADDERS["detach"], accepted=mod.Step(answer, change))
+    from layout_sm.replies import Outcome
+
+    mod.LADDERS["detach"] = replace(mod.LADDERS["detach"], accepted=Outcome(answer, change))
 
 
 @mutant("begin_ignores_other_attached", D, "begin is busy while another engine is attached")
@@ -146,13 +149,15 @@ def _(mod: ModuleType) -> None:
 
 @mutant("abort_clears_other_session", D, "abort clears only this session's move", tests=UNIT)
 def _(mod: ModuleType) -> None:
+    from layout_sm.reasons import Reason, ok
+
     orig = mod.DaemonMachine.abort_move
 
     def abort_move(self: Any, request: Any) -> Any:
         view = self._view
         if view.holds(request.engine_id, request.session) and view.pending is not None:
             self._view = replace(view, pending=None)
-            return mod.ok(mod.Reason.ABORTED, "mutant: aborted whoever's move")
+            return ok(Reason.ABORTED, "mutant: aborted whoever's move")
         return orig(self, request)
 
     mod.DaemonMachine.abort_move = abort_move
@@ -207,7 +212,7 @@ def _(mod: ModuleType) -> None:
     # the fetch ladder's steps serve without setting the flag
     ladder = mod.LADDERS["fetch"]
     mod.LADDERS["fetch"] = replace(
-        ladder, rungs=tuple(replace(r, step=replace(r.step, change=None)) for r in ladder.rungs)
+        ladder, rungs=tuple(replace(r, outcome=replace(r.outcome, change=None)) for r in ladder.rungs)
     )
 
 
@@ -236,7 +241,7 @@ def _(mod: ModuleType) -> None:
     mod.DaemonMachine.detach_engine = detach_engine
 
 
-# -- the repair of a torn move (issue 19; layout_sm.daemon, layout_sm.engine, daemon_adapter.repair) --
+# -- the repair of a torn move (layout_sm.daemon, layout_sm.engine, daemon_adapter.repair) ---------------
 
 # The daemon's repair rules in process, over real sockets (with a FakeReload), and in layout_sm.
 REPAIR_TESTS = ("tests/layout_sm", "tests/daemon_adapter/test_repair_requests.py")
