@@ -15,7 +15,7 @@ from statemachine.contrib.diagram import DotGraphMachine
 
 from layout_sm.daemon import DaemonMachine
 from layout_sm.engine import EngineView
-from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
+from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
 from layout_sm.record import LayoutRecord
 
 
@@ -27,6 +27,7 @@ def machines() -> dict[str, StateMachine]:
         "rebalance_machine": RebalanceMachine(
             model=EngineState(EngineView.fresh("", 1), None), state_field="rebalance"
         ),
+        "standby_machine": StandbyMachine(model=EngineState(EngineView.fresh("", 1), None), state_field="role"),
     }
 
 

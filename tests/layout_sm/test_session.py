@@ -11,7 +11,7 @@ from statemachine.exceptions import TransitionNotAllowed
 from tools.mirror.reference import ReferenceEngineSession
 
 from layout_sm.daemon import DaemonMachine
-from layout_sm.declared import Declared, all_hold, call_source, text_maker
+from layout_sm.declared import Call, Declared, Rule
 from layout_sm.engine import (
     EngineLayout,
     Go,
@@ -269,9 +269,9 @@ def test_the_table_finds_a_name_where_python_statemachine_does() -> None:
     table = Declared(OnMachine, Model, "state")
     host = OnMachine(model=Model())
     with pytest.raises(TransitionNotAllowed):
-        table.fire_on(host, Model(), "go", rank=1)
+        table.fire_on(host, Model(), "go", {"rank": 1})
     model = Model()
-    assert table.fire_on(host, model, "go", rank=7) == "taken 7" and model.state == "b"
+    assert table.fire_on(host, model, "go", {"rank": 7}) == "taken 7" and model.state == "b"
     reference = OnMachine(model=Model())
     assert reference.send("go", rank=7) == "taken 7" and reference.model.state == "b"
 
@@ -300,9 +300,9 @@ def test_the_table_refuses_what_it_cannot_read() -> None:
         Declared(Entering, EngineState, "phase")
 
 
-def test_compiled_guards_are_asked_in_order_and_stop_at_the_first_that_fails() -> None:
-    """``all_hold`` asks each guard as a loop over them would: in order, each for the truth it must
-    have, and none after the first that does not have it (a later guard may assume an earlier one)."""
+def test_guards_are_asked_in_order_and_stop_at_the_first_that_fails() -> None:
+    """A rule asks each guard in order, each for the truth it must have, and none after the first
+    that does not have it (a later guard may assume an earlier one)."""
     asked: list[object] = []
 
     class Model:
@@ -318,76 +318,16 @@ def test_compiled_guards_are_asked_in_order_and_stop_at_the_first_that_fails() -
             asked.append("c")
             return True
 
-    a, b, c = (call_source("model", "a", []), call_source("model", "b", ["kwargs['x']"]), call_source("model", "c", []))
-    params = ("host", "model", "kwargs")
-    assert all_hold(params, [(a, True), (b, False), (c, True)])(None, Model(), {"x": 1}) is True
+    def rule(*guards: Call) -> Rule:
+        return Rule("go", "s", "t", guards, ())
+
+    a, c = Call("a", ()), Call("c", ())
+    assert rule(a, Call("b", ("x",), expected=False), c).allows(None, Model(), {"x": 1}) is True
     assert asked == ["a", ("b", 1), "c"]
     asked.clear()
-    assert all_hold(params, [(a, True), (b, True), (c, True)])(None, Model(), {"x": 2}) is False
+    assert rule(a, Call("b", ("x",)), c).allows(None, Model(), {"x": 2}) is False
     assert asked == ["a", ("b", 2)]
-    assert all_hold(params, [])(None, Model(), {}) is True
-
-
-@pytest.mark.parametrize("part", ["a(b)", "x; import os", "kwargs[x]", "kwargs[1]", "a.b.c", ""])
-def test_a_compiled_guard_is_made_of_names_only(part: str) -> None:
-    with pytest.raises(ValueError, match="cannot be part of a declared guard"):
-        call_source("model", part, [])
-    with pytest.raises(ValueError, match="cannot be part of a declared guard"):
-        call_source("model", "a", [part])
-
-
-class _Words:
-    """Words as a reply's text names them: attributes, each read once per mention (counted)."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-        self.req = self
-
-    def __getitem__(self, word: str) -> object:  # what str.format_map asks
-        return _path(self, word)
-
-    @property
-    def version(self) -> int:
-        self.asked.append("version")
-        return 7
-
-    engine_id = "e'1"
-    layers = (1, 2)
-    message = "a {brace}"
-
-
-def _path(obj: object, path: str) -> object:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "served engine {req.engine_id!r} at version {version}",
-        "{{literal}} {layers} {version:>5}|{engine_id!s}{message}{engine_id!a}",
-        "no words at all",
-        "",
-        "{req.req.version:04d} ends with a word",
-    ],
-)
-def test_a_compiled_text_is_the_formatted_text(text: str) -> None:
-    """A declared reply's text compiled once says what ``str.format_map`` says over the same words,
-    asking them in the same order; its data fields read the same paths."""
-    made = text_maker(text, {"version": "version", "who": "req.engine_id"})
-    assert made is not None
-    compiled, formatted = _Words(), _Words()
-    said, data = made(compiled)
-    assert said == text.format_map(formatted)
-    assert data == {"version": 7, "who": "e'1"}
-    assert compiled.asked == [*formatted.asked, "version"]
-
-
-@pytest.mark.parametrize("text", ["{layers[0]}", "{version:{width}}", "{0}", "{}"])
-def test_a_text_with_more_than_paths_of_words_is_not_compiled(text: str) -> None:
-    assert text_maker(text, {}) is None
-    assert text_maker("plain", {"field": "a[0]"}) is None
+    assert rule().allows(None, Model(), {}) is True
 
 
 def test_the_diagrams_are_drawn_from_the_declarations() -> None:
@@ -398,3 +338,5 @@ def test_the_diagrams_are_drawn_from_the_declarations() -> None:
 
     drawn = {stem: DotGraphMachine(machine)().to_string() for stem, machine in machines().items()}
     assert "good" in drawn["rebalance_machine"] and "records_differ" in drawn["startup_machine"]
+    assert set(drawn) == {"daemon_machine", "startup_machine", "rebalance_machine", "standby_machine"}
+    assert "parked" in drawn["standby_machine"]
