@@ -36,7 +36,7 @@ How it binds to sglang, without copying sglang code:
 - ``serve``: sglang's, under umask 0o077, so its ``.ready`` file is owner-only like its socket.
 - The record comes from the initial ``ExpertLocationMetadata`` that
   ``_initialize_eplb_expert_location_metadata`` computes with ``--enable-eplb``.
-- The repair of a torn move (issue 19): the machine decides when a repair starts (the mover's EOF
+- The repair of a torn move (docs/protocol.md §4): the machine decides when a repair starts (the mover's EOF
   with auto repair, ``AUTO_REPAIR_ENV``; the operator's ``expert_layout_repair`` on a dirty daemon)
   and how it ends; ``layout_sm.repair`` what to reload; ``daemon_adapter.repair`` reloads it into
   ``self.model`` with sglang's loading, on a worker thread (auto repair) or in the operator's
@@ -98,7 +98,7 @@ logger = logging.getLogger(__name__)
 FETCH_STATE = "fetch_state"
 # Session tokens: 32 hex characters (128 bits) from the OS's CSPRNG.
 SESSION_TOKEN_BYTES = 16
-# Auto repair (issue 19) is on unless this is "0" (``python -m daemon_adapter
+# Auto repair (spec: the constant Repairs) is on unless this is "0" (``python -m daemon_adapter
 # --expert-layout-no-auto-repair`` sets it; an environment variable reaches the daemon children that
 # sglang spawns, which get no options of ours).
 AUTO_REPAIR_ENV = "SGLANG_EXPERT_LAYOUT_AUTO_REPAIR"
@@ -209,9 +209,8 @@ class _DeadlineReader:
 
 # How long sglang's serve loop waits for a request's first bytes before handing the connection to a
 # thread of its own. A client sends right after it connects, but on a busy host its connect wakes the
-# daemon first and the client is preempted before it sends: measured on a real 2-rank server on 2
-# cores, 10 of the 36 requests of a run (attaches, begins, commits) found nothing buffered and paid a
-# thread start each (a rebalance then took 27-30 ms, 19-24 ms with this wait).
+# daemon first and the client is preempted before it sends, so that a request finds nothing buffered
+# and pays a thread start (on a real server's rebalance, a good part of its requests did).
 # Waiting this long takes them inline; an idle client holds the loop up this long at most.
 FIRST_BYTES_WAIT_S = 0.002
 # One read takes a usual request whole (a fetch_state or a one-layer commit is under 1 KiB); a larger
@@ -463,7 +462,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # fetch without a claim from one of them comes from an engine whose plugin attached but whose
         # fetch hooks sglang did not apply (FETCH_HOOK_MISSING).
         self._attached_pids: dict[str, int] = {}  # session -> pid
-        # Each live attachment's connection, by engine id: a parked standby's notice is written there (issue 18).
+        # Each live attachment's connection, by engine id: a parked standby's notice is written there.
         self._attach_conns: dict[str, socket.socket] = {}
         self._notice_lock = threading.Lock()
         self._auto_repair = auto_repair_enabled()
@@ -761,7 +760,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 time.time(),
             )
 
-    # -- repair (issue 19) --------------------------------------------------------------
+    # -- repair --------------------------------------------------------------------------
 
     def _repair(self) -> Reply:
         """The operator's ``expert-layout repair``: the machine's ``repair`` (a dirty daemon turns

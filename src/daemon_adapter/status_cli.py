@@ -16,7 +16,7 @@ layers, seconds, bytes read against the checkpoint's. Exit codes: 0 every daemon
 refused or failed (a clean daemon refuses: nothing to repair); 3 and 4 as above.
 
 The command speaks sglang's framing through ``daemon_adapter.client``, the engine plugin's client
-too, and imports no sglang module: importing sglang takes 5-20 s, too long for a status command.
+too, and imports no sglang module: importing sglang takes seconds, too long for a status command.
 Replies are unpickled without any class (they are plain dicts).
 """
 
@@ -162,7 +162,7 @@ def _row(status: DaemonStatus) -> list[str]:
 
 
 def _attachments(state: Mapping[str, Any]) -> str:
-    """Each attached engine and whether it is a parked warm standby (issue 18); an unparked one counts for begins."""
+    """Each attached engine and whether it is a parked warm standby; an unparked one counts for begins."""
     parked = set(state.get("parked") or ())
     names = [f"{e} (standby, parked)" if e in parked else f"{e} (unparked)" for e in state.get("attached") or []]
     return ",".join(names) or "-"

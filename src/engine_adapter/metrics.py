@@ -18,12 +18,9 @@ each rank process the same way, under sglang's ``sglang:`` prefix:
 - ``sglang:expert_layout_dirty_seen_total``: startups that found this rank's daemon dirty;
 - ``sglang:expert_layout_hooks_missing`` (gauge): hooks sglang did not apply (``install_check``).
 
-Series for the warm standby (role, parked) come with that issue: add them to ``EngineMetrics``.
-
 Nothing is created unless sglang's metrics are on (``setup`` at startup); otherwise every
 function here returns at its first line. On the per-chunk path each call is one counter
-increment or one addition (``make bench``'s numbers; ``tests/engine_adapter/test_metrics.py``
-measures the cost).
+increment or one addition (``make bench`` measures the cost).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engine's role (issue 18): ``primary`` (the default) or a warm ``standby``.
+"""The engine's role (docs/protocol.md §10): ``primary`` (the default) or a warm ``standby``.
 
 An sglang plugin cannot add command-line flags, so the role is an environment variable, read in every
 process of the engine (the HTTP server's and each scheduler's), which inherit it from the launcher.

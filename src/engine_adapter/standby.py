@@ -1,4 +1,4 @@
-"""A warm standby (issue 18, docs/protocol.md §10): it parks after its warmup and takes over on the daemons' notice.
+"""A warm standby (docs/protocol.md §10): it parks after its warmup and takes over on the daemons' notice.
 
 ``SGLANG_EXPERT_LAYOUT_ROLE=standby`` (``engine_adapter.roles``). The standby starts as any engine
 (``engine_adapter.startup``: attach, wait, agree, adopt, load). Then, with sglang's own parts:

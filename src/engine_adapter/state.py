@@ -53,7 +53,7 @@ class EngineLayoutState:
     install: InstallCheck | None = None
     shared_moves_blocked: str | None = None
     model_config: Any = None  # sglang's ModelConfig, for a map adopted after startup (a standby's promotion)
-    # A warm standby's engine_adapter.standby.StandbyLink, once it parked (issue 18). Not named by its type:
+    # A warm standby's engine_adapter.standby.StandbyLink, once it parked (docs/protocol.md §10). Not named by its type:
     # standby imports the startup and rebalance hooks, which import this module.
     standby: Any = None
 

@@ -21,7 +21,7 @@ CALL_SITES: dict[str, tuple[str, ...]] = {
     RECV_TARGET: ("sglang.srt.weight_cache.ipc_loader.recv_msg",),
 }
 
-# A warm standby (issue 18, engine_adapter.standby). In the scheduler processes: sglang's in-place pause
+# A warm standby (docs/protocol.md §10, engine_adapter.standby). In the scheduler processes: sglang's in-place pause
 # and its continue (every TP rank runs them on the same iteration: they ride the scheduler's broadcast
 # of its inputs), the entry rank's per-iteration local inputs (the takeover request joins that
 # broadcast), and the paused loop (where a parked entry rank sleeps until a request or a notice).
@@ -40,11 +40,10 @@ RESULT_DISPATCHER_TARGET = "sglang.srt.managers.tokenizer_manager.TokenizerManag
 # HookRegistry imports every registered target's module when it applies the hooks, so each process
 # registers only the hooks it can run. The HTTP server's process (launch_server, ``sglang serve``, an
 # ``Engine``) runs no model runner, scheduler, EPLB or weight loader (sglang starts those in its scheduler
-# processes), and importing them for nothing cost its start 2.4 s here (2,359 modules); it builds no
-# daemon either, it only spawns them (its load_plugins: 2.4 s -> 0.12 s). A scheduler builds and spawns no
-# daemon (the daemon hooks imported the protocol's daemon side into each: 0.29 -> 0.23 s). The detokenizer
-# runs none of the targets (0.42 -> 0.005 s). Any other caller (a DP controller, a test, a launcher) gets
-# every hook.
+# processes), and importing them for nothing would slow its start by thousands of modules; it builds no
+# daemon either, it only spawns them. A scheduler builds and spawns no daemon (the daemon hooks would
+# import the protocol's daemon side into each). The detokenizer runs none of the targets. Any other
+# caller (a DP controller, a test, a launcher) gets every hook.
 HTTP_SERVER_CALLERS = frozenset({"sglang.launch_server", "sglang.cli.serve", "sglang.srt.entrypoints.engine"})
 SCHEDULER_CALLERS = frozenset({"sglang.srt.managers.scheduler"})
 DETOKENIZER_CALLERS = frozenset({"sglang.srt.managers.detokenizer_manager"})

@@ -393,7 +393,7 @@ class EngineView:
     moved_digest: str | None = None  # its digest (the engine's own, never a daemon's word)
     commits: tuple[RankAnswer | None, ...] = ()
     off: Step | None = None  # why rebalancing of shared weights is off for good
-    # A warm standby (issue 18): StandbyMachine's state ("primary" for an engine started as one), and
+    # A warm standby (docs/protocol.md §10): StandbyMachine's state ("primary" for an engine started as one), and
     # per rank its role on that rank's daemon, in the spec's words (eclaim[e][r]; empty: a primary).
     role: str = "primary"
     claims: tuple[str, ...] = ()

@@ -583,7 +583,7 @@ class EngineState:
             commits=nothing,
         )
 
-    # -- a warm standby (issue 18): the spec's Park, Notify, Claim, Promote -----------------------
+    # -- a warm standby: the spec's Park, Notify, Claim, Promote ----------------------------------
 
     def acts_as_primary(self) -> bool:
         """BeginChunk: ``Primary(e)``, an engine started as a primary or a promoted standby."""
@@ -773,7 +773,7 @@ class RebalanceMachine(StateMachine):
 
 
 class StandbyMachine(StateMachine):
-    """A warm standby's role (issue 18; spec: Park, Notify, Claim, Promote); ``primary`` for an engine
+    """A warm standby's role (spec: Park, Notify, Claim, Promote); ``primary`` for an engine
     started as one, which takes none of these events but ``standby``, the role given at its start.
 
     After its warmup the standby parks rank by rank (``park``: the reply may be the notice); a

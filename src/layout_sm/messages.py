@@ -29,7 +29,7 @@ COMMIT = "expert_layout_commit"
 ABORT = "expert_layout_abort"
 # An operator's request (``expert-layout repair``): a dirty daemon reloads the interrupted layers.
 REPAIR = "expert_layout_repair"
-# A warm standby's requests (issue 18): park its attachment after warmup, claim the primary role.
+# A warm standby's requests (docs/protocol.md §10): park its attachment after warmup, claim the primary role.
 PARK = "expert_layout_park"
 CLAIM = "expert_layout_claim"
 # The daemon's message on a parked standby's attach connection: no unparked engine is attached any more.

@@ -17,7 +17,8 @@ from typing import Any
 # The operator's remedy for a daemon whose layout is unknown or can no longer be moved, in every
 # message that calls for it (daemon replies and engine startup or rebalance failures alike).
 RESTART_DAEMONS = "restart the weight cache daemons (the engines reload the weights from disk)"
-# A dirty daemon's remedies: the repair, which reloads only the torn move's layers (issue 19), or the restart.
+# A dirty daemon's remedies: the repair, which reloads only the torn move's layers (docs/protocol.md §4),
+# or the restart.
 REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
@@ -42,7 +43,7 @@ class Reason(StrEnum):
     SERVED_NO_RECORD = "served_no_record"
     REPAIRED = "repaired"
     REPAIR_BEGUN = "repair_begun"
-    PARKED = "parked"  # a warm standby's attachment is parked (issue 18)
+    PARKED = "parked"  # a warm standby's attachment is parked (docs/protocol.md §10)
     PROMOTED = "promoted"  # a parked standby's claim of the primary role was granted
     # refused: the request itself
     MALFORMED = "malformed"
@@ -59,12 +60,12 @@ class Reason(StrEnum):
     NON_FOLLOWING_SEEN = "non_following_seen"
     STALE_BASE_VERSION = "stale_base_version"
     REPAIRING = "repairing"  # until the repair ends (seconds): retry then
-    # refused: a repair (issue 19)
+    # refused: a repair
     NOT_DIRTY = "not_dirty"
     REPAIR_UNSAFE = "repair_unsafe"
     REPAIR_UNSUPPORTED = "repair_unsupported"
     REPAIR_FAILED = "repair_failed"
-    # refused: a warm standby's request (issue 18)
+    # refused: a warm standby's request
     NOT_PARKED = "not_parked"
     # busy: transient
     MOVE_PENDING = "move_pending"

@@ -79,7 +79,7 @@ class EngineSession:
         standby: bool = False,
     ) -> None:
         """``layout`` is the engine's own (None only for an engine that never attaches); ``standby``:
-        started as a warm standby (issue 18)."""
+        started as a warm standby (docs/protocol.md §10)."""
         if num_ranks < 1:
             raise ValueError(f"an engine has at least one rank, not {num_ranks}")
         self.layout = layout
@@ -332,7 +332,7 @@ class EngineSession:
             self._answered(event, rank, reply)
         return self._fire(self._rebalance, then)
 
-    # -- a warm standby (issue 18) ------------------------------------------------------------
+    # -- a warm standby (docs/protocol.md §10) -----------------------------------------------
 
     @property
     def role(self) -> str:
