@@ -6,7 +6,6 @@ Counters only grow within a process (the pool outlives tests), so each step is r
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -123,44 +122,26 @@ def ea_scripts_active(rank) -> bool:
     return metrics.active() is not None
 
 
-BENCH = textwrap.dedent(
+CHUNK = textwrap.dedent(
     """
-    import json, os, sys, time
+    import os, sys
     sys.path.insert(0, sys.argv[1])
     from engine_adapter import metrics
-    begins = [{"status": "ok", "reason": "begun"}, {"status": "ok", "reason": "begun"}]
-
-    def chunk():  # what the chunk hook adds per chunk
-        metrics.protocol_time(0.001)
-        metrics.chunk_begun("proceed", begins, 0)
-        metrics.protocol_time(0.001)
-        metrics.committed(7)
-
-    def per_chunk_ns(n=20000):
-        best = None
-        for _ in range(5):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                chunk()
-            best = min(best or 1e18, (time.perf_counter_ns() - t0) / n)
-        return best
-
-    metrics.use(None)
-    off = per_chunk_ns()
     metrics.use(metrics.EngineMetrics({"model_name": "m", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}))
-    on = per_chunk_ns()
-    print(json.dumps({"off_ns": off, "on_ns": on, "multiprocess": bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))}))
+    metrics.protocol_time(0.001)  # what the chunk hook calls per chunk
+    metrics.chunk_begun("move", [{"status": "ok", "reason": "begun"}] * 2, 0)
+    metrics.protocol_time(0.001)
+    metrics.committed(7)
+    print(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     """
 )
 
 
-def test_per_chunk_cost_is_a_few_microseconds(tmp_path):
-    """Measured in a fresh interpreter in prometheus_client's multiprocess mode, as sglang runs it."""
+def test_chunk_series_go_to_sglangs_per_process_files(tmp_path):
+    """A fresh interpreter in prometheus_client's multiprocess mode, as sglang runs it. What the calls
+    cost per chunk is `make bench`'s metrics row (against the same calls with metrics off)."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    done = subprocess.run([sys.executable, "-c", BENCH, src], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", CHUNK, src], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    cost = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"per-chunk cost of the metrics calls: off {cost['off_ns']:.0f} ns, on {cost['on_ns']:.0f} ns")
-    assert cost["multiprocess"] and os.listdir(tmp_path)  # the series went to sglang's per-process files
-    assert cost["on_ns"] < 100_000  # a chunk's protocol round trips take milliseconds
+    assert done.stdout.strip() == str(tmp_path) and os.listdir(tmp_path)  # the series went to per-process files

@@ -8,9 +8,10 @@ import pytest
 from tools.mirror import check_spec
 
 SAMPLES = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"  # real TLC output
+needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason=f"TLC's sample outputs are absent: no folder {SAMPLES}")
 
 
-@pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/tlc-samples absent")
+@needs_samples
 def test_reads_a_clean_run() -> None:
     run = check_spec.parse_stdout("Toy", (SAMPLES / "toy_full_stdout.txt").read_text())
     assert run.ok and run.result == "no error found"
@@ -18,7 +19,7 @@ def test_reads_a_clean_run() -> None:
     assert run.version == "2026.11.30.031302"
 
 
-@pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/tlc-samples absent")
+@needs_samples
 def test_reads_a_violation() -> None:
     run = check_spec.parse_stdout("Toy", (SAMPLES / "toy_tlc_stdout.txt").read_text())
     assert not run.ok
@@ -50,7 +51,6 @@ def test_main_exits_2_without_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert "missing" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/tlc-samples absent")
 def stand_in_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str) -> None:
     """Put a stand-in ``java`` (a shell script printing TLC's real output) and a jar path in place."""
     bin_dir = tmp_path / "bin"
@@ -64,6 +64,7 @@ def stand_in_tlc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str) -
     monkeypatch.setenv("TLA2TOOLS_JAR", str(jar))
 
 
+@needs_samples
 def test_runs_tlc_per_model_and_keeps_its_outputs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """A stand-in ``java`` that answers like TLC: the runner's command line, dump and verdict."""
     stand_in_tlc(
@@ -87,7 +88,6 @@ def test_runs_tlc_per_model_and_keeps_its_outputs(monkeypatch: pytest.MonkeyPatc
 # --- witnesses -------------------------------------------------------------------------------
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-TOY = Path(__file__).resolve().parents[1] / "model_based" / "fixtures" / "tlc-samples"
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 MID_MOVE = next(w for w in check_spec.WITNESSES if w.name == "KillMidMoveNextFails")
 
@@ -100,16 +100,18 @@ def test_reads_a_found_witness_and_its_length() -> None:
     assert "witness KillMidMoveNextFails on MCSmall: found, 15 steps (16 states)" in run.line()
 
 
+@needs_samples
 def test_a_witness_whose_invariant_holds_is_not_found() -> None:
     """TLC completing without error means the scenario is unreachable: the witness is missing."""
-    run = check_spec.parse_witness_stdout(MID_MOVE, (TOY / "toy_full_stdout.txt").read_text())
+    run = check_spec.parse_witness_stdout(MID_MOVE, (SAMPLES / "toy_full_stdout.txt").read_text())
     assert not run.found and run.states is None
     assert "invariant NoKillMidMoveNextFails holds" in run.result and "NOT FOUND" in run.line()
 
 
+@needs_samples
 def test_another_violation_is_not_the_witness() -> None:
     """A counterexample of another invariant (here the toy's NotDirty) does not count as found."""
-    run = check_spec.parse_witness_stdout(MID_MOVE, (TOY / "toy_tlc_stdout.txt").read_text())
+    run = check_spec.parse_witness_stdout(MID_MOVE, (SAMPLES / "toy_tlc_stdout.txt").read_text())
     assert not run.found and run.result == "VIOLATION: Invariant NotDirty is violated."
 
 

@@ -94,7 +94,6 @@ class Takeover:
     versions_at_kill: list[int | None]
     parked_before: list[list[str]]
     health_parked: int
-    health_parked_s: float
     held: dict[str, Any]
     streamed: StreamedReply
     killed_at: float
@@ -125,9 +124,7 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             a.wait_ready(START_TIMEOUT_S)
             wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
             parked_before = parked_engines(run)
-            t0 = time.monotonic()
-            health_parked = s.health()
-            health_parked_s = time.monotonic() - t0
+            health_parked = s.health()  # its 5 s timeout: a parked standby must still answer
             held: dict[str, Any] = {}
 
             def send_held() -> None:
@@ -158,7 +155,6 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             versions,
             parked_before,
             health_parked,
-            health_parked_s,
             held,
             streamed,
             killed_at,
@@ -185,7 +181,6 @@ def test_the_primary_rebalances_while_the_standby_is_parked(takeover: Takeover) 
     ran = takeover
     assert ran.parked_before == [[ran.parked_before[0][0]]] * ran.topology.tp_size, ran.parked_before
     assert ran.health_parked == 503, f"a parked standby's /health answered {ran.health_parked}"
-    assert ran.health_parked_s < 1.0, f"a parked standby's /health took {ran.health_parked_s:.2f}s"
     assert ran.versions_at_kill == [5] * ran.topology.tp_size, f"A did not commit 5 chunks: {ran.versions_at_kill}"
     assert ran.a_busy_lines == 0, f"A's rebalance was busy {ran.a_busy_lines} times with only a parked standby"
 

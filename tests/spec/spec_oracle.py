@@ -3,9 +3,9 @@
 Why: TLC cannot run here, and the mirror (``tools.mirror.system``) takes every decision from
 ``layout_sm``. This oracle takes none from it: each function below transcribes one TLA+ action,
 conjunct by conjunct, over the spec's own variables. Exploring it yields the graph TLC would
-dump, so ``tools.mirror.compare`` can hold the mirror's graph against the spec's today. It is a
-test oracle, not a second implementation: when TLC's graphs arrive under ``../shared/tlc/``
-they replace it.
+dump, so ``tools.mirror.compare`` can hold the mirror's graph against the spec's wherever the
+tests run. It is a test oracle, not a second implementation: where TLC's graphs are beside the
+clone (``../shared/tlc/``), the mirror is held against them too.
 
 State: a tuple of the 15 spec variables in declaration order; engine- and rank-indexed
 functions are tuples (index = engine position in the .cfg, rank - 1); a finding is
@@ -349,7 +349,7 @@ class SpecOracle:
             fn(s[EPHASE]), fn(tuple(tuple(finding(f) for f in fs) for fs in s[EFIND])), fn(s[EROUTE]),
             fn(s[EVER]), fn(s[ESERV]), fn(s[ESHARE]),
             fn(tuple(Record(step=b[0], chunk=b[1], replies=b[2]) for b in s[REB])), s[MOVES],
-            # dpark, eclaim: the oracle leaves out the warm standbys (issue 18) and runs on models without
+            # dpark, eclaim: the oracle leaves out the warm standbys and runs on models without
             # one, where they keep their initial values.
             tuple(frozenset() for _ in range(self.R)), fn(tuple(("none",) * self.R for _ in self.E)),
         )  # fmt: skip

@@ -27,7 +27,10 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 6. request check: the daemon's check of a request's pickle before unpickling it
    (``daemon_adapter.wire.request_pickle_problem``) on a full-map commit and on a one-layer chunk;
    floor: unpickling the same bytes.
-7. real servers (``tools.bench.real``): ``python -m sglang.launch_server`` ready time
+7. metrics: the engine adapter's metrics calls per chunk (``tools.bench.metrics``), with sglang's
+   metrics on, in prometheus_client's multiprocess mode; floor: the same calls with metrics off
+   (each returns at once), and the share of the 2-rank chunk of part 1 they add.
+8. real servers (``tools.bench.real``): ``python -m sglang.launch_server`` ready time
    with and without the plugin on the same daemons, and EPLB's rebalance wall time with and
    without the protocol; a few minutes on 2 cores (``--no-real`` skips it).
 """
@@ -48,6 +51,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tools.bench.metrics import add_chunk_share, bench_metrics
 from tools.demo.results import machine
 
 LAYERS, PHYSICAL, LOGICAL = 61, 288, 256  # DeepSeek-V3: 58 MoE layers of 61, 256 routed + 32 redundant
@@ -57,6 +61,7 @@ TARGETS = {
     "fetch_overhead_max": 0.02,
     "commit_ms_max": 1.0,
     "one_layer_check_ratio_max": 3.0,
+    "metrics_share_of_chunk_max": 0.01,
 }
 
 
@@ -559,6 +564,15 @@ def markdown(data: dict[str, Any]) -> str:
             f"{target(key, rc[f'{key}_ratio'])} |"
             for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
         ]
+    if "metrics" in data:
+        me = data["metrics"]
+        lines.append(
+            f"| the engine adapter's metrics calls per chunk (2 `protocol_time`, `chunk_begun`, `committed`), "
+            f"sglang's metrics on, multiprocess mode | {me['on_ns']} ns | {me['off_ns']} ns (metrics off: each "
+            f"call returns at once) | {me['ratio_on_to_off']}x; {100 * me['share_of_chunk']:.3f}% of a 2-rank "
+            f"chunk ({me['chunk_us']} µs) | ≤{100 * t['metrics_share_of_chunk_max']:.0f}% of a chunk: "
+            f"{yes(me['share_of_chunk'] <= t['metrics_share_of_chunk_max'])} |"
+        )
     if data.get("real_servers"):
         from tools.bench.real import markdown_rows
 
@@ -612,6 +626,10 @@ def main(argv: list[str] | None = None) -> int:
     step("chunk + startup on 2 ranks (2 daemons, 2 rank processes over gloo)")
     two = bench_ranks(2, workdir, args.n)
     step(f"  {two}")
+    step("metrics: the engine adapter's metrics calls per chunk, on against off (a fresh interpreter)")
+    metrics = bench_metrics(workdir)
+    add_chunk_share(metrics, two["chunk_us"])
+    step(f"  {metrics}")
     step("fetch_state: layout-aware handler vs sglang's own, same daemon object")
     fetch = bench_fetch(args.n)
     step(f"  {fetch}")
@@ -642,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         "fetch": fetch,
         "throughput": tput,
         "request_check": request_check,
+        "metrics": metrics,
         "scaling": scaling,
         "real_servers": real,
         "targets": TARGETS,
@@ -653,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_1_rank": one["startup_ratio"] <= TARGETS["startup_ratio_max"],
             "startup_2_ranks": two["startup_ratio"] <= TARGETS["startup_ratio_max"],
             "one_layer_check": request_check["one_layer_ratio"] <= TARGETS["one_layer_check_ratio_max"],
+            "metrics_per_chunk": metrics["share_of_chunk"] <= TARGETS["metrics_share_of_chunk_max"],
         },
         "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),

@@ -251,6 +251,7 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
     daemons = rs.StandaloneDaemons(run, topology).start()
     out: dict[str, list[float]] = {"beside": [], "alone": []}
     busy: dict[str, int] = {"beside": 0, "alone": 0}
+    health: dict[str, list[float]] = {"parked_standby": [], "primary": []}
     try:
         daemons.wait_ready()
         for i, pair in enumerate(_rotated(("beside", "alone"), repeats)):
@@ -270,6 +271,10 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
                         parked = rs.ServerSpec(f"standby-{i}", rebalance_iterations=100_000, extra_env=role)
                         standby = rs.RealServer(run, topology, parked).start()
                         rs.wait_parked(run, standby, topology.tp_size)
+                        for who, server in (("parked_standby", standby), ("primary", primary)):
+                            asked = time.monotonic()
+                            server.health()
+                            health[who].append(round(time.monotonic() - asked, 3))
                     timed = _timed_rebalances(primary, topology, rebalances)
                     busy[side] += primary.log_text().count("rebalance paused")
                 finally:
@@ -288,6 +293,9 @@ def standby_rebalance_times(model: Path, workdir: Path, rebalances: int, repeats
         "median_beside_s": beside,
         "median_alone_s": alone,
         "ratio_beside_to_alone": _ratio(beside, alone),
+        "health_s_parked_standby": health["parked_standby"],
+        "health_s_primary": health["primary"],
+        "health_ratio_parked_to_primary": _ratio(_median(health["parked_standby"]), _median(health["primary"])),
     }
 
 
@@ -431,6 +439,19 @@ def _standby_rows(p: dict[str, Any] | None) -> list[str]:
         f"{p['busy_pauses']['beside']}) | {p['median_alone_s']} s alone ({p['rebalance_s_alone']}) | "
         f"{p['ratio_beside_to_alone']}x | not busy, and ≤{REBALANCE_RATIO_MAX}x: "
         f"{_met(p['busy_pauses']['beside'] == 0 and p['ratio_beside_to_alone'] <= REBALANCE_RATIO_MAX)} |",
+        *_health_rows(p),
+    ]
+
+
+def _health_rows(p: dict[str, Any]) -> list[str]:
+    """A parked standby's ``/health`` (503) against the serving primary's, asked right after it."""
+    if not p.get("health_s_parked_standby"):
+        return []
+    return [
+        "| `/health` of a parked warm standby (it answers 503), once per standby of the row above | "
+        f"{_median(p['health_s_parked_standby'])} s ({p['health_s_parked_standby']}) | "
+        f"{_median(p['health_s_primary'])} s, the serving primary's, asked right after "
+        f"({p['health_s_primary']}) | {p['health_ratio_parked_to_primary']}x | none: shown |",
     ]
 
 
