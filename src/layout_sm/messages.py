@@ -266,10 +266,6 @@ def _int_list(value: object, where: str, max_len: int, lo: int, hi: int) -> tupl
         raise _Malformed(where, f"expected a list of ints, got {_type_name(value)}")
     if len(value) > max_len:
         raise _Malformed(where, f"{len(value)} entries exceeds the limit of {max_len}")
-    # Fast path at C speed for the common, well-formed list (a full DeepSeek-scale commit
-    # is 17,568 values); the per-value scan below only runs to name what is wrong.
-    if set(map(type, value)) <= {int} and (not value or (lo <= min(value) and max(value) <= hi)):
-        return tuple(value)
     return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(value))
 
 
@@ -292,7 +288,7 @@ def _rows(msg: Mapping[Any, Any]) -> Rows:
         if len(row) > MAX_PHYSICAL:
             raise _Malformed(f"rows[{i}]", f"{len(row)} entries exceeds the limit of {MAX_PHYSICAL}")
         # The values (ints in 0..num_logical-1) are the record's rule, checked once there
-        # (LayoutRecord.check_rows): a full DeepSeek-scale commit is 17,568 values.
+        # (LayoutRecord.with_rows).
         rows.append(tuple(row))
     return tuple(rows)
 
@@ -422,39 +418,10 @@ _FETCH_ENGINE_ID, _FETCH_SESSION, _FETCH_VERSION, _FETCH_DIGEST = (
 
 
 def parse_fetch_field(value: object) -> FetchLayoutField | Reply | None:
-    """The ``expert_layout`` field of a ``fetch_state``: None when absent, or a refusal."""
+    """The ``expert_layout`` field of a ``fetch_state``: None when absent, or a refusal that names the
+    first field that is wrong."""
     if value is None:
         return None
-    # The well-formed field of a plain dict, accepted in one expression: in make bench's fetch_state the
-    # validators' dozen calls took about 20 us where they run (cold, after sglang's reply), 1% of the
-    # fetch; this takes half that. Each test in it is one a validator below makes, or stricter (exact
-    # types): anything it does not accept goes to the validators, which accept it or name what is wrong.
-    if type(value) is dict:
-        engine_id, session, version, digest = (
-            value.get("engine_id"),
-            value.get("session"),
-            value.get("version"),
-            value.get("digest"),
-        )
-        if (
-            type(engine_id) is str
-            and 0 < len(engine_id) <= MAX_ENGINE_ID_LEN
-            and engine_id.isprintable()
-            and type(session) is str
-            and 0 < len(session) <= MAX_SESSION_LEN
-            and _SESSION_CHARS.fullmatch(session)
-            and type(version) is int
-            and 0 <= version <= MAX_VERSION
-            and type(digest) is str
-            and _DIGEST.fullmatch(digest)
-        ):
-            return FetchLayoutField(engine_id, session, version, digest)
-    return validated_fetch_field(value)
-
-
-def validated_fetch_field(value: object) -> FetchLayoutField | Reply:
-    """``parse_fetch_field`` through the validators alone, field by field: the refusal names the first
-    field that is wrong (``parse_fetch_field`` comes here for anything but a well-formed plain dict)."""
     try:
         if not isinstance(value, Mapping):
             raise _Malformed(FETCH_FIELD, f"expected a dict, got {_type_name(value)}")

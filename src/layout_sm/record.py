@@ -6,6 +6,10 @@ bytes of its canonical encoding, so the record is immutable and compact (8 bytes
 Its digest is a SHA-256 over the SHA-256 of each layer's row: a chunk of a rebalance changes a
 few layers, and only their rows are hashed again (``layout_digest``).
 
+Every map and row goes through one encoder (``_encode_map``, ``_encode_row``: shape, type, int64)
+and every expert id through one range check (``_check_experts``), whoever hands them in: the
+daemon's initial map, a record from the wire, a commit's rows, an engine's map to digest.
+
 Only the digest decides equality of layouts; the version is for messages and ordering.
 """
 
@@ -36,71 +40,86 @@ class LayoutError(ValueError):
     """A map, row or record that cannot be a layout; the message names the field."""
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_row(value: object) -> bool:
+    return (
+        type(value) is tuple
+        or type(value) is list
+        or (isinstance(value, Sequence) and not isinstance(value, (str, bytes)))
+    )
 
 
-def _first_non_int(row: Sequence[object]) -> int | None:
-    """Index of the first value that is not a plain int (a bool is not an expert id)."""
-    # set(map(type, …)) runs at C speed; the slow scan only names the culprit.
-    if set(map(type, row)) <= {int}:
-        return None
-    return next(i for i, v in enumerate(row) if not _is_int(v))
+@lru_cache(maxsize=64)
+def _row_packer(width: int) -> Callable[..., bytes]:
+    return struct.Struct(f"<{width}q").pack
 
 
-def _row_bytes(row: object, what: str, width: int | None, strict: bool = True) -> bytes:
-    """One row as int64 LE bytes, its shape and types checked; the message names the row.
+def _encode_row(row: object, width: int, what: str, index: int) -> bytes:
+    """One row of ``width`` values as int64 LE bytes; the message names the row (``what[index]``) and the slot.
 
-    ``strict`` also refuses bools (``struct`` packs them as 0/1). ``struct.pack`` is used
-    rather than ``array``: it packs a list of ints faster.
+    A value is what ``struct`` packs as an int64: an int (a bool as the 0 or 1 it equals), never a
+    float or a string.
     """
-    if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+    if not _is_row(row):
+        what = f"{what}[{index}]"  # the name is made only for a message: a commit encodes up to a map of rows
         raise LayoutError(f"{what}: expected a row of ints, got {type(row).__name__}")
-    if width is not None and len(row) != width:
-        raise LayoutError(f"{what}: row has {len(row)} slots, expected {width}")
-    if strict:
-        bad = _first_non_int(row)
-        if bad is not None:
-            raise LayoutError(f"{what}[{bad}]: expected an int, got {type(row[bad]).__name__}")
+    if len(row) != width:  # type: ignore[arg-type]
+        what = f"{what}[{index}]"
+        raise LayoutError(f"{what}: {len(row)} slots, the layout has {width} physical slots")  # type: ignore[arg-type]
     try:
-        return struct.pack(f"<{len(row)}q", *row)
-    except struct.error as exc:
-        bad = _first_non_int(row)
+        return _row_packer(width)(*row)  # type: ignore[misc]
+    except struct.error as exc:  # only now, to name the culprit
+        what = f"{what}[{index}]"
+        bad = next((i for i, v in enumerate(row) if not isinstance(v, int)), None)  # type: ignore[arg-type]
         if bad is not None:
-            raise LayoutError(f"{what}[{bad}]: expected an int, got {type(row[bad]).__name__}") from exc
+            raise LayoutError(f"{what}[{bad}]: expected an int, got {type(row[bad]).__name__}") from exc  # type: ignore[index]
         raise LayoutError(f"{what}: a value does not fit in int64") from exc
+
+
+def _encode_map(rows: object, what: str) -> tuple[tuple[bytes, ...], int]:
+    """A whole map's layers as int64 LE bytes, and its width (raises LayoutError naming the row)."""
+    if not _is_row(rows):
+        raise LayoutError(f"{what}: expected a list of rows, got {type(rows).__name__}")
+    num_layers = len(rows)  # type: ignore[arg-type]
+    if num_layers == 0:
+        raise LayoutError(f"{what}: the map has no layers")
+    if num_layers > MAX_LAYERS:
+        raise LayoutError(f"{what}: {num_layers} layers exceeds the limit of {MAX_LAYERS}")
+    first = rows[0]  # type: ignore[index]
+    if not _is_row(first):
+        _encode_row(first, 0, what, 0)  # raises: names a row that is not a row at all
+    num_physical = len(first)
+    if not 0 < num_physical <= MAX_PHYSICAL:
+        raise LayoutError(f"{what}[0]: row length {num_physical} is not in 1..{MAX_PHYSICAL}")
+    layers = tuple(_encode_row(row, num_physical, what, index) for index, row in enumerate(rows))  # type: ignore[arg-type]
+    return layers, num_physical
 
 
 # bytes(range(n)) for each n <= 256: the expert ids of a layout with n logical experts, as bytes.
 _EXPERT_BYTES = [bytes(range(n)) for n in range(257)]
 
 
-def _experts_in_range(row: Sequence[int], num_logical: int, experts: bytes | None) -> bool:
-    """Every value of ``row`` (ints, already packed) is in ``0..num_logical-1``."""
-    if experts is not None:
+def _check_experts(row: Sequence[int], num_logical: int, what: str, index: int) -> None:
+    """Every value of ``row`` (an encoded row's values) is an expert id in ``0..num_logical-1``."""
+    # Where every expert id fits a byte (256 experts or fewer: DeepSeek-V3, Qwen, Mixtral), bytes()
+    # range-checks a row at C speed and translate() finds any id >= num_logical; min() and max() cost
+    # twice as much as the rest of a full-map commit.
+    if type(row) is not tuple and type(row) is not list:
+        row = tuple(row)  # bytes() of an object with a buffer (an array) would read its memory, not its values
+    if num_logical <= 256:
         try:
-            return not bytes(row).translate(None, experts)
+            in_range = not bytes(row).translate(None, _EXPERT_BYTES[num_logical])
         except ValueError:  # a value outside 0..255
-            return False
-    return min(row) >= 0 and max(row) < num_logical
+            in_range = False
+    else:
+        in_range = min(row) >= 0 and max(row) < num_logical
+    if not in_range:
+        slot = next(i for i, v in enumerate(row) if not 0 <= v < num_logical)
+        raise LayoutError(f"{what}[{index}][{slot}]: {row[slot]} is not an expert id in 0..{num_logical - 1}")
 
 
-def _rows_to_int64_le(rows: Sequence[Sequence[int]], what: str, strict: bool = True) -> tuple[bytes, int, int]:
-    """Validate the shape and integer type of ``rows``; return (bytes, L, P)."""
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
-        raise LayoutError(f"{what}: expected a list of rows, got {type(rows).__name__}")
-    num_layers = len(rows)
-    if num_layers == 0:
-        raise LayoutError(f"{what}: the map has no layers")
-    if num_layers > MAX_LAYERS:
-        raise LayoutError(f"{what}: {num_layers} layers exceeds the limit of {MAX_LAYERS}")
-    first = rows[0]
-    num_physical = len(first) if isinstance(first, Sequence) and not isinstance(first, (str, bytes)) else 0
-    if num_physical == 0 or num_physical > MAX_PHYSICAL:
-        _row_bytes(first, f"{what}[0]", None, strict)  # names a row that is not a row at all
-        raise LayoutError(f"{what}[0]: row length {num_physical} is not in 1..{MAX_PHYSICAL}")
-    payload = b"".join(_row_bytes(row, f"{what}[{index}]", num_physical, strict) for index, row in enumerate(rows))
-    return payload, num_layers, num_physical
+def _check_num_logical(num_logical: object) -> None:
+    if not (isinstance(num_logical, int) and not isinstance(num_logical, bool) and 1 <= num_logical <= MAX_LOGICAL):
+        raise LayoutError(f"num_logical: {num_logical!r} is not in 1..{MAX_LOGICAL}")
 
 
 def _combine(num_layers: int, num_physical: int, leaves: Iterable[bytes]) -> str:
@@ -108,9 +127,8 @@ def _combine(num_layers: int, num_physical: int, leaves: Iterable[bytes]) -> str
     return hashlib.sha256(DIGEST_TAG + _HEADER.pack(num_layers, num_physical) + b"".join(leaves)).hexdigest()
 
 
-def _leaves_of(payload: bytes, num_layers: int, num_physical: int) -> tuple[bytes, ...]:
-    view, stride, sha = memoryview(payload), 8 * num_physical, hashlib.sha256
-    return tuple(sha(view[i * stride : (i + 1) * stride]).digest() for i in range(num_layers))
+def _leaf(layer: bytes) -> bytes:
+    return hashlib.sha256(layer).digest()
 
 
 def layout_digest(rows: Sequence[Sequence[int]]) -> str:
@@ -121,17 +139,8 @@ def layout_digest(rows: Sequence[Sequence[int]]) -> str:
     engine compute it with this module (``LayoutRecord.digest``, ``DigestCache``), so a digest match
     means the same map, value for value; a layer's hash is reused while its row is unchanged.
     """
-    payload, num_layers, num_physical = _map_payload(rows)
-    return _combine(num_layers, num_physical, _leaves_of(payload, num_layers, num_physical))
-
-
-def _map_payload(rows: Sequence[Sequence[int]]) -> tuple[bytes, int, int]:
-    """The map's values as int64 LE bytes, with its shape, for a digest (raises LayoutError)."""
-    # Not strict: a digest is computed, not trusted; records refuse bools when they are built.
-    payload = _packed_rows(rows)
-    if payload is None:  # not plain rows of one width: the checking encoder names the problem
-        return _rows_to_int64_le(rows, "map", strict=False)
-    return payload, len(rows), len(rows[0])
+    layers, num_physical = _encode_map(rows, "map")
+    return _combine(len(layers), num_physical, map(_leaf, layers))
 
 
 class DigestCache:
@@ -139,10 +148,10 @@ class DigestCache:
     rows that changed are copied and hashed again.
 
     Every row of the map is compared, value for value, with the row of the last map taken here
-    (one pass at C speed, cheaper than packing the map): a chunk of a rebalance hashes its own
+    (one pass at C speed, cheaper than encoding the map): a chunk of a rebalance hashes its own
     layers and no others, and a row changed anywhere else is still seen. Pure, and a cache only: the
     rows and digest equal ``rows_of`` and ``layout_digest`` of the same map whatever came before
-    (values compare with ``==``, so a float equal to an expert id counts as that id).
+    (values compare with ``==``, so a float equal to the expert id it replaced counts as that id).
     """
 
     __slots__ = ("_given", "_leaves", "_rows")
@@ -158,22 +167,19 @@ class DigestCache:
     def absorb(self, rows: Sequence[Sequence[int]]) -> tuple[Rows, str]:
         """``rows`` as immutable rows, and their digest; raises LayoutError for what is not a map."""
         given, kept, leaves = self._given, self._rows, self._leaves
-        if not (kept and len(rows) == len(kept) and len(rows[0]) == len(kept[0])):
+        if not (kept and _is_row(rows) and len(rows) == len(kept)):
             return self._absorb_whole(rows)
         width, out = len(kept[0]), list(kept)
-        pack, sha = _row_packer(width), hashlib.sha256
         try:
             for layer, row in enumerate(rows):
                 if row == given[layer]:
                     continue
                 values = tuple(row)
                 if values != kept[layer]:
-                    if len(values) != width:
-                        raise struct.error("a row of another width")
-                    leaves[layer] = sha(pack(*values)).digest()
+                    leaves[layer] = _leaf(_encode_row(values, width, "map", layer))
                     out[layer] = values
                 given[layer] = list(values) if type(row) is list else values
-        except (struct.error, TypeError):
+        except (LayoutError, TypeError):
             self._forget()  # never keep a half-updated cache
             return self._absorb_whole(rows)  # raises LayoutError naming the problem
         self._rows = out_rows = tuple(out)
@@ -183,44 +189,22 @@ class DigestCache:
         return self.absorb(rows)[1]
 
     def _absorb_whole(self, rows: Sequence[Sequence[int]]) -> tuple[Rows, str]:
+        layers, num_physical = _encode_map(rows, "map")
+        leaves = [_leaf(layer) for layer in layers]
         whole: Rows = tuple(map(tuple, rows))
-        payload, num_layers, num_physical = _map_payload(whole)
-        leaves = _leaves_of(payload, num_layers, num_physical)
         self._given = [list(row) if type(row) is list else row for row in rows]
-        self._rows, self._leaves = whole, list(leaves)
-        return whole, _combine(num_layers, num_physical, leaves)
-
-
-@lru_cache(maxsize=64)
-def _row_packer(width: int) -> Callable[..., bytes]:
-    return struct.Struct(f"<{width}q").pack
-
-
-def _packed_rows(rows: Sequence[Sequence[int]]) -> bytes | None:
-    """The encoding's payload when ``rows`` are lists (or tuples) of ints of one width, in
-    bounds; None otherwise. One compiled ``struct`` per width: the digest is taken once per
-    chunk of a rebalance, on the engine's whole map."""
-    if type(rows) not in (list, tuple) or not 0 < len(rows) <= MAX_LAYERS:
-        return None
-    first = rows[0]
-    if type(first) not in (list, tuple) or not 0 < len(first) <= MAX_PHYSICAL:
-        return None
-    if any(type(row) is not type(first) for row in rows):
-        return None
-    pack = _row_packer(len(first))
-    try:  # a row of another width, or a value that is not an int64, fails the pack
-        return b"".join([pack(*row) for row in rows])
-    except struct.error:
-        return None
+        self._rows, self._leaves = whole, leaves
+        return whole, _combine(len(layers), num_physical, leaves)
 
 
 @dataclass(frozen=True)
 class LayoutRecord:
     """An immutable expert layout with its version and digest.
 
-    The map is kept a layer at a time (each row's int64 LE bytes): a committed chunk makes a record
-    that shares every other layer with its parent, where one 140 KB string a record (DeepSeek scale)
-    was allocated, filled and freed on every commit (measured: the commit's costliest step)."""
+    Made by ``build`` (``initial``, ``from_wire``) or ``with_rows``, which check every value they
+    encode; the constructor checks the counts and the shape. The map is kept a layer at a time (each
+    row's int64 LE bytes): a committed chunk makes a record that shares every other layer with its
+    parent, rather than allocating, filling and freeing the whole map on every commit."""
 
     num_layers: int
     num_physical: int
@@ -229,36 +213,23 @@ class LayoutRecord:
     layer_bytes: tuple[bytes, ...] = field(repr=False)
 
     def __post_init__(self) -> None:
-        if not (_is_int(self.num_logical) and 1 <= self.num_logical <= MAX_LOGICAL):
-            raise LayoutError(f"num_logical: {self.num_logical!r} is not in 1..{MAX_LOGICAL}")
-        if not (_is_int(self.version) and self.version >= 0):
+        _check_num_logical(self.num_logical)
+        if not (isinstance(self.version, int) and not isinstance(self.version, bool) and self.version >= 0):
             raise LayoutError(f"version: {self.version!r} is not a non-negative int")
         stride = 8 * self.num_physical
         if len(self.layer_bytes) != self.num_layers or any(len(row) != stride for row in self.layer_bytes):
             raise LayoutError("layer_bytes: lengths do not match the shape")
-        flat = self._values
-        if flat and (min(flat) < 0 or max(flat) >= self.num_logical):
-            bad = next(i for i, v in enumerate(flat) if not 0 <= v < self.num_logical)
-            layer, slot = divmod(bad, self.num_physical)
-            raise LayoutError(f"map[{layer}][{slot}]: expert {flat[bad]} is not in 0..{self.num_logical - 1}")
 
     # -- construction -------------------------------------------------------------------
 
     @classmethod
     def build(cls, rows: Sequence[Sequence[int]], num_logical: int, version: int) -> LayoutRecord:
-        payload, num_layers, num_physical = _rows_to_int64_le(rows, "map")
-        return cls.of_payload(num_layers, num_physical, num_logical, version, payload)
-
-    @classmethod
-    def of_payload(
-        cls, num_layers: int, num_physical: int, num_logical: int, version: int, payload: bytes
-    ) -> LayoutRecord:
-        """The record of a whole map's int64 LE bytes (checked as any record is)."""
-        if len(payload) != 8 * num_layers * num_physical:
-            raise LayoutError("map: its bytes do not match the shape")
-        stride = 8 * num_physical
-        layers = tuple(payload[i * stride : (i + 1) * stride] for i in range(num_layers))
-        return cls(num_layers, num_physical, num_logical, version, layers)
+        """The record of a whole map; raises LayoutError naming the first row or value that is wrong."""
+        layers, num_physical = _encode_map(rows, "map")
+        _check_num_logical(num_logical)
+        for index, row in enumerate(rows):
+            _check_experts(row, num_logical, "map", index)
+        return cls(len(layers), num_physical, num_logical, version, layers)
 
     @classmethod
     def initial(cls, rows: Sequence[Sequence[int]], num_logical: int) -> LayoutRecord:
@@ -273,21 +244,12 @@ class LayoutRecord:
         return b"".join(self.layer_bytes)
 
     @cached_property
-    def _flat(self) -> array:
+    def rows(self) -> Rows:
         values = array("q")
         values.frombytes(self.map_bytes)
         if sys.byteorder != "little":
             values.byteswap()
-        return values
-
-    @cached_property
-    def _values(self) -> list[int]:
-        # min()/max() iterate a list much faster than an array (bench: scale).
-        return self._flat.tolist()
-
-    @cached_property
-    def rows(self) -> Rows:
-        flat, width = self._values, self.num_physical
+        flat, width = values.tolist(), self.num_physical
         return tuple(tuple(flat[i * width : (i + 1) * width]) for i in range(self.num_layers))
 
     @property
@@ -296,8 +258,7 @@ class LayoutRecord:
 
     @cached_property
     def _leaves(self) -> tuple[bytes, ...]:
-        sha = hashlib.sha256
-        return tuple(sha(row).digest() for row in self.layer_bytes)
+        return tuple(map(_leaf, self.layer_bytes))
 
     @cached_property
     def digest(self) -> str:
@@ -305,93 +266,58 @@ class LayoutRecord:
 
     # -- change -------------------------------------------------------------------------
 
-    def check_rows(self, layers: Sequence[int], rows: object) -> list[bytes]:
-        """The rows as int64 LE bytes; raise LayoutError unless they are ``[len(layers)][P]`` experts."""
-        if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+    def with_rows(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord:
+        """The record after a committed move: those layers replaced, version + 1.
+
+        Only the replaced rows are checked: the layers kept were checked when this record was made."""
+        if not _is_row(rows):
             raise LayoutError(f"rows: expected a list of {len(layers)} rows, got {type(rows).__name__}")
         if len(rows) != len(layers):
             raise LayoutError(f"rows: {len(rows)} rows for {len(layers)} layers")
-        width, logical = self.num_physical, self.num_logical
-        pack = _row_packer(width)
-        # Where every expert id fits a byte (256 experts or fewer: DeepSeek-V3, Qwen, Mixtral),
-        # bytes() range-checks a row at C speed and translate() finds any id >= num_logical;
-        # min() and max() over a full DeepSeek-scale commit (17,568 values) cost twice as much
-        # as everything else in the commit (profiled).
-        experts = _EXPERT_BYTES[logical] if logical <= 256 else None
-        checked = []
-        for index, row in enumerate(rows):
-            if type(row) is tuple or type(row) is list:  # what parse_request and callers pass
-                if len(row) != width:
-                    raise LayoutError(f"rows[{index}]: {len(row)} slots, the layout has {width} physical slots")
-                try:
-                    packed = pack(*row)
-                except struct.error:
-                    packed = _row_bytes(row, f"rows[{index}]", width, strict=False)  # names the culprit
-            else:
-                if isinstance(row, Sequence) and not isinstance(row, (str, bytes)) and len(row) != width:
-                    raise LayoutError(f"rows[{index}]: {len(row)} slots, the layout has {width} physical slots")
-                # Not strict: on this hot path a bool is taken for the expert id 0 or 1 it equals;
-                # the range check below still applies.
-                packed = _row_bytes(row, f"rows[{index}]", width, strict=False)
-            if not _experts_in_range(row, logical, experts):  # type: ignore[arg-type]
-                slot = next(i for i, v in enumerate(row) if not 0 <= v < logical)  # type: ignore[arg-type]
-                raise LayoutError(
-                    f"rows[{index}][{slot}]: {row[slot]} is not an expert id in 0..{logical - 1}"  # type: ignore[index]
-                )
-            checked.append(packed)
-        return checked
-
-    def with_rows(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord:
-        """The record after a committed move: those layers replaced, version + 1."""
-        checked = self.check_rows(layers, rows)
         replaced: dict[int, bytes] = {}
-        for layer, packed in zip(layers, checked, strict=True):
+        for index, (layer, row) in enumerate(zip(layers, rows, strict=True)):
+            encoded = _encode_row(row, self.num_physical, "rows", index)
+            _check_experts(row, self.num_logical, "rows", index)
+            replaced[layer] = encoded
+        for layer in replaced:
             if not 0 <= layer < self.num_layers:
                 raise LayoutError(f"layers: {layer} is not in 0..{self.num_layers - 1}")
-            replaced[layer] = packed
         # The new map shares every layer it keeps with this one: no copy of the map (see the class).
         new_layers = list(self.layer_bytes)
-        for layer, packed in replaced.items():
-            new_layers[layer] = packed
-        successor = self._checked_successor(tuple(new_layers))
-        if "_leaves" in self.__dict__:  # the digest hashes only the replaced layers again
+        for layer, encoded in replaced.items():
+            new_layers[layer] = encoded
+        successor = LayoutRecord(
+            self.num_layers, self.num_physical, self.num_logical, self.version + 1, tuple(new_layers)
+        )
+        if "_leaves" in self.__dict__:  # the successor's digest hashes only the replaced layers again
             leaves = list(self._leaves)
-            for layer, packed in replaced.items():
-                leaves[layer] = hashlib.sha256(packed).digest()
-            successor.__dict__["_leaves"] = tuple(leaves)
+            for layer, encoded in replaced.items():
+                leaves[layer] = _leaf(encoded)
+            successor.__dict__["_leaves"] = tuple(leaves)  # a cached_property's slot, as it would fill it
         return successor
 
     def successor(self, layers: Sequence[int], rows: Sequence[Sequence[int]]) -> LayoutRecord | LayoutError:
-        """``with_rows(layers, rows)``, or the error it raises, remembered for the last ``layers``
-        and ``rows`` asked (the same objects): a commit's guard asks whether the rows fit and its
-        step stores them, and checking a full map twice would double the commit's cost."""
-        memo = self.__dict__.get("_successor_memo")
-        if memo is not None and memo[0] is layers and memo[1] is rows:
+        """``with_rows(layers, rows)``, or the error it raises.
+
+        A commit's guard, its refusal and its step each ask this of the same request: the answer for
+        the last rows asked is kept, so that a full-map commit is checked once, not once per asking.
+        Only immutable rows (a parsed request's tuples) are kept, and a later ask must equal them
+        (``==``: identical tuples compare in one pass over the rows), so the answer is always
+        ``with_rows``'s own."""
+        frozen = type(layers) is tuple and type(rows) is tuple and all(type(row) is tuple for row in rows)
+        memo = self.__dict__.get("_last_successor")
+        if frozen and memo is not None and memo[0] == layers and memo[1] == rows:
             return memo[2]
         result: LayoutRecord | LayoutError
         try:
             result = self.with_rows(layers, rows)
         except LayoutError as error:
             result = error
-        # In the instance's __dict__ like the cached properties: not a field, so neither equality
-        # nor the hash sees it.
-        self.__dict__["_successor_memo"] = (layers, rows, result)
+        if frozen:
+            # In the instance's __dict__, like the cached properties: not a field, so neither
+            # equality nor the hash sees it.
+            self.__dict__["_last_successor"] = (layers, rows, result)
         return result
-
-    def _checked_successor(self, layer_bytes: tuple[bytes, ...]) -> LayoutRecord:
-        """The next version, built without re-checking the whole map: ``with_rows`` checked the
-        rows it replaced and the rest was checked when this record was built (a one-layer commit
-        at DeepSeek scale would otherwise re-check 17,568 values)."""
-        successor = object.__new__(LayoutRecord)
-        for name, value in (
-            ("num_layers", self.num_layers),
-            ("num_physical", self.num_physical),
-            ("num_logical", self.num_logical),
-            ("version", self.version + 1),
-            ("layer_bytes", layer_bytes),
-        ):
-            object.__setattr__(successor, name, value)
-        return successor
 
     # -- wire ---------------------------------------------------------------------------
 
@@ -414,12 +340,7 @@ class LayoutRecord:
         for name in ("version", "digest", "num_logical", "map"):
             if name not in wire:
                 raise LayoutError(f"record.{name}: missing")
-        payload = _packed_rows(wire["map"])
-        if payload is None:  # not plain rows of one width: the checking build names the problem
-            record = cls.build(wire["map"], wire["num_logical"], wire["version"])
-        else:  # the range is checked when the record is made, the content by the digest below
-            shape = (len(wire["map"]), len(wire["map"][0]))
-            record = cls.of_payload(*shape, wire["num_logical"], wire["version"], payload)
+        record = cls.build(wire["map"], wire["num_logical"], wire["version"])
         if record.digest != wire["digest"]:
             raise LayoutError("record.digest: does not match the map it came with")
         return record
