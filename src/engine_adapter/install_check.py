@@ -9,8 +9,9 @@ startup hook, which runs in every engine rank before EPLB can rebalance, calls `
   (``CALL_SITES``), must be a function that calls the plugin's own hook: checked by
   identity (the hook object is in the closure of the function sglang calls, or of one it wraps),
   never by name;
-- if one is missing and the weight cache is on, rebalancing of shared weights is off
-  (``stop_rebalance``, ``skip_unprotected_move``), with one error naming the missing targets, the
+- if one is missing and the weight cache is on, rebalancing of shared weights is off (the rebalance
+  hook hands the error to the session, ``EngineSession.install_checked``: one of its off reasons;
+  ``skip_unprotected_move``), with one error naming the missing targets, the
   installed sglang version and the tested ones (``engine_adapter.compat``); if both the rebalance
   and the chunk hook are missing nothing in the engine can stop a move, so the engine fails at
   startup instead;
@@ -106,14 +107,6 @@ def at_startup(st: state.EngineLayoutState, weight_cache_on: bool, eplb_on: bool
                 f"moving experts in the daemons' shared memory: this engine does not start"
             )
     return result
-
-
-def stop_rebalance(st: state.EngineLayoutState, manager: Any) -> bool:
-    """In the rebalance hook: switch sglang's rebalancing off (its own switch) when hooks are missing."""
-    if st.shared_moves_blocked is None:
-        return False
-    manager.disable_rebalance(f"expert-layout: {st.shared_moves_blocked}")
-    return True
 
 
 def skip_unprotected_move(st: state.EngineLayoutState) -> bool:

@@ -3,7 +3,8 @@
 Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``; every step is the rank's
 ``EngineSession``'s (``layout_sm.session``), the hooks only send, all-gather and call sglang:
 
-- AROUND ``EPLBManager.rebalance`` (a generator): at the first rebalance the ranks all-gather
+- AROUND ``EPLBManager.rebalance`` (a generator): the session takes the hooks sglang did not apply
+  (``engine_adapter.install_check``: rebalancing off); at the first rebalance the ranks all-gather
   where their weights came from (None where the loader hook never saw: unknown); the session's
   step says move (through the chunk protocol when it ``shares``, else sglang's own rebalance) or
   stop.
@@ -59,11 +60,10 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         yield from original(manager, *args, **kwargs)
         return
     st = state.get()
-    if install_check.stop_rebalance(st, manager):  # sglang did not apply every hook: no moves at all
-        return
     if st.session is None:  # no startup ran (no weight cache, no MoE metadata): never attached
         st.session = EngineSession.never_attached(dist.get_world_size(world_cpu_group()))
     session = st.session
+    session.install_checked(st.shared_moves_blocked)  # hooks sglang did not apply: rebalancing is off
     if not session.rebalance_started:
         # Once, at the first rebalance: where every rank's weights came from (None: unknown).
         sources = all_gather(st.weights_source)

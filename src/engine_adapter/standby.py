@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +48,6 @@ from engine_adapter.standby_server import PARK_RID, PROMOTED_RID
 from engine_adapter.startup import all_gather
 from layout_sm.engine import Go, Step
 from layout_sm.messages import NOTICE
-from layout_sm.reasons import Status
 
 logger = logging.getLogger("engine_adapter")
 
@@ -87,7 +85,10 @@ class StandbyLink:
         while self.attachment.open:
             try:
                 message = self.attachment.notice(None)
-            except Exception:  # the daemon went away (its EOF) or the engine closed the connection
+            except OSError:  # ConnectionError: the daemon went away (its EOF); OSError: the engine closed it
+                return
+            except Exception:  # a frame that cannot be read: a bug, which would silently stop every takeover
+                logger.exception("[expert-layout] the notice reader stopped on an unreadable message")
                 return
             if isinstance(message, dict) and message.get("type") == NOTICE:
                 self.times["notice"] = time.time()
@@ -108,20 +109,7 @@ def _link() -> StandbyLink | None:
 
 
 def _parked(st: state.EngineLayoutState) -> bool:
-    return st.standby is not None and st.session is not None and st.session.role == "parked"
-
-
-def _in_rank_order(ask_mine: Callable[[], object], take: Callable[[int, object], Step]) -> list[Step]:
-    """Rank by rank: rank r asks its own daemon, the reply is all-gathered, every rank's session takes it."""
-    st = state.get()
-    assert st.session is not None
-    steps = []
-    for rank in range(st.session.view().num_ranks):
-        reply = ask_mine() if rank == st.rank else None
-        steps.append(take(rank, all_gather(reply)[rank]))
-        if steps[-1].go is not Go.MOVE:  # taken or refused: the ranks after it do not ask (every rank stops here)
-            break
-    return steps
+    return st.standby is not None and st.session is not None and st.session.standby_parked
 
 
 # -- the scheduler processes -------------------------------------------------------------------
@@ -144,10 +132,9 @@ def park(scheduler: Any) -> None:
             "daemon (--weight-cache-mode client|daemon): a warm standby shares the daemons' weights with its primary"
         )
     # Each rank loaded from its own daemon; the ranks learn each other's load over the all-gather.
-    served = all_gather(rank in session.view().served)
-    for other, ok in enumerate(served):
-        if ok and other != rank:
-            session.fetched(other, {"status": Status.OK.value})
+    loaded = session.loaded_all(all_gather(rank in session.view().served))
+    if loaded.go is not Go.MOVE:
+        raise StandbyFailed(f"[expert-layout] a warm standby parks once it serves: {loaded.message}")
     if st.standby is None:
         st.standby = StandbyLink(st.attachment)
     _park_ranks(scheduler)
@@ -158,9 +145,7 @@ def _park_ranks(scheduler: Any) -> None:
     session, link = st.session, st.standby
     assert session is not None and link is not None and st.rank is not None
     rank = st.rank
-    for other in range(session.view().num_ranks):
-        if not session.model.to_park(other):
-            continue
+    while (other := session.next_to_park()) is not None:
         if other == rank:  # a notice read before this park is an answer to an older one
             link.noticed.clear()
         reply = ask_daemon(st, session.park_request(rank)) if other == rank else None
@@ -168,7 +153,7 @@ def _park_ranks(scheduler: Any) -> None:
         if other == rank and step.go is Go.MOVE:  # the park reply was the notice: no primary is attached
             link.noticed.set()
         logger.info("[expert-layout] rank %d: %s", rank, step.message)
-    if all(c == "notified" for c in session.view().claims):
+    if session.noticed_all().go is Go.MOVE:
         take_over(scheduler)  # nobody to wait for: claim at once, on this same iteration
 
 
@@ -228,18 +213,19 @@ def take_over(scheduler: Any) -> bool:
     st = state.get()
     session, link, rank = st.session, st.standby, st.rank
     assert session is not None and link is not None and rank is not None
-    if session.view().claims[rank] == "parked":  # else this rank has its notice (or its grant) already
+    if session.awaits_notice(rank):  # else this rank has its notice (or its grant) already
         link.noticed.wait(NOTICE_WAIT_S)
-    for other, got in enumerate(all_gather(link.noticed.is_set())):
-        if got and session.view().claims[other] == "parked":
-            session.noticed(other)
-    if not all(c == "notified" for c in session.view().claims):
+    ready = session.noticed_all(all_gather(link.noticed.is_set()))
+    if ready.go is not Go.MOVE:
         # Some daemon has not told this standby yet (a primary still attached there, or a repair that
         # outlasts the wait): the next iteration asks again, each rank waiting for its own notice.
-        logger.info("[expert-layout] rank %d: not every daemon has told this standby its primary is gone: parked", rank)
+        logger.info("[expert-layout] rank %d: %s: parked", rank, ready.message)
         link.wake_pending = True
         return False
-    claims = _in_rank_order(lambda: ask_daemon(st, session.claim_request(rank)), session.claimed)
+    claims = []
+    while (other := session.next_to_claim()) is not None:  # rank by rank, each reply all-gathered
+        reply = ask_daemon(st, session.claim_request(rank)) if other == rank else None
+        claims.append(session.claimed(other, all_gather(reply)[other]))
     step = session.promote()
     link.times["agreed"] = time.time()
     if step.go is Go.STOP:
@@ -258,7 +244,7 @@ def take_over(scheduler: Any) -> bool:
 def _promoted_here(scheduler: Any) -> bool:
     """A park again may itself have promoted the standby (its reply was the notice): already unparked."""
     session = state.get().session
-    return session is not None and session.role == "promoted" and not scheduler._engine_paused
+    return session is not None and session.standby_promoted and not scheduler._engine_paused
 
 
 def _install(rows: Any) -> None:

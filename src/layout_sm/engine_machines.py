@@ -76,6 +76,10 @@ def _ranks_where(findings: Sequence[RankFinding], kind: str) -> list[RankFinding
     return [f for f in findings if f.kind == kind]
 
 
+def _ranks_true(flags: Sequence[bool]) -> frozenset[int]:
+    return frozenset(rank for rank, flag in enumerate(flags) if flag)
+
+
 def _listing(findings: Sequence[RankFinding]) -> str:
     return "; ".join(f"rank {f.rank}: {f.detail}" for f in findings)
 
@@ -219,6 +223,10 @@ class EngineState:
         """Fetch: ``eserv'[e] = Ranks``."""
         return len(self.view.served | {rank}) == self.view.num_ranks
 
+    def every_rank_loaded(self, loaded: Sequence[bool]) -> bool:
+        """Fetch, for the ranks together: ``eserv'[e] = Ranks`` once the gathered load results are taken."""
+        return len(self.view.served | _ranks_true(loaded)) == self.view.num_ranks
+
     # -- startup actions -----------------------------------------------------------------
 
     def take_finding(self, rank: int, finding: RankFinding, token: str | None) -> Step:
@@ -351,6 +359,16 @@ class EngineState:
         self._set(served=self.view.served | {rank})
         return Step.move(Reason.SERVED_FOLLOWING, f"rank {rank} loaded from its daemon")
 
+    def take_loads(self, loaded: Sequence[bool]) -> Step:
+        """The ranks' gathered load results: each rank's own ``fetch`` took its daemon's reply, and the
+        other ranks learn it from the all-gather (a rank served by its daemon counts as served here)."""
+        served = self.view.served | _ranks_true(loaded)
+        self._set(served=served)
+        missing = sorted(set(range(self.view.num_ranks)) - served)
+        if missing:
+            return Step.pause(Reason.SERVED_FOLLOWING, f"ranks {missing} have not loaded from their daemons")
+        return Step.move(Reason.SERVED_FOLLOWING, "every rank loaded from its daemon")
+
     def pass_fetch(self, reply: object) -> Step:
         """Not the layout's to judge (an error sglang's loader handles, or a fetch outside loading)."""
         return Step.move(_reason_of(reply), "fetch_state answered without a layout refusal")
@@ -377,6 +395,12 @@ class EngineState:
         """Agree: ``eshare' = Adopts(e)``."""
         outcome = self.view.outcome
         return outcome is not None and outcome.shared_rebalance
+
+    def hooks_missing(self, missing: str | None) -> bool:
+        """sglang did not apply every hook of the plugin (``engine_adapter.install_check``): some moves of
+        shared experts would go without a begin and a commit (no spec counterpart: the spec's engines
+        run every step)."""
+        return missing is not None
 
     def no_begin_yet(self, rank: int) -> bool:
         """Begin: ``reb[e].replies[r] = "none"``."""
@@ -480,6 +504,29 @@ class EngineState:
 
     def go_shared(self) -> Step:
         return self._mode(Step.move(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)
+
+    def off_hooks_missing(self, missing: str) -> Step:
+        return self._mode(
+            Step.stop(
+                Reason.PLUGIN_INCOMPLETE,
+                f"{missing}; rebalancing stays off, so that no shared experts move without the protocol",
+                Severity.ERROR,
+            ),
+            False,
+        )
+
+    def repeat_off(self) -> Step:
+        """A rebalance of an engine whose rebalancing is off: the step that turned it off, again."""
+        assert self.view.off is not None
+        return self.view.off
+
+    def repeat_mode(self) -> Step:
+        """A rebalance begins: how the engine rebalances, known since ``start``."""
+        assert self.view.mode is not None
+        return self.view.mode
+
+    def wait_for_promotion(self) -> Step:
+        return Step.pause(Reason.PARKED, "a warm standby moves no experts until it is promoted")
 
     def take_chunk(self, layers: Sequence[int]) -> None:
         nothing = (None,) * self.view.num_ranks
@@ -602,6 +649,30 @@ class EngineState:
         """Notify: the notice reaches a rank whose role there is ``"parked"`` (else it changes nothing)."""
         return self.view.claims[rank] == "parked"
 
+    def all_notified(self) -> bool:
+        """Claim: ``\\A q \\in Ranks : eclaim[e][q] \\in {"notified", "granted"}``, before any rank claimed:
+        every rank has its notice, so the ranks claim in rank order."""
+        return all(c == "notified" for c in self.view.claims)
+
+    def is_parked(self) -> bool:
+        """``ephase[e] = "parked"``: a standby that runs no forward pass (parked, or claiming)."""
+        return self.view.role == "parked"
+
+    def is_promoted(self) -> bool:
+        """``Primary(e)`` for a standby: its claim was granted on every rank and it took over."""
+        return self.view.role == "promoted"
+
+    def next_to_park(self) -> int | None:
+        """The rank that parks next (Park: the engine serves, rank order), or None when none has a park to send."""
+        if not self.warmed_up():
+            return None
+        return next((rank for rank in range(self.view.num_ranks) if self.to_park(rank)), None)
+
+    def next_to_claim(self) -> int | None:
+        """The rank that claims next (Claim), or None when the round of claims has ended (every rank
+        granted, or a claim taken or refused: the ranks after it do not claim)."""
+        return next((rank for rank in range(self.view.num_ranks) if self.may_claim(rank)), None)
+
     def may_claim(self, rank: int) -> bool:
         """Claim: every rank has its notice (the all-gather), and the ranks before it were granted."""
         claims = self.view.claims
@@ -637,6 +708,14 @@ class EngineState:
     def take_notice(self, rank: int) -> Step:
         self._set(claims=_put(self.view.claims, rank, "notified"))
         return Step.move(Reason.PARKED, f"rank {rank}: no unparked engine is attached any more: claim")
+
+    def claim_now(self) -> Step:
+        return Step.move(Reason.PARKED, "every daemon told this standby its primary is gone: claim in rank order")
+
+    def wait_for_notices(self) -> Step:
+        return Step.pause(
+            Reason.PARKED, "not every daemon has told this standby its primary is gone (a primary is still attached)"
+        )
 
     def ignore_notice(self, rank: int) -> Step:
         return Step.pause(Reason.PARKED, f"rank {rank}: a notice that changes nothing (not parked there, or told)")
@@ -686,7 +765,8 @@ class StartupMachine(StateMachine):
     """The engine's startup (docs/protocol.md §5); its states are the spec's ``ephase``.
 
     Per-rank steps (attach, poll, timeout) keep the phase; agreement takes the first transition
-    whose guards hold, in the order written: that order is the precedence of the failures.
+    whose guards hold, in the order written: that order is the precedence of the failures. Each
+    rank's ``fetch`` is its own daemon's reply; ``loads`` takes the ranks' gathered load results.
     """
 
     start = State(initial=True)
@@ -723,24 +803,34 @@ class StartupMachine(StateMachine):
         | run.to(failed, cond="fetch_refused", on="refuse_fetch")
         | run.to.itself(internal=True, on="pass_fetch")
     )
+    loads = (
+        load.to(run, cond="every_rank_loaded", on="take_loads")
+        | load.to.itself(internal=True, on="take_loads")
+        | run.to.itself(internal=True, on="take_loads")
+    )
 
 
 class RebalanceMachine(StateMachine):
     """The engine's rebalancing (docs/protocol.md §6), one chunk at a time; ``off`` is for good.
 
     ``start`` picks how the engine rebalances, in the order written (an unknown weight source
-    first: it fails safe). Then the spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end
-    of sglang's move (``move``), Commit and Verify.
+    first: it fails safe); ``install_checked`` turns it off when sglang did not apply every hook of
+    the plugin. Each rebalance of sglang's EPLB is a ``rebalance_round``: the off step again, the
+    mode, or a pause while a warm standby is not the primary (BeginChunk's ``Primary(e)``). Then the
+    spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end of sglang's move (``move``), Commit
+    and Verify.
     """
 
     starting = State(initial=True)
-    local = State(final=True)  # weights from disk: sglang's own rebalance, no protocol, for good
+    # ``local`` and ``off`` are for good, yet not final: a final state takes no event, and each rebalance
+    # of sglang's EPLB is one (``rebalance_round``), a self-loop there.
+    local = State()  # weights from disk: sglang's own rebalance, no protocol, for good
     idle = State()  # shared weights, between chunks
     beginning = State()
     aborting = State()  # the chunk does not go on: the ranks whose begin was ok abort it
     moving = State()
     committing = State()
-    off = State(final=True)
+    off = State()
 
     start = (
         starting.to(off, cond="source_unknown", on="off_unknown_source")
@@ -750,6 +840,22 @@ class RebalanceMachine(StateMachine):
         | starting.to(off, cond="never_attached", on="off_not_attached")
         | starting.to(off, unless="startup_shares", on="off_by_startup")
         | starting.to(idle, on="go_shared")
+    )
+    install_checked = (
+        starting.to(off, cond="hooks_missing", on="off_hooks_missing")
+        | idle.to(off, cond="hooks_missing", on="off_hooks_missing")
+        | local.to(off, cond="hooks_missing", on="off_hooks_missing")
+        | starting.to.itself(internal=True)
+        | idle.to.itself(internal=True)
+        | local.to.itself(internal=True)
+        | off.to.itself(internal=True)
+    )
+    rebalance_round = (
+        off.to.itself(internal=True, on="repeat_off")
+        | local.to.itself(internal=True, cond="acts_as_primary", on="repeat_mode")
+        | idle.to.itself(internal=True, cond="acts_as_primary", on="repeat_mode")
+        | local.to.itself(internal=True, on="wait_for_promotion")
+        | idle.to.itself(internal=True, on="wait_for_promotion")
     )
     chunk = idle.to(beginning, cond="acts_as_primary", on="take_chunk")
     begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
@@ -777,9 +883,10 @@ class StandbyMachine(StateMachine):
     started as one, which takes none of these events but ``standby``, the role given at its start.
 
     After its warmup the standby parks rank by rank (``park``: the reply may be the notice); a
-    daemon's ``notice`` on a parked rank; once every rank has one, the ranks ``claim`` in rank
-    order; ``promote`` on the gathered claims: fail (a refusal, or records that differ), promoted
-    (every rank granted: route with the records' map), or park again (a claim taken).
+    daemon's ``notice`` on a parked rank; ``notices``, on the gathered notices, says whether every
+    rank has one; then the ranks ``claim`` in rank order; ``promote`` on the gathered claims: fail
+    (a refusal, or records that differ), promoted (every rank granted: route with the records' map),
+    or park again (a claim taken).
     """
 
     primary = State(initial=True)
@@ -798,6 +905,9 @@ class StandbyMachine(StateMachine):
         | warming.to.itself(internal=True, on="ignore_notice")
         | promoted.to.itself(internal=True, on="ignore_notice")
         | failed.to.itself(internal=True, on="ignore_notice")
+    )
+    notices = parked.to.itself(internal=True, cond="all_notified", on="claim_now") | parked.to.itself(
+        internal=True, on="wait_for_notices"
     )
     claim = parked.to.itself(internal=True, cond="may_claim", on="take_claim")
     promote = (

@@ -12,11 +12,15 @@ the session too:
   then ``gathered`` and ``agree``: move (adopt ``layout_to_install``, or keep the engine's own)
   or stop;
 - loading: the ``expert_layout`` claim of each rank's ``fetch_state``; ``fetched`` says stop for a
-  refusal;
-- rebalance (§6): ``start_rebalance`` and each ``rebalance`` say move (``shares``: through the
-  chunk protocol; otherwise sglang's own) or stop; per chunk the begin request of each rank,
+  refusal; ``loaded_all`` takes the ranks' gathered load results;
+- rebalance (§6): ``install_checked`` (hooks sglang did not apply turn it off), ``start_rebalance``
+  and each ``rebalance`` say move (``shares``: through the chunk protocol; otherwise sglang's own),
+  pause (a warm standby) or stop; per chunk the begin request of each rank,
   then ``begun_all``: move, pause or stop (``abort_request`` for a rank whose begin was ok), the
-  commit request of each rank with its rows, and ``committed_all``: move or stop.
+  commit request of each rank with its rows, and ``committed_all``: move or stop;
+- a warm standby (§10): the rank that parks next (``next_to_park``) and its park request; the
+  gathered notices (``noticed_all``): claim or wait; the rank that claims next (``next_to_claim``,
+  None once the round ended) and its claim request; ``promote``.
 
 The session's state is its machines' model, ``EngineState``, whose one frozen ``EngineView``
 ``view()`` returns and ``restore(view)`` replaces: the mirror explores immutable states with one
@@ -53,7 +57,7 @@ from layout_sm.engine import (
     fetch_refusal,
 )
 from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
-from layout_sm.reasons import Reason, Status
+from layout_sm.reasons import Status
 from layout_sm.record import LayoutRecord, Rows
 
 POLL = messages.QueryRequest(include_map=True)
@@ -211,6 +215,11 @@ class EngineSession:
         """Rank ``rank``'s ``fetch_state`` reply: stop for a ``layout_refused`` one (``fetch_refusal``)."""
         return self._fire(self._startup, "fetch", rank=rank, reply=reply)
 
+    def loaded_all(self, loaded: Sequence[bool]) -> Step:
+        """The ranks' gathered load results (all-gathered, in rank order: whether each rank's daemon
+        served it): move (every rank loaded from its daemon) or pause (some rank did not)."""
+        return self._fire(self._startup, "loads", loaded=tuple(bool(flag) for flag in loaded))
+
     # -- rebalance (docs/protocol.md §6) ----------------------------------------------------
 
     @property
@@ -222,18 +231,17 @@ class EngineSession:
         anything but "daemon" and "disk" is unknown, and fails safe)."""
         return self._fire(self._rebalance, "start", sources=tuple(sources), elastic_ep=elastic_ep)
 
+    def install_checked(self, missing: str | None) -> None:
+        """Whether sglang applied every hook of the plugin (``missing``: the error naming the hooks it
+        did not apply, None when all are in place). Missing hooks turn rebalancing off for good."""
+        self._fire(self._rebalance, "install_checked", missing=missing)
+
     def rebalance(self) -> Step:
         """One rebalance of sglang's EPLB begins: move (``shares`` says through the chunk protocol
-        or sglang's own) or stop. It changes nothing: the mode is known since ``start_rebalance``."""
-        v = self.model.view
-        self._require(v.mode is not None, "a rebalance before start_rebalance")
-        if v.off is not None:
-            return v.off
-        self._require(v.rebalance in ("local", "idle"), f"a rebalance cannot begin while the phase is {v.rebalance}")
-        if not self.model.acts_as_primary():  # BeginChunk: Primary(e)
-            return Step.pause(Reason.PARKED, "a warm standby moves no experts until it is promoted")
-        assert v.mode is not None
-        return v.mode
+        or sglang's own), pause (a warm standby, until it is promoted) or stop (off). It changes
+        nothing: the mode is known since ``start_rebalance``."""
+        self._require(self.model.view.mode is not None, "a rebalance before start_rebalance")
+        return self._fire(self._rebalance, "rebalance_round")
 
     def begin_chunk(self, layers: Sequence[int]) -> None:
         """The next chunk sglang moves (0-based layers); then every rank sends its begin request."""
@@ -339,6 +347,20 @@ class EngineSession:
         """``primary``, or a standby's ``warming``, ``parked``, ``promoted``, ``failed``."""
         return self.model.view.role
 
+    @property
+    def standby_parked(self) -> bool:
+        """A warm standby that is parked (or claiming): it runs no forward pass."""
+        return self.model.is_parked()
+
+    @property
+    def standby_promoted(self) -> bool:
+        """A warm standby that took over: the primary now."""
+        return self.model.is_promoted()
+
+    def next_to_park(self) -> int | None:
+        """The rank that parks next (the ranks park in rank order), or None: no rank has a park to send."""
+        return self.model.next_to_park()
+
     def park_request(self, rank: int) -> messages.ParkRequest:
         """Rank ``rank``'s park, after the warmup (every rank has stopped its forward passes), or again."""
         self._require(self.model.to_park(rank), f"rank {rank} has no park to send")
@@ -352,6 +374,24 @@ class EngineSession:
     def noticed(self, rank: int) -> Step:
         """Rank ``rank``'s daemon wrote the notice on its attach connection (no unparked engine is left)."""
         return self._fire(self._standby, "notice", rank=rank)
+
+    def awaits_notice(self, rank: int) -> bool:
+        """Whether rank ``rank`` is parked without its notice yet (it waits for its daemon's)."""
+        return self.model.parked_here(rank)
+
+    def noticed_all(self, noticed: Sequence[bool] = ()) -> Step:
+        """The gathered notices (all-gathered, in rank order: whether each rank's reader has its daemon's
+        notice; a rank already told keeps it): move (every rank has its notice: claim in rank order,
+        ``next_to_claim``) or pause (some daemon has not told this standby: wait for its notice)."""
+        for rank, got in enumerate(noticed):
+            if got:
+                self.noticed(rank)
+        return self._fire(self._standby, "notices")
+
+    def next_to_claim(self) -> int | None:
+        """The rank that claims next, or None: the round of claims has ended (every rank granted, or a
+        claim taken or refused: the ranks after it do not claim); then ``promote``."""
+        return self.model.next_to_claim()
 
     def claim_request(self, rank: int) -> messages.ClaimRequest:
         """Rank ``rank``'s claim, once every rank has its notice and the ranks before it were granted."""

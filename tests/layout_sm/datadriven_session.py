@@ -17,7 +17,9 @@ Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rot
   gather                                   the ranks' findings, all-gathered
   agree
   fetch R ok | refused | error
+  loaded R ...                             the ranks' gathered load results: the listed ranks loaded
   start daemon disk none ... [elastic]     where each rank's weights came from (none: unknown)
+  install ok | missing                     whether sglang applied every hook of the plugin
   rebalance
   chunk [0]
   begin R ok | busy | refused | none       rank R's begin reply (none: no readable reply)
@@ -29,6 +31,8 @@ Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rot
   session ranks=2 standby                  a warm standby E (issue 18)
   park R [notified]                        rank R's park reply (notified: it is the notice)
   notice R                                 rank R's daemon wrote the notice on its attach connection
+  notices [R ...]                          the gathered notices: the listed ranks' readers have theirs
+  next park | claim                        the rank that parks or claims next (none: no rank)
   claim R granted [version=N] [map=moved] | taken | dirty
                                            rank R's claim reply
   promote                                  the gathered claims
@@ -103,6 +107,12 @@ class SessionRunner:
             return _render_step(step) + ("" if installs is None else f"\ninstall: {_map_name(self.maps, installs)}")
         if command == "fetch":
             return _render_step(session.fetched(rank, _fetch_reply(what)))
+        if command == "loaded":
+            listed = {int(r) for r in positional}
+            return _render_step(session.loaded_all([r in listed for r in range(session.view().num_ranks)]))
+        if command == "install":
+            session.install_checked("hooks X were not applied" if "missing" in positional else None)
+            return "checked"
         if command == "start":
             sources = [None if s == "none" else s for s in positional if s != "elastic"]
             return _render_step(session.start_rebalance(sources, elastic_ep="elastic" in positional))
@@ -136,6 +146,12 @@ class SessionRunner:
             return _render_step(session.parked(rank, ok(Reason.PARKED, "parked", notified=notified).to_wire()))
         if command == "notice":
             return _render_step(session.noticed(rank))
+        if command == "notices":
+            listed = {int(r) for r in positional}
+            return _render_step(session.noticed_all([r in listed for r in range(session.view().num_ranks)]))
+        if command == "next":
+            nxt = session.next_to_park() if positional[0] == "park" else session.next_to_claim()
+            return f"next: {'none' if nxt is None else nxt}"
         if command == "claim":
             session.claim_request(rank)  # raises when the rank may not claim yet
             return _render_step(session.claimed(rank, self._claim_reply(what, args)))

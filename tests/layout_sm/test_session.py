@@ -229,6 +229,70 @@ def test_an_unknown_weight_source_fails_safe_and_never_attached_sessions_come_fr
     assert EngineSession.never_attached(1).start_rebalance(["daemon"]).reason is Reason.NOT_ATTACHED
 
 
+def test_missing_hooks_are_one_of_the_off_reasons(statemachine: bool) -> None:
+    cls = _session_class(statemachine)
+    session = cls.never_attached(2)
+    session.install_checked(None)  # every hook in place: nothing changes
+    assert not session.rebalance_started and session.view().rebalance == "starting"
+    session.install_checked("hooks X, Y were not applied")
+    step = session.rebalance()
+    assert (step.go, step.reason) == (Go.STOP, Reason.PLUGIN_INCOMPLETE) and "hooks X, Y" in step.message
+    assert session.rebalance_started and not session.shares and session.view().rebalance == "off"
+    session.install_checked("hooks Z were not applied")  # off already: the first reason stays
+    assert session.rebalance() == step
+    shared = _started([DaemonMachine(RECORD), DaemonMachine(RECORD)], statemachine=statemachine)
+    shared.install_checked(None)
+    assert shared.rebalance().go is Go.MOVE and shared.shares
+    shared.install_checked("hooks X were not applied")
+    assert shared.rebalance().reason is Reason.PLUGIN_INCOMPLETE and not shared.shares
+
+
+def _standby_loaded(daemons: list[DaemonMachine], statemachine: bool) -> EngineSession:
+    """A warm standby through startup; only rank 0's own fetch is taken, the others come from the all-gather."""
+    session = _session_class(statemachine)("S", len(daemons), ENGINE, standby=True)
+    for rank, daemon in enumerate(daemons):
+        assert (
+            session.attached(rank, daemon.attach_engine(session.attach_request(), f"sS{rank}").to_wire()).go is Go.MOVE
+        )
+    assert session.agree().go is Go.MOVE
+    assert session.fetched(0, daemons[0].fetch_check(session.fetch_claim(0)).to_wire()).go is Go.MOVE
+    assert session.loaded_all([True, False]).go is Go.PAUSE and session.view().phase == "load"
+    assert session.loaded_all([True, True]).go is Go.MOVE and session.view().phase == "run"
+    return session
+
+
+def test_a_standby_s_rounds_are_the_session_s(statemachine: bool) -> None:
+    """Park, notices, claims: the session says which rank goes next and whether the round goes on."""
+    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
+    daemons[0].attach_engine(AttachRequest("P"), "sP")  # a primary on rank 0's daemon
+    session = _standby_loaded(daemons, statemachine)
+    assert session.start_rebalance(["daemon", "daemon"]).reason is Reason.SHARED
+    assert (session.rebalance().go, session.rebalance().reason) == (Go.PAUSE, Reason.PARKED)  # not the primary
+    parked = []
+    while (rank := session.next_to_park()) is not None:
+        parked.append(rank)
+        session.parked(rank, daemons[rank].park_engine(session.park_request(rank)).to_wire())
+    assert parked == [0, 1] and session.standby_parked and not session.standby_promoted
+    assert session.awaits_notice(0) and not session.awaits_notice(1)  # rank 1's park reply was its notice
+    assert session.noticed_all().go is Go.PAUSE and session.next_to_claim() is None
+    daemons[0].detach_engine("P", "sP")  # rank 0's notice
+    daemons[1].attach_engine(AttachRequest("Q"), "sQ")  # another engine attaches before the claims
+    assert session.noticed_all([True, False]).go is Go.MOVE and not session.awaits_notice(0)
+    claims = []
+    while (rank := session.next_to_claim()) is not None:
+        claims.append(session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()))
+    assert [c.go for c in claims] == [Go.MOVE, Go.PAUSE]  # rank 1's claim taken: the round ended there
+    assert session.promote().go is Go.PAUSE and session.next_to_park() == 0 and session.standby_parked
+    for rank in (0, 1):
+        session.parked(rank, daemons[rank].park_engine(session.park_request(rank)).to_wire())
+    daemons[1].detach_engine("Q", "sQ")
+    assert session.noticed_all([True, True]).go is Go.MOVE
+    while (rank := session.next_to_claim()) is not None:
+        assert session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()).go is Go.MOVE
+    assert session.promote().go is Go.MOVE and session.standby_promoted and not session.standby_parked
+    assert session.rebalance().go is Go.MOVE and session.shares
+
+
 def test_the_views_phases_are_the_machines_states() -> None:
     assert list(get_args(RebalancePhase)) == [state.id for state in RebalanceMachine.states]
     assert [s.id for s in StartupMachine.states] == ["start", "load", "run", "failed"]
