@@ -52,7 +52,7 @@ check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror
 	  --ignore-var dpark --ignore-var eclaim; \
 	else echo "check: no ../shared/tlc/MCSmall.dot.gz here: the mirror's graph was not compared with TLC's"; fi
 
-test: $(STAMP)  ## the full suite, real sglang servers included (what CI runs; about 25 minutes here)
+test: $(STAMP)  ## the full suite, real sglang servers included (what CI runs)
 	$(PY) -m pytest -q --durations=25 tests
 
 lint: $(STAMP)  ## ruff check and ruff format --check over src, tools and tests

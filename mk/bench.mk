@@ -1,4 +1,4 @@
-# `make bench` (issues 7 and 10): the expert-layout protocol's costs, each as a ratio to a floor measured
+# `make bench`: the expert-layout protocol's costs, each as a ratio to a floor measured
 # in the same run, with the absolute numbers beside it; results and the machine in bench-results/.
 # The last part starts real sglang servers (ready time with/without the plugin, EPLB rebalance wall
 # time with/without the protocol): a few minutes on 2 cores.

@@ -1,4 +1,4 @@
-# `make demo` (issue 10): the upstream GPU cases of the expert-layout protocol on real sglang servers
+# `make demo`: the upstream GPU cases of the expert-layout protocol on real sglang servers
 # (`python -m sglang.launch_server`, TP2/EP2, a tiny Qwen3-MoE built under build/), on CPU through the
 # test-only CPU bridge; results table, `expert-layout status` runs, picture and sglang's logs in
 # demo-results/ (within 10 minutes and 16 GB on 2 cores, both measured and reported).

@@ -1,4 +1,4 @@
-# Mutants (issue 6). Included by the main Makefile.
+# Mutants. Included by the main Makefile.
 #   make mutants   runs tests/model_based against each named mutant of tests/model_based/mutants/catalog.py
 #                  (applied at import time in a subprocess, never by editing sources), prints the table
 #                  mutant -> killing tests and writes it to docs/mutants.md. MUTANTS=a,b runs some only.

@@ -1,4 +1,4 @@
-# Trace replay (issue 6). Included by the main Makefile.
+# Trace replay. Included by the main Makefile.
 #   make replay-full   every behaviour of every committed suite (tests/model_based/traces/) against
 #                      real daemon processes (`make test` runs the whole MCSmall suite on in-process
 #                      serve loops and a sample of both suites on daemon processes)

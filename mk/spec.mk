@@ -1,4 +1,4 @@
-# The spec, TLC and the mirror (issues 3, 12). Included by the main Makefile.
+# The spec, TLC and the mirror. Included by the main Makefile.
 #   make check-spec   TLC on every model and every witness of spec/Scenarios.tla (needs Java and
 #                     tla2tools.jar: TLA2TOOLS_JAR); exit 2, saying what was not checked, without them
 #   make witnesses    the witnesses again, their -dumpTrace json written to tests/model_based/witnesses/

@@ -73,8 +73,8 @@ def test_explorer_passes_on_mcchunks() -> None:
 
 @pytest.mark.parametrize(("model", "counts"), [("MCRepair", (6702, 22296)), ("MCRepairFails", (12795, 51408))])
 def test_explorer_passes_on_the_repair_models(model: str, counts: tuple[int, int]) -> None:
-    """The repair of a torn move (issue 19): TLC's graphs have these states and edges (spec/README.md),
-    and the mirror's graphs equal them (tools.mirror.compare against TLC's dump, issue 19 phase 2)."""
+    """The repair of a torn move: TLC's graphs have these states and edges (spec/README.md),
+    and the mirror's graphs equal them (tools.mirror.compare against TLC's dump)."""
     res = explore(SPEC, model, None, progress=None)
     assert res.ok, res.violations[0]
     assert (res.states, res.edges) == counts

@@ -67,8 +67,8 @@ def bridge_env(base: Mapping[str, str] | None = None, tp_size: int = 2, forkserv
     """The environment for a command whose sglang processes run on this CPU with the bridge.
 
     ``forkserver``: a server's schedulers and detokenizer are forked from one process that
-    imported sglang once, instead of sglang's "spawn" (each child imports sglang again: ~17 CPU-s
-    apiece on a 2-core machine; a server's start went from 131 to 54 CPU-s). Not a CPU gap, a
+    imported sglang once, instead of sglang's "spawn" (each child imports sglang again, and a
+    server's start costs more than twice the CPU time forked). Not a CPU gap, a
     speed measure for small test machines (``bridges.FORKSERVER_AFTER_IMPORT``)."""
     import torch
 

@@ -153,7 +153,7 @@ def shared_expert_gate_on_cpu(
 
 
 # --- entrypoints/engine.py:1995 sets "spawn": each scheduler and detokenizer process imports
-#     sglang again (~17 CPU-s each here). Not a CPU gap: a speed measure for small test machines,
+#     sglang again (seconds of CPU each). Not a CPU gap: a speed measure for small test machines,
 #     on only with EXPERT_LAYOUT_CPU_FORKSERVER=1. The children still run sglang's own entry
 #     functions; they are forked from one server process that imported sglang once. ---
 # What the children import anyway (launch_server's own module is re-run as __mp_main__, so it is

@@ -255,8 +255,9 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCSmall", "MCFull", "MCRepair"),
         defence="an engine that shares weights adopted a record on every daemon, and a daemon it is attached "
         "to cannot go dirty or repairing (only a gone mover's pending move does, and the engine's attachment "
-        f"makes that begin busy): {_T_BEGIN}[no_record] and [dirty] (repairing: with the daemon machine's "
-        "repairing phase, issue 19 phase 2)",
+        f"makes that begin busy): {_T_BEGIN}[no_record] and [dirty]; repairing: "
+        "tests/layout_sm/test_daemon_machine.py::test_the_first_failing_conjunct_makes_the_answer_and_keeps_the_phase "
+        "(begin, is_repairing)",
     ),
     _m(
         "begin_ignores_nonfollowing",
@@ -400,7 +401,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         'IF Repairs THEN "repairing" ELSE "dirty"]',
         '"repairing"]',
     ),
-    # --- repair of a torn move (issue 19) --------------------------------------------------------
+    # --- repair of a torn move (docs/protocol.md §4) ---------------------------------------------
     _m(
         "detach_never_repairs",
         "with auto repair on the repair starts as soon as the daemon turns dirty",
@@ -458,7 +459,7 @@ CATALOG: tuple[SpecMutant, ...] = (
         '    /\\ dphase[r] = "repairing"\n    /\\ dphase\' = [dphase EXCEPT ![r] = "clean"]',
         ("MCRepairFails",),
     ),
-    # --- warm standbys (issue 18) ---------------------------------------------------------------
+    # --- warm standbys (docs/protocol.md §10) ----------------------------------------------------
     _m(
         "park_not_recorded",
         "a park makes the daemon keep the attachment as parked",
@@ -808,7 +809,7 @@ def write_doc(
         "kills), then the whole model with `FairSpec` (a liveness violation kills). A survivor must be "
         "listed as defence in depth, with the test that covers the rule in code.\n\n"
         f"Last run{' (partial, --only)' if partial else ''}: {len(verdicts)} mutants, {killed} killed, "
-        f"{did} defence in depth, {len(verdicts) - killed - did} other; {total_s:.0f} s.\n\n"
+        f"{did} defence in depth, {len(verdicts) - killed - did} other.\n\n"
     )
     tail = ""
     if pending:

@@ -151,8 +151,8 @@ class EplbTimer:
 
     A call ran rebalance work when sglang's generator was inside ``rebalance`` before it or after it (the
     call that plans and reaches the first chunk, each chunk's, the last chunk's that ends it), whatever
-    its length: a chunk's move without the protocol can take under a millisecond here, and a threshold
-    on the time (1 ms, until 2026-12-03) left such calls out of the protocol-off side only."""
+    its length: a chunk's move without the protocol can take under a millisecond, and a threshold on
+    the time would leave such calls out of the protocol-off side only."""
 
     def __init__(self, out_dir: Path, chunk_s: Callable[[], dict[str, list[float]]] = plugin_chunk_s) -> None:
         self.out_dir = out_dir

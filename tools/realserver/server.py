@@ -40,7 +40,7 @@ PROTOCOL_OFF = "none"  # SGLANG_PLUGINS value that leaves this project's plugin 
 def other_model_modules(keep: tuple[str, ...] = FAMILIES) -> str:
     """SGLANG_DISABLED_MODEL_ARCHS: every module of sglang.srt.models but the tiny models' own
     (``model.FAMILIES`` are their module names). sglang's registry imports every module there (255
-    in 0.5.23, ~1.8 CPU-s per process here); its own switch skips the others, as a deployment that
+    in 0.5.23, seconds of CPU per process); its own switch skips the others, as a deployment that
     serves one model may. Listed once per process, not per command."""
     import importlib.util
     import pkgutil

@@ -1,4 +1,4 @@
-"""A torn expert move on real layout-aware daemons, driven by hand, and its repair (issue 19).
+"""A torn expert move on real layout-aware daemons, driven by hand, and its repair (docs/protocol.md §4).
 
 The caller plays the engine on every rank: it attaches with the daemon's client, maps the daemons'
 expert tensors through ``fetch_state`` with sglang's client transport (as an engine does), moves a

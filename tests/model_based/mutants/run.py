@@ -180,9 +180,7 @@ def _write_doc(path: Path, results: list[Result], args: argparse.Namespace) -> s
         "`tests` in `tests/model_based/mutants/catalog.py`). One mutant by hand:\n\n"
         "    LAYOUT_MUTANT=<name> LAYOUT_TEST_PROFILE=mutants PYTHONPATH=tests/model_based/mutants/site:src:. \\\n"
         "      .venv/bin/python -m pytest tests/model_based\n\n"
-        f"Last run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {summary}.\n\n"
-        + "\n".join(header + ordered)
-        + "\n"
+        f"Last run: {summary}.\n\n" + "\n".join(header + ordered) + "\n"
     )
     return summary
 

@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 
-CASES = ("M1", "0", "1", "2", "M2b", "3", "M2a", "M3")  # the order matters: see scenarios
+CASES = ("M1", "0", "1", "2", "M2b", "3", "M2a", "M3")  # the order matters: see lab
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The cases of issue 7, each adding one row to the results table (see ``scenarios`` for the setup)."""
+"""The demo's cases on the in-process harness, each adding one row to the results table (``lab``: the setup)."""
 
 from __future__ import annotations
 
