@@ -16,7 +16,7 @@ from enum import IntEnum, StrEnum
 from typing import Any, Literal
 
 from layout_sm.messages import is_older_daemon_reply
-from layout_sm.reasons import Reason, Reply, Status
+from layout_sm.reasons import Reason, Reply, Status, repair_failed
 from layout_sm.record import LayoutError, LayoutRecord, Rows
 
 FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
@@ -98,8 +98,7 @@ class RankFinding:
         if not reply.ok:
             return cls(rank, "unreadable", detail=f"attach refused: {reply}")
         if reply.data.get("dirty"):
-            dirty = reply.data["dirty"]
-            return cls(rank, "dirty", detail=_describe_move("went away while moving", dirty))
+            return cls(rank, "dirty", detail=_describe_dirty(reply.data))
         if reply.data.get("record") is None:
             detail = "daemon started without --enable-eplb keeps no record"
             return cls(rank, "no_record", detail=detail, without_eplb=True)
@@ -140,7 +139,7 @@ class RankFinding:
         if not isinstance(wire, Mapping) or wire.get("status") != Status.OK.value:
             return cls(rank, "unreadable", detail=f"query failed: {wire!r}")
         if wire.get("dirty"):
-            return cls(rank, "dirty", detail=_describe_move("went away while moving", wire["dirty"]))
+            return cls(rank, "dirty", detail=_describe_dirty(wire))
         if not wire.get("has_record"):
             return cls(rank, "no_record", detail="daemon keeps no record", without_eplb=True)
         try:
@@ -200,6 +199,11 @@ def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
     return (
         f"engine {move.get('engine_id')!r} {verb} layers {move.get('layers')} from version {move.get('base_version')}"
     )
+
+
+def _describe_dirty(reply: Mapping[str, Any]) -> str:
+    """A dirty daemon's torn move, and its failed repair's cause when it has one."""
+    return _describe_move("went away while moving", reply["dirty"]) + repair_failed(reply.get("repair_failure"))
 
 
 def _describe_repair(move: Mapping[str, Any]) -> str:

@@ -80,6 +80,7 @@ def _attached(view: DaemonView, req: Attach) -> Reply:
         record=None if record is None else record.to_wire(include_map=record.digest != req.known_digest),
         pending=state["pending"],
         dirty=state["dirty"],
+        repair_failure=state["repair_failure"],  # quoted by the engine's startup refusal of a dirty daemon
         repairing=state["repairing"],
         phase=state["phase"],
         non_following_seen=view.non_following_seen,

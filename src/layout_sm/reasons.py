@@ -22,6 +22,13 @@ RESTART_DAEMONS = "restart the weight cache daemons (the engines reload the weig
 REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
+def repair_failed(why: str | None) -> str:
+    """A failed repair's cause (the daemon's one record of it, ``DaemonView.repair_failure``), as every
+    refusal of a dirty daemon quotes it after the torn move: the daemon's own refusals and the engine's
+    startup refusal alike. Empty when no repair failed."""
+    return "" if not why else f"; its repair failed: {why}"
+
+
 class Status(StrEnum):
     OK = "ok"
     BUSY = "busy"

@@ -22,7 +22,16 @@ from typing import Any
 
 from layout_sm.daemon_view import MAX_ATTACHMENTS, Answer, DaemonView, DirtyInfo, Move, Request, invalid_layers
 from layout_sm.messages import STARTUP_HOOK_MISSING, AbortRequest, ClaimRequest, CommitRequest, ParkRequest
-from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, layout_refused, ok, refused
+from layout_sm.reasons import (
+    REPAIR_OR_RESTART,
+    RESTART_DAEMONS,
+    Reason,
+    Reply,
+    layout_refused,
+    ok,
+    refused,
+    repair_failed,
+)
 from layout_sm.record import LayoutError, LayoutRecord
 
 
@@ -232,7 +241,7 @@ class Words:
 
     @property
     def failure(self) -> str:
-        return "" if self.view.repair_failure is None else f"; its repair failed: {self.view.repair_failure}"
+        return repair_failed(self.view.repair_failure)
 
     @property
     def being_repaired(self) -> str:
