@@ -4,7 +4,7 @@ An adapter hands ``layout_sm`` what arrived and does what the step it gets back 
 claim state, a phase, a role or a reply status itself is a protocol decision outside the core. The
 scan reads every module of ``src/engine_adapter`` and ``src/daemon_adapter`` (``ast``) and fails on a
 comparison (``==``, ``!=``, ``in``, ``is``, ... or a ``match`` case) one of whose sides holds such a
-value, naming file:line. Dispatching on a step (``step.go is Go.MOVE``) compares no protocol value.
+value, naming file:line. Dispatching on a step (``step.go is Go.PROCEED``) compares no protocol value.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ if parsed.status is Status.BUSY or reply["status"] != Status.OK.value:
 match phase:
     case "repairing":
         pass
-if step.go is Go.MOVE and mode != "off" and kind == "daemon":
+if step.go is Go.PROCEED and mode != "off" and kind == "daemon":
     pass
 """
     assert [(line, values) for line, _, values in comparisons(source)] == [

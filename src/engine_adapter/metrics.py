@@ -150,10 +150,10 @@ def _reason(reply: object) -> str:
 
 
 def chunk_begun(go: str, begin_replies: Sequence[Any], rank: int) -> None:
-    """After the chunk decision (the session's ``Step.go``: move, pause or stop): a pause counts with
+    """After the chunk decision (the session's ``Step.go``: proceed, pause or stop): a pause counts with
     the first busy daemon's reason, a refusal of this rank's daemon with its own."""
     m = _ACTIVE
-    if m is None or go == "move":
+    if m is None or go == "proceed":
         return
     if go == "pause":
         busy = [r for r in begin_replies if isinstance(r, Mapping) and r.get("status") == "busy"]

@@ -6,7 +6,7 @@ Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``; every step is the rank's
 - AROUND ``EPLBManager.rebalance`` (a generator): the session takes the hooks sglang did not apply
   (``engine_adapter.install_check``: rebalancing off); at the first rebalance the ranks all-gather
   where their weights came from (None where the loader hook never saw: unknown); the session's
-  step says move (through the chunk protocol when it ``shares``, else sglang's own rebalance) or
+  step says proceed (through the chunk protocol when it ``shares``, else sglang's own rebalance) or
   stop.
 - AROUND ``update_expert_location_with_recovery`` (called once per chunk): each rank sends the
   session's begin request, all-gather, the session's step (a rank whose begin was ok sends the
@@ -69,7 +69,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         sources = all_gather(st.weights_source)
         session.start_rebalance(sources, elastic_ep=get_exec().moe.elastic_ep_backend is not None)
     step = session.rebalance()
-    if step.go is not Go.MOVE:
+    if step.go is not Go.PROCEED:
         _end(st, manager, step)
         return
     st.active_manager = manager if session.shares else None  # None: sglang's own rebalance, no protocol
@@ -132,7 +132,7 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     st.counters.record_time("begin_s", time.perf_counter() - t0)
     metrics.protocol_time(time.perf_counter() - t0)
     metrics.chunk_begun(step.go, begins, rank)
-    if step.go is not Go.MOVE:
+    if step.go is not Go.PROCEED:
         _end(st, manager, step)
         raise _StopRebalance
 
@@ -155,7 +155,7 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)
-    if step.go is not Go.MOVE:
+    if step.go is not Go.PROCEED:
         _end(st, manager, step)
         raise _StopRebalance
     st.counters.chunks_committed += 1

@@ -133,7 +133,7 @@ def park(scheduler: Any) -> None:
         )
     # Each rank loaded from its own daemon; the ranks learn each other's load over the all-gather.
     loaded = session.loaded_all(all_gather(rank in session.view().served))
-    if loaded.go is not Go.MOVE:
+    if loaded.go is not Go.PROCEED:
         raise StandbyFailed(f"[expert-layout] a warm standby parks once it serves: {loaded.message}")
     if st.standby is None:
         st.standby = StandbyLink(st.attachment)
@@ -150,10 +150,10 @@ def _park_ranks(scheduler: Any) -> None:
             link.noticed.clear()
         reply = ask_daemon(st, session.park_request(rank)) if other == rank else None
         step = session.parked(other, all_gather(reply)[other])
-        if other == rank and step.go is Go.MOVE:  # the park reply was the notice: no primary is attached
+        if other == rank and step.go is Go.PROCEED:  # the park reply was the notice: no primary is attached
             link.noticed.set()
         logger.info("[expert-layout] rank %d: %s", rank, step.message)
-    if session.noticed_all().go is Go.MOVE:
+    if session.noticed_all().go is Go.PROCEED:
         take_over(scheduler)  # nobody to wait for: claim at once, on this same iteration
 
 
@@ -216,7 +216,7 @@ def take_over(scheduler: Any) -> bool:
     if session.awaits_notice(rank):  # else this rank has its notice (or its grant) already
         link.noticed.wait(NOTICE_WAIT_S)
     ready = session.noticed_all(all_gather(link.noticed.is_set()))
-    if ready.go is not Go.MOVE:
+    if ready.go is not Go.PROCEED:
         # Some daemon has not told this standby yet (a primary still attached there, or a repair that
         # outlasts the wait): the next iteration asks again, each rank waiting for its own notice.
         logger.info("[expert-layout] rank %d: %s: parked", rank, ready.message)

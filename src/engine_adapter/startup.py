@@ -12,7 +12,7 @@ only does the I/O:
    (``SGLANG_EXPERT_LAYOUT_WAIT_TIMEOUT``, 300 s by default);
 3. all-gathers its finding over the world CPU group (whatever went wrong locally is a finding,
    never an exception before the collective: no rank is left waiting in it);
-4. hands the gathered findings to the session, whose ``agree`` says move or stop on every rank
+4. hands the gathered findings to the session, whose ``agree`` says proceed or stop on every rank
    alike; on move, the layout the session adopted (if any) is installed with sglang's
    ``ExpertLocationMetadata.init_by_mapping``, copied into the live metadata with sglang's own
    ``update``.

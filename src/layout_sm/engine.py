@@ -4,7 +4,7 @@
   commit), as the state keeps it;
 - ``EngineView``: everything the engine knows, one immutable value (the state of the machines of
   ``layout_sm.engine_machines``, which hold it in their model, ``EngineState``);
-- ``Step``: the one output of a step: move, pause or stop, with the reason, a severity and a
+- ``Step``: the one output of a step: proceed, pause or stop, with the reason, a severity and a
   message for the operator.
 """
 
@@ -236,7 +236,7 @@ class EngineLayout:
 class Go(StrEnum):
     """What the caller does next."""
 
-    MOVE = "move"  # go on: gather, load, rebalance, move the chunk, keep the commit
+    PROCEED = "proceed"  # go on: gather, load, rebalance, move the chunk, keep the commit
     PAUSE = "pause"  # not now: poll again (startup), or end this rebalance and let the next retry
     STOP = "stop"  # for good: startup fails, or rebalancing of shared weights is off
 
@@ -263,8 +263,8 @@ class Step:
         return Step(self.go, self.reason, "", self.severity) if self.message else self
 
     @classmethod
-    def move(cls, reason: Reason, message: str, severity: Severity = Severity.INFO) -> Step:
-        return cls(Go.MOVE, reason, message, severity)
+    def proceed(cls, reason: Reason, message: str, severity: Severity = Severity.INFO) -> Step:
+        return cls(Go.PROCEED, reason, message, severity)
 
     @classmethod
     def pause(cls, reason: Reason, message: str) -> Step:

@@ -116,7 +116,9 @@ class RebalanceRules(EngineModel):
         )
 
     def go_local(self) -> Step:
-        return self._mode(Step.move(Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does"), False)
+        return self._mode(
+            Step.proceed(Reason.LOCAL, "weights from disk on every rank: rebalancing as sglang does"), False
+        )
 
     def off_mixed_sources(self) -> Step:
         return self._mode(
@@ -150,7 +152,7 @@ class RebalanceRules(EngineModel):
         )
 
     def go_shared(self) -> Step:
-        return self._mode(Step.move(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)
+        return self._mode(Step.proceed(Reason.SHARED, "rebalancing through the daemons' chunk protocol"), True)
 
     def off_hooks_missing(self, missing: str) -> Step:
         return self._mode(
@@ -186,7 +188,7 @@ class RebalanceRules(EngineModel):
         return "; ".join(f"rank {rank}: {a.text}" for rank, a in enumerate(answers) if a is not None and keep(a))
 
     def proceed(self) -> Step:
-        return Step.move(Reason.BEGUN, "every daemon accepted the move")
+        return Step.proceed(Reason.BEGUN, "every daemon accepted the move")
 
     def _refused(self) -> Step:
         detail = self._answers(self.view.begins, lambda a: a.refused)
@@ -239,7 +241,7 @@ class RebalanceRules(EngineModel):
     def keep_verified(self) -> Step:
         version = self.view.version + 1
         self._route_moved(version, None)
-        return Step.move(Reason.COMMITTED, f"every daemon recorded version {version}")
+        return Step.proceed(Reason.COMMITTED, f"every daemon recorded version {version}")
 
     def refuse_unverified(self) -> Step:
         v = self.view

@@ -3,21 +3,21 @@
 ``EngineSession`` plays the part of etcd raft's ``RawNode``: it never touches a socket, a
 collective or sglang. Its caller (the plugin's hooks, the mirror, a test) hands it what the ranks
 found and what the daemons answered; each step returns one ``Step`` (``layout_sm.engine``):
-``move`` (go on), ``pause`` (not now: poll again, or end this rebalance) or ``stop`` (for good),
+``proceed`` (go on), ``pause`` (not now: poll again, or end this rebalance) or ``stop`` (for good),
 with the reason, a severity and a message for the operator. The requests to send come from
 the session too:
 
-- startup (docs/protocol.md §5): the attach request; ``attached`` says move (all-gather the
-  finding) or pause (poll with ``poll_request`` until ``polled`` says move, or ``timed_out``);
-  then ``gathered`` and ``agree``: move (adopt ``layout_to_install``, or keep the engine's own)
+- startup (docs/protocol.md §5): the attach request; ``attached`` says proceed (all-gather the
+  finding) or pause (poll with ``poll_request`` until ``polled`` says proceed, or ``timed_out``);
+  then ``gathered`` and ``agree``: proceed (adopt ``layout_to_install``, or keep the engine's own)
   or stop;
 - loading: the ``expert_layout`` claim of each rank's ``fetch_state``; ``fetched`` says stop for a
   refusal; ``loaded_all`` takes the ranks' gathered load results;
 - rebalance (§6): ``install_checked`` (hooks sglang did not apply turn it off), ``start_rebalance``
   and each ``rebalance`` say move (``shares``: through the chunk protocol; otherwise sglang's own),
   pause (a warm standby) or stop; per chunk the begin request of each rank,
-  then ``begun_all``: move, pause or stop (``abort_request`` for a rank whose begin was ok), the
-  commit request of each rank with its rows, and ``committed_all``: move or stop;
+  then ``begun_all``: proceed, pause or stop (``abort_request`` for a rank whose begin was ok), the
+  commit request of each rank with its rows, and ``committed_all``: proceed or stop;
 - a warm standby (§10): the rank that parks next (``next_to_park``) and its park request; the
   gathered notices (``noticed_all``): claim or wait; the rank that claims next (``next_to_claim``,
   None once the round ended) and its claim request; ``promote``.
@@ -175,7 +175,7 @@ class EngineSession:
         return self._fire(self._startup, "timeout", rank=rank, waited_s=waited_s)
 
     def finding(self, rank: int) -> RankFinding:
-        """Rank ``rank``'s finding, to all-gather once its step says move."""
+        """Rank ``rank``'s finding, to all-gather once its step says proceed."""
         found = self.model.view.findings[rank]
         self._require(found is not None, f"rank {rank} found nothing yet")
         assert found is not None
@@ -186,7 +186,7 @@ class EngineSession:
         self._fire(self._startup, "gather", findings=tuple(findings))
 
     def agree(self) -> Step:
-        """The one decision every rank takes on the gathered findings: move (adopt or keep) or stop."""
+        """The one decision every rank takes on the gathered findings: proceed (adopt or keep) or stop."""
         self._require(self.layout is not None, "agree needs the engine's own layout")
         return self._fire(self._startup, "agree")
 
@@ -217,7 +217,7 @@ class EngineSession:
 
     def loaded_all(self, loaded: Sequence[bool]) -> Step:
         """The ranks' gathered load results (all-gathered, in rank order: whether each rank's daemon
-        served it): move (every rank loaded from its daemon) or pause (some rank did not)."""
+        served it): proceed (every rank loaded from its daemon) or pause (some rank did not)."""
         return self._fire(self._startup, "loads", loaded=tuple(bool(flag) for flag in loaded))
 
     # -- rebalance (docs/protocol.md §6) ----------------------------------------------------
@@ -237,7 +237,7 @@ class EngineSession:
         self._fire(self._rebalance, "install_checked", missing=missing)
 
     def rebalance(self) -> Step:
-        """One rebalance of sglang's EPLB begins: move (``shares`` says through the chunk protocol
+        """One rebalance of sglang's EPLB begins: proceed (``shares`` says through the chunk protocol
         or sglang's own), pause (a warm standby, until it is promoted) or stop (off). It changes
         nothing: the mode is known since ``start_rebalance``."""
         self._require(self.model.view.mode is not None, "a rebalance before start_rebalance")
@@ -367,7 +367,7 @@ class EngineSession:
         return messages.ParkRequest(self.model.view.engine_id, self._token(rank))
 
     def parked(self, rank: int, reply: object) -> Step:
-        """Rank ``rank``'s park reply: move (claim: it is the notice) or pause (wait for the notice)."""
+        """Rank ``rank``'s park reply: proceed (claim: it is the notice) or pause (wait for the notice)."""
         notified = isinstance(reply, Mapping) and self.model.view.engine_id in (reply.get("notified") or ())
         return self._fire(self._standby, "park", rank=rank, notified=notified)
 
@@ -381,7 +381,7 @@ class EngineSession:
 
     def noticed_all(self, noticed: Sequence[bool] = ()) -> Step:
         """The gathered notices (all-gathered, in rank order: whether each rank's reader has its daemon's
-        notice; a rank already told keeps it): move (every rank has its notice: claim in rank order,
+        notice; a rank already told keeps it): proceed (every rank has its notice: claim in rank order,
         ``next_to_claim``) or pause (some daemon has not told this standby: wait for its notice)."""
         for rank, got in enumerate(noticed):
             if got:
@@ -403,7 +403,7 @@ class EngineSession:
         return self._fire(self._standby, "claim", rank=rank, reply=reply)
 
     def promote(self) -> Step:
-        """The gathered claims: move (promoted: ``layout_to_install`` is the map to update the metadata
+        """The gathered claims: proceed (promoted: ``layout_to_install`` is the map to update the metadata
         to, then unpark), stop (failed: the reason), or pause (park again: ``park_request`` per rank)."""
         return self._fire(self._standby, "promote")
 

@@ -87,20 +87,20 @@ class StandbyRules(EngineModel):
     def take_standby_role(self) -> Step:
         """The engine starts as a warm standby (``SGLANG_EXPERT_LAYOUT_ROLE=standby``): parked nowhere yet."""
         self._set(claims=("none",) * self.view.num_ranks)
-        return Step.move(Reason.PARKED, "a warm standby: it starts as any engine, then parks after its warmup")
+        return Step.proceed(Reason.PARKED, "a warm standby: it starts as any engine, then parks after its warmup")
 
     def take_park(self, rank: int, notified: bool) -> Step:
         self._set(claims=_put(self.view.claims, rank, "notified" if notified else "parked"))
         if notified:
-            return Step.move(Reason.PARKED, f"rank {rank} parked; no unparked engine is attached: claim")
+            return Step.proceed(Reason.PARKED, f"rank {rank} parked; no unparked engine is attached: claim")
         return Step.pause(Reason.PARKED, f"rank {rank} parked; a primary is attached")
 
     def take_notice(self, rank: int) -> Step:
         self._set(claims=_put(self.view.claims, rank, "notified"))
-        return Step.move(Reason.PARKED, f"rank {rank}: no unparked engine is attached any more: claim")
+        return Step.proceed(Reason.PARKED, f"rank {rank}: no unparked engine is attached any more: claim")
 
     def claim_now(self) -> Step:
-        return Step.move(Reason.PARKED, "every daemon told this standby its primary is gone: claim in rank order")
+        return Step.proceed(Reason.PARKED, "every daemon told this standby its primary is gone: claim in rank order")
 
     def wait_for_notices(self) -> Step:
         return Step.pause(
@@ -121,7 +121,7 @@ class StandbyRules(EngineModel):
                 return Step.stop(Reason.UNREADABLE, f"rank {rank}: the granted record is invalid: {error}")
             finding = RankFinding(rank, "record", record)
             self._set(claims=_put(self.view.claims, rank, "granted"), findings=_put(self.view.findings, rank, finding))
-            return Step.move(Reason.PROMOTED, f"rank {rank}: primary at version {record.version}")
+            return Step.proceed(Reason.PROMOTED, f"rank {rank}: primary at version {record.version}")
         if parsed is not None and parsed.status is Status.BUSY:
             self._set(claims=_put(self.view.claims, rank, "taken"))
             return Step.pause(parsed.reason, f"rank {rank}: {parsed.message}")
@@ -140,7 +140,7 @@ class StandbyRules(EngineModel):
         first = self._agreed()
         message = f"promoted: the primary now, adopting the daemons' layout version {first.version}"
         step = self._route(StartupOutcome("adopt", Reason.ADOPT, message, first, shared_rebalance=True))
-        return Step.move(Reason.PROMOTED, step.message)
+        return Step.proceed(Reason.PROMOTED, step.message)
 
     def release_claims(self) -> Step:
         claims = tuple("release" if c in ("granted", "taken") else c for c in self.view.claims)

@@ -151,14 +151,14 @@ class StartupRules(EngineModel):
     def _next(finding: RankFinding) -> Step:
         if needs_wait(finding):
             return Step.pause(Reason.MOVE_PENDING, f"rank {finding.rank} waits: {finding.detail}")
-        return Step.move(Reason.ATTACHED, f"rank {finding.rank} found {finding.kind}")
+        return Step.proceed(Reason.ATTACHED, f"rank {finding.rank} found {finding.kind}")
 
     def time_out(self, rank: int, waited_s: float) -> Step:
         finding = self.view.findings[rank]
         assert finding is not None
         timed = finding.timed_out(waited_s)
         self._set(findings=_put(self.view.findings, rank, timed))
-        return Step.move(Reason.WAIT_TIMEOUT, f"rank {rank}: {timed.detail}", Severity.WARNING)
+        return Step.proceed(Reason.WAIT_TIMEOUT, f"rank {rank}: {timed.detail}", Severity.WARNING)
 
     def take_findings(self, findings: Sequence[RankFinding]) -> None:
         """What was gathered wins: a rank whose own steps broke off (an error mid-wait) gathered
@@ -226,8 +226,8 @@ class StartupRules(EngineModel):
             digest=self.layout.initial_digest if record is None else record.digest,
         )
         if outcome.warning:
-            return Step.move(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
-        return Step.move(outcome.reason, outcome.message)
+            return Step.proceed(outcome.reason, f"{outcome.message}; WARNING: {outcome.warning}", Severity.WARNING)
+        return Step.proceed(outcome.reason, outcome.message)
 
     def _ranks_without_record(self) -> list[int]:
         return [f.rank for f in _ranks_where(self._found(), "no_record")]
@@ -262,7 +262,7 @@ class StartupRules(EngineModel):
 
     def serve(self, rank: int) -> Step:
         self._set(served=self.view.served | {rank})
-        return Step.move(Reason.SERVED_FOLLOWING, f"rank {rank} loaded from its daemon")
+        return Step.proceed(Reason.SERVED_FOLLOWING, f"rank {rank} loaded from its daemon")
 
     def take_loads(self, loaded: Sequence[bool]) -> Step:
         """The ranks' gathered load results: each rank's own ``fetch`` took its daemon's reply, and the
@@ -272,8 +272,8 @@ class StartupRules(EngineModel):
         missing = sorted(set(range(self.view.num_ranks)) - served)
         if missing:
             return Step.pause(Reason.SERVED_FOLLOWING, f"ranks {missing} have not loaded from their daemons")
-        return Step.move(Reason.SERVED_FOLLOWING, "every rank loaded from its daemon")
+        return Step.proceed(Reason.SERVED_FOLLOWING, "every rank loaded from its daemon")
 
     def pass_fetch(self, reply: object) -> Step:
         """Not the layout's to judge (an error sglang's loader handles, or a fetch outside loading)."""
-        return Step.move(_reason_of(reply), "fetch_state answered without a layout refusal")
+        return Step.proceed(_reason_of(reply), "fetch_state answered without a layout refusal")

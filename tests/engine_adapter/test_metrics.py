@@ -129,7 +129,7 @@ CHUNK = textwrap.dedent(
     from engine_adapter import metrics
     metrics.use(metrics.EngineMetrics({"model_name": "m", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}))
     metrics.protocol_time(0.001)  # what the chunk hook calls per chunk
-    metrics.chunk_begun("move", [{"status": "ok", "reason": "begun"}] * 2, 0)
+    metrics.chunk_begun("proceed", [{"status": "ok", "reason": "begun"}] * 2, 0)
     metrics.protocol_time(0.001)
     metrics.committed(7)
     print(os.environ["PROMETHEUS_MULTIPROC_DIR"])

@@ -158,7 +158,7 @@ class SessionRunner:
         if command == "promote":
             step = session.promote()
             installs = session.layout_to_install()
-            shown = step.go.value == "move" and installs is not None
+            shown = step.go.value == "proceed" and installs is not None
             return _render_step(step) + (f"\ninstall: {_map_name(self.maps, installs)}" if shown else "")
         raise ValueError(f"unknown session command {command!r}")
 

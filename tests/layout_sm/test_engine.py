@@ -116,10 +116,10 @@ def test_an_attach_that_names_the_engines_digest_gets_the_record_without_its_map
         replies = [d.attach_engine(request, f"s{r}").to_wire() for r, d in enumerate(daemons)]
         assert all(("map" in reply["record"]) is needs_map for reply in replies)
         for rank, reply in enumerate(replies):
-            assert session.attached(rank, reply).go is Go.MOVE
+            assert session.attached(rank, reply).go is Go.PROCEED
         assert isinstance(session.finding(0).record, LayoutRecord if needs_map else RecordStamp)
         session.gathered([session.finding(r) for r in range(2)])
-        assert session.agree().go is Go.MOVE
+        assert session.agree().go is Go.PROCEED
         outcome, view = session.view().outcome, session.view()
         assert outcome is not None and view.digest == record.digest and view.version == record.version
         if needs_map:

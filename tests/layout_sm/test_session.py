@@ -44,17 +44,17 @@ def _started(daemons: list[DaemonMachine], engine_id: str = "A", statemachine: b
     session = _session_class(statemachine)(engine_id, len(daemons), ENGINE)
     for rank, daemon in enumerate(daemons):
         reply = daemon.attach_engine(session.attach_request(), f"s{engine_id}{rank}")
-        assert session.attached(rank, reply.to_wire()).go is Go.MOVE
+        assert session.attached(rank, reply.to_wire()).go is Go.PROCEED
     assert session.agree().reason is Reason.INITIAL_LAYOUT
     for rank, daemon in enumerate(daemons):
-        assert session.fetched(rank, daemon.fetch_check(session.fetch_claim(rank)).to_wire()).go is Go.MOVE
+        assert session.fetched(rank, daemon.fetch_check(session.fetch_claim(rank)).to_wire()).go is Go.PROCEED
     assert session.view().phase == "run"
     assert session.start_rebalance(["daemon"] * len(daemons)).reason is Reason.SHARED
     return session
 
 
 def _chunk(session: EngineSession, daemons: list[DaemonMachine], layers: list[int]):  # type: ignore[no-untyped-def]
-    assert session.rebalance().go is Go.MOVE and session.shares
+    assert session.rebalance().go is Go.PROCEED and session.shares
     session.begin_chunk(layers)
     for rank, daemon in enumerate(daemons):
         session.begun(rank, daemon.begin_move(session.begin_request(rank)))
@@ -64,7 +64,7 @@ def _chunk(session: EngineSession, daemons: list[DaemonMachine], layers: list[in
 def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
     session = _started(daemons, statemachine=statemachine)
-    assert _chunk(session, daemons, [0]).go is Go.MOVE
+    assert _chunk(session, daemons, [0]).go is Go.PROCEED
     session.moved(MOVED)
     for rank, daemon in enumerate(daemons):
         request = session.commit_request(rank)
@@ -72,7 +72,7 @@ def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
         session.committed(rank, daemon.commit_move(request))
     verdict = session.verify()
     view = session.view()
-    assert verdict.go is Go.MOVE and verdict.reason is Reason.COMMITTED
+    assert verdict.go is Go.PROCEED and verdict.reason is Reason.COMMITTED
     assert view.version == 1 and view.rows == MOVED and view.rebalance == "idle" and view.shares
     assert all(d.view().record.rows == MOVED for d in daemons)
 
@@ -88,7 +88,7 @@ def test_a_commit_sent_before_the_move_is_taken_is_the_same_commit(statemachine:
         ],
     )
     early, late = _started(early_daemons, statemachine=statemachine), _started(late_daemons, statemachine=statemachine)
-    assert _chunk(early, early_daemons, [0]).go is Go.MOVE and _chunk(late, late_daemons, [0]).go is Go.MOVE
+    assert _chunk(early, early_daemons, [0]).go is Go.PROCEED and _chunk(late, late_daemons, [0]).go is Go.PROCEED
     with pytest.raises(SessionError, match="has no commit to send"):
         early.commit_request(0)  # without the map, only once the move is taken
     sent = [early.commit_request(rank, {0: list(MOVED[0])}) for rank in range(2)]
@@ -107,7 +107,7 @@ def test_a_map_changed_after_its_commit_went_out_fails_the_verification(statemac
     engine's digest is of the map it routes with, and the chunk stops unverified."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
     session = _started(daemons, statemachine=statemachine)
-    assert _chunk(session, daemons, [0]).go is Go.MOVE
+    assert _chunk(session, daemons, [0]).go is Go.PROCEED
     sent = [session.commit_request(rank, MOVED) for rank in range(2)]
     session.moved(((0, 1, 3, 2), MOVED[1]))  # not the rows that went out
     for rank, daemon in enumerate(daemons):
@@ -154,7 +154,7 @@ def test_a_refusal_switches_rebalancing_off_for_good_with_the_reason(statemachin
 def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_lasts(statemachine: bool) -> None:
     daemon = DaemonMachine(RECORD)
     mover = _started([daemon], "M", statemachine=statemachine)
-    assert _chunk(mover, [daemon], [0]).go is Go.MOVE
+    assert _chunk(mover, [daemon], [0]).go is Go.PROCEED
     session = _session_class(statemachine)("B", 1, ENGINE)
     step = session.attached(0, daemon.attach_engine(session.attach_request(), "sB").to_wire())
     assert step.go is Go.PAUSE and "'M'" in step.message
@@ -165,10 +165,10 @@ def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_la
         session.agree()  # a rank still waits
     mover.moved(MOVED)
     mover.committed(0, daemon.commit_move(mover.commit_request(0)))
-    assert mover.verify().go is Go.MOVE
-    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.MOVE
+    assert mover.verify().go is Go.PROCEED
+    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.PROCEED
     step = session.agree()
-    assert step.go is Go.MOVE and step.reason is Reason.ADOPT and session.view().version == 1
+    assert step.go is Go.PROCEED and step.reason is Reason.ADOPT and session.view().version == 1
     assert session.layout_to_install() == MOVED
 
 
@@ -181,7 +181,7 @@ def test_restore_puts_the_session_in_a_view(statemachine: bool) -> None:
     assert session.view() is idle and session.model.view is idle  # the model is the view: no copy
     session.begin_chunk([1])  # from idle again
     session.restore(EngineView.fresh("A", 2))  # back before startup: out of final states too
-    assert session.found(0, RankFinding(0, "record", RECORD)).go is Go.MOVE
+    assert session.found(0, RankFinding(0, "record", RECORD)).go is Go.PROCEED
 
 
 def test_no_decision_reads_what_the_bare_view_drops(statemachine: bool) -> None:
@@ -225,7 +225,7 @@ def test_an_unknown_weight_source_fails_safe_and_never_attached_sessions_come_fr
         assert session.rebalance() == step and not session.shares
     local = EngineSession.never_attached(2)
     assert local.start_rebalance(["disk", "disk"]).reason is Reason.LOCAL
-    assert local.rebalance().go is Go.MOVE and not local.shares  # sglang's own rebalance, no protocol
+    assert local.rebalance().go is Go.PROCEED and not local.shares  # sglang's own rebalance, no protocol
     assert EngineSession.never_attached(1).start_rebalance(["daemon"]).reason is Reason.NOT_ATTACHED
 
 
@@ -242,7 +242,7 @@ def test_missing_hooks_are_one_of_the_off_reasons(statemachine: bool) -> None:
     assert session.rebalance() == step
     shared = _started([DaemonMachine(RECORD), DaemonMachine(RECORD)], statemachine=statemachine)
     shared.install_checked(None)
-    assert shared.rebalance().go is Go.MOVE and shared.shares
+    assert shared.rebalance().go is Go.PROCEED and shared.shares
     shared.install_checked("hooks X were not applied")
     assert shared.rebalance().reason is Reason.PLUGIN_INCOMPLETE and not shared.shares
 
@@ -252,12 +252,13 @@ def _standby_loaded(daemons: list[DaemonMachine], statemachine: bool) -> EngineS
     session = _session_class(statemachine)("S", len(daemons), ENGINE, standby=True)
     for rank, daemon in enumerate(daemons):
         assert (
-            session.attached(rank, daemon.attach_engine(session.attach_request(), f"sS{rank}").to_wire()).go is Go.MOVE
+            session.attached(rank, daemon.attach_engine(session.attach_request(), f"sS{rank}").to_wire()).go
+            is Go.PROCEED
         )
-    assert session.agree().go is Go.MOVE
-    assert session.fetched(0, daemons[0].fetch_check(session.fetch_claim(0)).to_wire()).go is Go.MOVE
+    assert session.agree().go is Go.PROCEED
+    assert session.fetched(0, daemons[0].fetch_check(session.fetch_claim(0)).to_wire()).go is Go.PROCEED
     assert session.loaded_all([True, False]).go is Go.PAUSE and session.view().phase == "load"
-    assert session.loaded_all([True, True]).go is Go.MOVE and session.view().phase == "run"
+    assert session.loaded_all([True, True]).go is Go.PROCEED and session.view().phase == "run"
     return session
 
 
@@ -277,20 +278,22 @@ def test_a_standby_s_rounds_are_the_session_s(statemachine: bool) -> None:
     assert session.noticed_all().go is Go.PAUSE and session.next_to_claim() is None
     daemons[0].detach_engine("P", "sP")  # rank 0's notice
     daemons[1].attach_engine(AttachRequest("Q"), "sQ")  # another engine attaches before the claims
-    assert session.noticed_all([True, False]).go is Go.MOVE and not session.awaits_notice(0)
+    assert session.noticed_all([True, False]).go is Go.PROCEED and not session.awaits_notice(0)
     claims = []
     while (rank := session.next_to_claim()) is not None:
         claims.append(session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()))
-    assert [c.go for c in claims] == [Go.MOVE, Go.PAUSE]  # rank 1's claim taken: the round ended there
+    assert [c.go for c in claims] == [Go.PROCEED, Go.PAUSE]  # rank 1's claim taken: the round ended there
     assert session.promote().go is Go.PAUSE and session.next_to_park() == 0 and session.standby_parked
     for rank in (0, 1):
         session.parked(rank, daemons[rank].park_engine(session.park_request(rank)).to_wire())
     daemons[1].detach_engine("Q", "sQ")
-    assert session.noticed_all([True, True]).go is Go.MOVE
+    assert session.noticed_all([True, True]).go is Go.PROCEED
     while (rank := session.next_to_claim()) is not None:
-        assert session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()).go is Go.MOVE
-    assert session.promote().go is Go.MOVE and session.standby_promoted and not session.standby_parked
-    assert session.rebalance().go is Go.MOVE and session.shares
+        assert (
+            session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()).go is Go.PROCEED
+        )
+    assert session.promote().go is Go.PROCEED and session.standby_promoted and not session.standby_parked
+    assert session.rebalance().go is Go.PROCEED and session.shares
 
 
 def test_the_views_phases_are_the_machines_states() -> None:

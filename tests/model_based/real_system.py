@@ -235,11 +235,11 @@ class RealSystem:
         eng = self.engine(e)
         decision = eng.steps.decide()
         step = after["reb"][e]["step"]
-        if (decision.go is Go.MOVE) != (step == "move"):
+        if (decision.go is Go.PROCEED) != (step == "move"):
             raise Mismatch(
                 f"Decide({eng.name}): the session said {decision.go.value} ({decision.message}); spec step {step!r}"
             )
-        if decision.go is not Go.MOVE:
+        if decision.go is not Go.PROCEED:
             oks = {r - 1 for r in range(1, self.ranks + 1) if _at(before["reb"][e]["replies"], r) == "ok"}
             aborts = {r for r in range(self.ranks) if eng.steps.abort_request(r) is not None}
             if aborts != oks:
@@ -274,7 +274,7 @@ class RealSystem:
     def do_Verify(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
         verdict = eng.steps.verify()
-        if (verdict.go is Go.MOVE) != after["eshare"][e]:
+        if (verdict.go is Go.PROCEED) != after["eshare"][e]:
             raise Mismatch(f"Verify({eng.name}): the session said {verdict.go.value} ({verdict.message}); "
                            f"spec eshare {after['eshare'][e]}")  # fmt: skip
 
@@ -302,7 +302,7 @@ class RealSystem:
         eng = self.engine(e)
         step = eng.steps.promote()
         want = after["ephase"][e]
-        got = {"move": "run", "stop": "failed", "pause": "parked"}[step.go.value]
+        got = {"proceed": "run", "stop": "failed", "pause": "parked"}[step.go.value]
         if got != want:
             raise Mismatch(f"Promote({eng.name}): the session said {step.go.value} ({step.message}); spec {want!r}")
         if want == "run":

@@ -27,7 +27,7 @@ BEGUN = [{"status": "ok", "reason": "begun"}, {"status": "ok", "reason": "begun"
 def _chunk() -> None:
     """What the chunk hook adds to one chunk that moves."""
     metrics.protocol_time(0.001)
-    metrics.chunk_begun("move", BEGUN, 0)
+    metrics.chunk_begun("proceed", BEGUN, 0)
     metrics.protocol_time(0.001)
     metrics.committed(7)
 

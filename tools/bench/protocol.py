@@ -173,14 +173,14 @@ def _rank_worker(
         t0 = time.perf_counter()
         session.begin_chunk([layer])
         decision = session.begun_all(gather(client.request(path, request_wire(session.begin_request(rank)))))
-        assert decision.go == "move", decision.message
+        assert decision.go == "proceed", decision.message
         # As the engine adapter does: the commit goes out first, the engine checks its map meanwhile.
         sent = client.send_request(path, request_wire(session.commit_request(rank, rows)))
         session.moved(rows)
         committed = gather(sent.read())
         verdict = session.committed_all(committed)
         chunk_s.append(time.perf_counter() - t0)
-        assert verdict.go == "move", verdict.message
+        assert verdict.go == "proceed", verdict.message
     att.close()
     conn.send({"floors": floors, "startup_s": startup_s, "chunk_s": chunk_s})
     dist.destroy_process_group()
