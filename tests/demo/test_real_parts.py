@@ -147,8 +147,8 @@ def test_a_slow_takeover_is_a_warning_and_a_wrong_one_a_failure() -> None:
 
     layout, out = [[0, 1], [1, 0]], [[5, 6]]
 
-    def judged(first_token_s: float, c_map: list[list[int]]) -> results.Results:
-        seen = TakeoverSeen(first_token_s, first_token_s + 1, 200, [3, 3], 3, True, c_map, out, {})
+    def judged(first_token_s: float, c_map: list[list[int]], ready_s: float | None = 0.3) -> results.Results:
+        seen = TakeoverSeen(first_token_s, first_token_s + 1, ready_s, 200, [3, 3], 3, True, c_map, out, {})
         res = results.Results()
         for row in takeover_rows(seen, layout, out, cold_s=20.0):
             res.add(row)
@@ -157,6 +157,9 @@ def test_a_slow_takeover_is_a_warning_and_a_wrong_one_a_failure() -> None:
     assert judged(0.4, layout).all_passed and not judged(0.4, layout).limits_exceeded
     slow = judged(1.6, layout)
     assert slow.all_passed and [r.case for r in slow.limits_exceeded] == ["2b time"]
+    for ready_s in (1.6, None):  # /ready 200 late, or never: the same limit
+        late = judged(0.4, layout, ready_s)
+        assert late.all_passed and [r.case for r in late.limits_exceeded] == ["2b time"]
     assert not judged(0.4, [[1, 0], [0, 1]]).all_passed  # another map than the record's fails 2b
 
 

@@ -10,7 +10,9 @@ that committed version, and server D on the same daemons must adopt it on every 
 chunk in the daemons' memory, before its commit (the record still at the base version: memory and
 record apart, the torn move at its worst). The test SIGKILLs D's tree. Server E
 on the same daemons must exit on its own, well before the protocol's wait timeout, and its log
-(its launcher's output) must say the daemons are dirty and what to do. These daemons run with
+(its launcher's output) must say the daemons are dirty and what to do. Before E starts, the
+checkpoint is moved away for an operator's ``expert-layout repair``, which fails, and put back: E's
+startup refusal must quote that repair's cause, as the daemons keep it. These daemons run with
 ``--expert-layout-no-auto-repair``, so they stay dirty until the operator's ``expert-layout repair``
 (issue 19): then they are clean at the base version, server F adopts it on every rank, and F's
 outputs equal a server's loaded from disk with ``--init-expert-location`` set to that map.
@@ -22,6 +24,7 @@ D is 3a's next server and 3b's mover: one server start serves both cases.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -54,6 +57,10 @@ START_TIMEOUT_S = 600.0
 # The engine-side wait for another engine's move; E must fail well before it.
 WAIT_TIMEOUT_S = 300.0
 REBALANCE_END = "[EPLBManager] rebalance end"
+CHECKPOINT = "model.safetensors"
+# sglang's loader, when the model folder holds no weights: the failed repair's cause E must quote.
+NO_WEIGHTS = "Cannot find any model weights"
+STARTUP_REFUSAL = "expert-layout startup check failed"
 
 
 @dataclass
@@ -75,7 +82,10 @@ def between_chunks(
     realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BetweenChunks]:
     run_dir = RunDir(tmp_path_factory.mktemp("sigkill") / "run")
-    topology = Topology(tiny_model)
+    # A copy of the model: 3b moves its checkpoint away for a while.
+    model = tmp_path_factory.mktemp("model") / tiny_model.name
+    shutil.copytree(tiny_model, model)
+    topology = Topology(model)
     # Auto repair off: this is the torn move that stays dirty (its repair: tests/daemon_adapter/test_repair_real.py).
     daemons = StandaloneDaemons(run_dir, topology, extra_args=(NO_AUTO_REPAIR,)).start()
     d: RealServer | None = None
@@ -138,6 +148,17 @@ def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(between_chunks: 
     dirty = _wait_dirty(run_dir, topology.tp_size, timeout_s=30.0)
     assert all(dirty), f"daemons are not dirty after the mover's SIGKILL: {dirty}"
 
+    # The operator's repair, with the checkpoint unreadable: it fails, and the daemons keep its cause.
+    checkpoint = topology.model_path / CHECKPOINT
+    checkpoint.rename(checkpoint.with_name(CHECKPOINT + ".away"))
+    try:
+        done, _seconds = torn_move.run_repair_cli(between_chunks.daemons)
+    finally:
+        checkpoint.with_name(CHECKPOINT + ".away").rename(checkpoint)
+    assert done.returncode != 0, f"the repair without a checkpoint did not fail: {done.stdout}"
+    failures = [s.get("repair_failure") or "" for s in _states(run_dir)]
+    assert all(NO_WEIGHTS in f for f in failures), f"the daemons keep no repair failure: {failures}"
+
     e = RealServer(run_dir, topology, ServerSpec("E", rebalance_iterations=100_000, plugins=B_PLUGINS)).start()
     started = time.monotonic()
     try:
@@ -154,8 +175,13 @@ def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(between_chunks: 
     # the timeout would add all of it).
     d_ready_s = d.ready_s or 0.0
     assert took < d_ready_s + WAIT_TIMEOUT_S / 2, f"E failed only after {took:.0f}s (D was ready in {d_ready_s:.0f}s)"
-    assert "dirty" in message and "restart the weight cache daemons" in message, message[-3000:]
-    assert "expert-layout repair" in message, message[-3000:]
+    assert "dirty" in message, message[-3000:]
+    # The refusal in full, as E logged it (the failure report above cuts long lines).
+    refusals = [line for line in e.log_text().splitlines() if STARTUP_REFUSAL in line]
+    assert refusals, e.log_text()[-3000:]
+    for line in refusals:
+        assert "restart the weight cache daemons" in line and "expert-layout repair" in line, line
+        assert "its repair failed: " in line and NO_WEIGHTS in line, f"E's refusal does not quote the cause: {line}"
 
 
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock

@@ -11,6 +11,11 @@ the daemons' record, and S's outputs equal those of a server loaded from disk wi
 and agreement, the metadata update, the unpark: each process logs its wall clock) and the time to
 the streamed request's first token are written to ``build/standby-takeover.json``.
 
+A router's probe polls S's ``/ready`` every 50 ms (0.5 s timeout) from S's park to the end of its
+takeover: it must answer 503 while S is parked, never 200 before every rank of S has agreed on the
+promotion (each rank logs when), and 200 from its first 200 on. The time from the SIGKILL to that
+first 200 is written beside the first token's.
+
 Case 2: on daemons with auto repair off, A is SIGKILLed mid-move (``before_commit:1``): S must exit
 by itself, promptly, with the dirty reason.
 """
@@ -30,6 +35,7 @@ from typing import Any
 import pytest
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
+from tools.realserver.router_probe import TIMEOUT_S, ProbeAnswer, ReadyPoller, first_ready
 from tools.realserver.server import (
     RealServer,
     RunDir,
@@ -104,6 +110,7 @@ class Takeover:
     s_beliefs: dict[int, dict[str, Any]]
     s_log: str
     daemons_log: str
+    ready_answers: list[ProbeAnswer]  # S's /ready, polled as a router does, from its park to after the takeover
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +119,7 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
     topology = Topology(tiny_model)
     daemons = StandaloneDaemons(run, topology).start()
     s: RealServer | None = None
+    poller: ReadyPoller | None = None
     try:
         daemons.wait_ready(START_TIMEOUT_S)
         a = RealServer(
@@ -124,7 +132,11 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             a.wait_ready(START_TIMEOUT_S)
             wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
             parked_before = parked_engines(run)
-            health_parked = s.health()  # its 5 s timeout: a parked standby must still answer
+            try:
+                health_parked = s.health()  # its 5 s timeout: a parked standby must still answer
+            except OSError:  # no answer in time: the first test reports it
+                health_parked = -1
+            poller = ReadyPoller(s.url).start()
             held: dict[str, Any] = {}
 
             def send_held() -> None:
@@ -147,6 +159,8 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
         stop.set()
         held_thread.join(300)
         health_after = s.health()
+        assert poller is not None
+        ready_answers = poller.stop()
         record_map = daemon_status(run, include_map=True)["daemons"][0]["state"]["map"]
         yield Takeover(
             run,
@@ -165,8 +179,11 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             s.beliefs(),
             s.log_text(),
             run.log("daemons").read_text(errors="replace"),
+            ready_answers,
         )
     finally:
+        if poller is not None:
+            poller.stop()
         if s is not None:
             s.kill()
         daemons.kill()
@@ -174,6 +191,12 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
 
 def _unix_marks(text: str, pattern: str) -> list[float]:
     return [float(m) for m in re.findall(pattern, text)]
+
+
+def _takeover_marks(s_log: str) -> list[dict[str, float]]:
+    """Each promoted rank's takeover marks (name: unix s), as it logged them, in rank order."""
+    lines = re.findall(r"takeover times \(unix s\): (.*)", s_log)
+    return [{k: float(v) for k, _, v in (m.partition("=") for m in line.split())} for line in lines]
 
 
 @pytest.mark.timeout(3600)
@@ -213,8 +236,10 @@ def test_the_standby_takes_over_with_the_records_layout(takeover: Takeover, tiny
             name, _, value = mark.partition("=")
             parts[f"rank{rank}_{name}_s"] = round(float(value) - ran.killed_unix, 3)
     first_token_s = ran.streamed.first_token - ran.killed_at
+    ready = first_ready(ran.ready_answers, ran.killed_unix)
     result = {
         "first_token_after_kill_s": round(first_token_s, 3),
+        "ready_200_after_kill_s": None if ready is None else round(ready.answered - ran.killed_unix, 3),
         "complete_after_kill_s": round(ran.streamed.done - ran.killed_at, 3),
         "parts": parts,
         "cold_server_ready_s": None if ref.ready_s is None else round(ref.ready_s, 1),
@@ -303,3 +328,26 @@ def test_a_standby_waits_out_the_repair_of_its_primarys_torn_move(
         daemons_log = ran.run.log("daemons").read_text(errors="replace")
         assert daemons_log.count("daemon is now REPAIRING") == ran.topology.tp_size, daemons_log[-3000:]
         print(f"\nstandby took over after the repair {took:.2f}s after the SIGKILL")
+
+
+@pytest.mark.timeout(3600)
+def test_a_routers_ready_probe_sees_the_standby_only_once_promoted_on_every_rank(takeover: Takeover) -> None:
+    ran = takeover
+    answers = ran.ready_answers
+    marks = _takeover_marks(ran.s_log)
+    assert len(marks) == ran.topology.tp_size and all("agreed" in m for m in marks), marks
+    agreed = max(m["agreed"] for m in marks)  # the promotion has agreed on every rank
+    parked = [a for a in answers if a.answered < ran.killed_unix]
+    assert parked and all(a.status == 503 for a in parked), f"/ready of the parked standby: {parked}"
+    early = [a for a in answers if a.status == 200 and a.answered < agreed]
+    assert not early, f"/ready answered 200 {agreed - early[0].answered:.3f}s before every rank agreed: {early}"
+    ready = first_ready(answers, ran.killed_unix)
+    assert ready is not None, f"/ready never answered 200 after the takeover: {answers[-20:]}"
+    after = [a for a in answers if a.sent >= ready.answered]
+    assert after and all(a.status == 200 for a in after), f"/ready after its first 200: {after}"
+    unanswered = sum(1 for a in answers if a.status is None)
+    print(
+        f"\n/ready: {len(parked)} answers 503 while parked, first 200 {ready.answered - ran.killed_unix:.3f}s after "
+        f"the SIGKILL ({ready.answered - agreed:.3f}s after every rank agreed), {unanswered} of {len(answers)} "
+        f"requests unanswered within {TIMEOUT_S}s"
+    )

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tools.bench.real import READY_RATIO_MAX, REBALANCE_RATIO_MAX
+from tools.bench.real import READY_RATIO_MAX, REBALANCE_RATIO_MAX, TAKEOVER_MAX_S
 
 HEADER = [
     "| figure | with the protocol | floor, or without it | ratio | target | met |",
@@ -111,6 +112,15 @@ def _real_rows(real: dict[str, Any]) -> list[str]:
             f"{busy} busy | {1000 * s['median_alone_s']:.1f} ms alone | {s['ratio_beside_to_alone']}x | "
             f"≤ {REBALANCE_RATIO_MAX}x, never busy | {_yes(ok)} |"
         )
+        first, ready = s.get("takeover_first_token_s"), s.get("takeover_ready_s")
+        if first and ready:
+            answered = [r for r in ready if r is not None]
+            ok = len(answered) == len(ready) and max(first) < TAKEOVER_MAX_S and max(answered) < TAKEOVER_MAX_S
+            out.append(
+                f"| a warm standby's takeover from its SIGKILLed primary: first token, `/ready` 200 | "
+                f"{statistics.median(first):.3f} s, {statistics.median(answered) if answered else float('nan'):.3f} s "
+                f"| - | - | both < {TAKEOVER_MAX_S:.0f} s | {_yes(ok)} |"
+            )
     p = real.get("repair")
     if p:
         out.append(
