@@ -15,9 +15,10 @@ beside the wire requests of ``layout_sm.messages``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from layout_sm.frozen import copied_with
 from layout_sm.messages import (
     AbortRequest,
     BeginRequest,
@@ -302,8 +303,15 @@ class DaemonView(DaemonConjuncts):
         object.__setattr__(self, "parked", frozenset(self.parked))
 
     def evolve(self, **changes: Any) -> DaemonView:
-        """This view with ``changes`` (``dataclasses.replace``)."""
-        return replace(self, **changes)
+        """This view with ``changes``, normalized as ``__post_init__`` does when they touch what it
+        normalizes (``layout_sm.frozen.copied_with``)."""
+        unknown = changes.keys() - self.__dict__.keys()
+        if unknown:
+            raise TypeError(f"DaemonView has no field {sorted(unknown)}")
+        new = copied_with(self, changes)
+        if "attachments" in changes or "parked" in changes:
+            new.__post_init__()
+        return new
 
     @property
     def phase(self) -> str:

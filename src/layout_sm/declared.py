@@ -62,7 +62,11 @@ class Rule:
 
     def allows(self, host: Any, model: Any, arguments: Mapping[str, Any]) -> bool:
         """Every guard holds, asked in order and stopping at the first that does not."""
-        return all(bool(guard(host, model, arguments)) is guard.expected for guard in self.guards)
+        for guard in self.guards:
+            method = getattr(host if guard.on_machine else model, guard.name)
+            if bool(method(*[arguments[p] for p in guard.params])) is not guard.expected:
+                return False
+        return True
 
 
 class Declared:

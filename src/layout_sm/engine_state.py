@@ -4,7 +4,6 @@ read from it and write into it (docs/protocol.md §5, §6, §10)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from layout_sm.engine import (
@@ -12,6 +11,7 @@ from layout_sm.engine import (
     EngineView,
     RankFinding,
 )
+from layout_sm.frozen import copied_with
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import DigestCache
 
@@ -21,7 +21,7 @@ def _put(values: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
 
 
 def _evolve(view: EngineView, changes: dict[str, Any]) -> EngineView:
-    return replace(view, **changes)
+    return copied_with(view, changes)  # EngineView has no field to check or derive
 
 
 def _reason_of(reply: object) -> Reason:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from operator import attrgetter
 from typing import Any
 
@@ -260,9 +260,9 @@ class Words:
     def rows_error(self) -> LayoutRecord | LayoutError:
         return self.record.successor(self.req.layers, self.req.rows)
 
-    @property
+    @cached_property
     def successor(self) -> LayoutRecord:
-        return successor(self.view, self.req)
+        return successor(self.view, self.req)  # named by a commit's text and two of its data fields
 
     @property
     def request(self) -> str:
