@@ -27,10 +27,6 @@ STATUS_ENUM = "Status"
 # Comparisons not fixed yet, each (path under src, the comparison as ``ast.unparse`` writes it) with
 # why it is still here. Each entry is a defect to remove; none may be added.
 ALLOWED = {
-    # The daemon adapter's repair runner: rewritten by its owner; the repair's outcome belongs to DaemonMachine.
-    ("daemon_adapter/daemon.py", "decided[0] == 'run'"),
-    # The status CLI reads a reply's status to print it; the reply's reading belongs to layout_sm.messages.
-    ("daemon_adapter/status_cli.py", "self.reply.get('status') == 'ok'"),
     # Metrics labels (not this check's owner's file): which begins were busy or refused, from the replies.
     ("engine_adapter/metrics.py", "own_finding_kind == 'dirty'"),
     ("engine_adapter/metrics.py", "r.get('status') == 'busy'"),

@@ -253,13 +253,13 @@ def _start_thread(target: Callable[..., object], args: tuple[Any, ...]) -> bool:
     """Run ``target(*args)`` in a new thread; False, and ``target`` never runs, when the thread cannot
     start or does not run within ``THREAD_START_TIMEOUT_S`` (see there)."""
     lock, running = threading.Lock(), threading.Event()
-    decided: list[str] = []  # "run" by the thread, or "abandoned" by the caller: whichever is first
+    started: list[bool] = []  # True by the thread, or False by the caller who stopped waiting: whichever is first
 
     def bootstrap() -> None:
         with lock:
-            if decided:
+            if started:
                 return
-            decided.append("run")
+            started.append(True)
         running.set()
         target(*args)
 
@@ -270,9 +270,9 @@ def _start_thread(target: Callable[..., object], args: tuple[Any, ...]) -> bool:
     if running.wait(THREAD_START_TIMEOUT_S):
         return True
     with lock:
-        if not decided:
-            decided.append("abandoned")
-        return decided[0] == "run"
+        if not started:
+            started.append(False)
+        return started[0]
 
 
 class _Slot:

@@ -230,7 +230,14 @@ class RepairOutcome:
 
     @property
     def repaired(self) -> bool:
-        return self.reply is not None and self.reply.get("status") == "ok"
+        from layout_sm.reasons import Reply
+
+        if self.reply is None:
+            return False
+        try:
+            return Reply.from_wire(self.reply).ok
+        except ValueError:  # not a layout reply: nothing was repaired
+            return False
 
     def to_json(self) -> dict[str, Any]:
         return {"socket": self.socket_path, "reply": self.reply, "detail": self.detail}
