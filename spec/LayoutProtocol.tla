@@ -27,8 +27,10 @@
 (* increasing order: the ranks are symmetric, and other engines, crashes    *)
 (* and EOFs still interleave between any two steps (see README.md).        *)
 (*                                                                         *)
-(* Every action here has a Python event of the same name in                *)
-(* src/layout_model/system.py, whose decisions come from src/layout_sm/.   *)
+(* Every action here has a Python event of the same name in the mirror,   *)
+(* tools/mirror/system.py (its EVENTS), whose decisions all come from the  *)
+(* Python machines of src/layout_sm/ (the daemon's and the engine          *)
+(* session's that every real rank runs).                                   *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
@@ -68,7 +70,8 @@ Findings == [found : {"nothing", "wait", "timeout", "record", "no_record", "dirt
 Rebalances == [step : {"idle", "begin", "abort", "move", "commit"},
                chunk : SUBSET Layers,
                replies : [Ranks -> {"none", "ok", "busy", "refused", "aborted",
-                                    "committed", "commit_refused"}]]
+                                    "committed", "commit_refused"}],
+               owed : {"none", "good", "bad"}]
 
 VARIABLES
     dphase,   \* daemon record phase: "no_record", "clean", "pending", "dirty", "repairing"
@@ -102,15 +105,15 @@ engineVars == <<ephase, efind, eroute, ever, eserv, eshare, reb, eclaim>>
 (*  connection, or the park reply itself);                                  *)
 (*  "granted": the claim of the primary role was granted (unparked there);   *)
 (*  "taken": the claim was refused, another unparked engine is attached      *)
-(*  (still parked); "dirty": refused, the daemon is not clean (still         *)
-(*  parked); "release": claimed (granted or taken), but some claim was      *)
-(*  taken: the rank parks there again.                                      *)
-ClaimStates == {"none", "parked", "notified", "granted", "taken", "dirty", "release"}
+(*  (still parked); "refused": the daemon is not clean (still parked; the  *)
+(*  standby then fails); "release": claimed (granted or taken), but some    *)
+(*  claim was taken: the rank parks there again.                            *)
+ClaimStates == {"none", "parked", "notified", "granted", "taken", "refused", "release"}
 NoClaims == [r \in Ranks |-> "none"]
 
 InitialMap == [l \in Layers |-> 0]
 NoFinding == [found |-> "nothing", fver |-> 0, fmap |-> InitialMap]
-IdleReb == [step |-> "idle", chunk |-> {}, replies |-> [r \in Ranks |-> "none"]]
+IdleReb == [step |-> "idle", chunk |-> {}, replies |-> [r \in Ranks |-> "none"], owed |-> "none"]
 
 (* A gone engine (crashed, or its startup or fetch failed: the process      *)
 (* exits) has lost its memory: its local variables return to their initial *)
@@ -268,7 +271,7 @@ BeginChunk(e, c) ==
     /\ reb[e].step = "idle"
     /\ moves < MaxMoves
     /\ c \in Chunks
-    /\ reb' = [reb EXCEPT ![e] = [IdleReb EXCEPT !.step = "begin", !.chunk = c]]
+    /\ reb' = [reb EXCEPT ![e] = [@ EXCEPT !.step = "begin", !.chunk = c]]
     /\ moves' = moves + 1
     /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, eclaim>>
 
@@ -297,19 +300,24 @@ Begin(e, r) ==
     /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
                    moves, dpark, eclaim>>
 
-(* All replies gathered: proceed, or abort the ok ranks (pause on busy,     *)
-(* rebalancing off for good on a refusal).                                  *)
+(* All replies gathered, with the check the previous chunk's commits owe    *)
+(* (Committed): they travel in the same all-gather.  Proceed, or abort the  *)
+(* ok ranks (pause on busy; rebalancing off for good on a refusal or on a   *)
+(* failed check).  A daemon whose commit failed still holds that move       *)
+(* pending, so it refuses this begin (BeginReply's second rule): no rank    *)
+(* moves on a daemon whose record missed the previous chunk.                *)
 Decide(e) ==
     /\ ephase[e] = "run"
     /\ reb[e].step = "begin"
     /\ \A r \in Ranks : reb[e].replies[r] # "none"
     /\ LET replies == {reb[e].replies[r] : r \in Ranks}
            anyOk == "ok" \in replies
+           checked == reb[e].owed # "bad"
        IN /\ reb' = [reb EXCEPT ![e] =
-                       IF replies = {"ok"} THEN [@ EXCEPT !.step = "move"]
-                       ELSE IF anyOk THEN [@ EXCEPT !.step = "abort"]
+                       IF replies = {"ok"} /\ checked THEN [@ EXCEPT !.step = "move", !.owed = "none"]
+                       ELSE IF anyOk THEN [@ EXCEPT !.step = "abort", !.owed = "none"]
                        ELSE IdleReb]
-          /\ eshare' = [eshare EXCEPT ![e] = "refused" \notin replies]
+          /\ eshare' = [eshare EXCEPT ![e] = "refused" \notin replies /\ checked]
     /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves, eclaim>>
 
 Abort(e, r) ==
@@ -362,20 +370,33 @@ Commit(e, r) ==
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
     /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
-(* Every rank committed: check that all daemons recorded the same new       *)
-(* version with the digest of the engine's whole map.  The engine routes    *)
-(* with the moved layout either way; a failed check stops rebalancing.      *)
-Verify(e) ==
+(* Every rank has its commit reply, and no collective follows: each rank   *)
+(* routes with the moved layout and claims the next version.  Whether every *)
+(* daemon recorded that version with the digest of the engine's whole map  *)
+(* is a check owed to the next all-gather: the next chunk's (Decide) or    *)
+(* the one that ends the rebalance (Verify).  Each rank's reply carries its *)
+(* daemon's new version and digest, read here.                             *)
+Committed(e) ==
     /\ ephase[e] = "run"
     /\ reb[e].step = "commit"
     /\ \A r \in Ranks : reb[e].replies[r] \in {"committed", "commit_refused"}
     /\ LET good == /\ \A r \in Ranks : reb[e].replies[r] = "committed"
                    /\ \A r \in Ranks : dver[r] = ever[e] + 1 /\ dmap[r] = Target(e)
-       IN /\ eroute' = [eroute EXCEPT ![e] = Target(e)]
-          /\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]
-          /\ eshare' = [eshare EXCEPT ![e] = good]
-    /\ reb' = [reb EXCEPT ![e] = IdleReb]
-    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, moves, eclaim>>
+       IN reb' = [reb EXCEPT ![e] = [IdleReb EXCEPT !.owed = IF good THEN "good" ELSE "bad"]]
+    /\ eroute' = [eroute EXCEPT ![e] = Target(e)]
+    /\ ever' = [ever EXCEPT ![e] = @ + 1]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eserv, eshare, moves, eclaim>>
+
+(* The rebalance ends between chunks with a check owed: its one all-gather *)
+(* checks the last chunk's commits.  The engine routes with the moved      *)
+(* layout either way; a failed check stops rebalancing.                    *)
+Verify(e) ==
+    /\ ephase[e] = "run"
+    /\ reb[e].step = "idle"
+    /\ reb[e].owed # "none"
+    /\ eshare' = [eshare EXCEPT ![e] = reb[e].owed = "good"]
+    /\ reb' = [reb EXCEPT ![e].owed = "none"]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, moves, eclaim>>
 
 -----------------------------------------------------------------------------
 (* Warm standbys (docs/protocol.md §10).  A standby starts as any engine    *)
@@ -428,7 +449,7 @@ Park(e, r) ==
 ClaimReply(e, r) ==
     CASE Unparked(r) # {}         -> "taken"
       [] dphase[r] = "repairing"  -> "taken"
-      [] dphase[r] # "clean"      -> "dirty"
+      [] dphase[r] # "clean"      -> "refused"
       [] OTHER                    -> "granted"
 
 (* Every rank has its notice (the all-gather), the ranks before r were      *)
@@ -455,9 +476,9 @@ Claim(e, r) ==
 (* unparked engine by then, so a notice sent while the claim was answered  *)
 (* is never lost.                                                           *)
 Granted(e) == \A r \in Ranks : eclaim[e][r] = "granted"
-ClaimsEnded(e) == Granted(e) \/ \E r \in Ranks : eclaim[e][r] \in {"taken", "dirty"}
+ClaimsEnded(e) == Granted(e) \/ \E r \in Ranks : eclaim[e][r] \in {"taken", "refused"}
 PromotionFails(e) ==
-    (\E r \in Ranks : eclaim[e][r] = "dirty") \/ (Granted(e) /\ StartupFails(e))
+    (\E r \in Ranks : eclaim[e][r] = "refused") \/ (Granted(e) /\ StartupFails(e))
 
 Promote(e) ==
     /\ ephase[e] = "parked"
@@ -574,6 +595,7 @@ Next ==
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
     \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines : Committed(e)
     \/ \E e \in Engines : Verify(e)
     \/ \E e \in Engines : Crash(e)
     \/ \E r \in Ranks, e \in Engines : Detach(r, e)
@@ -593,7 +615,7 @@ EngineSteps(e) ==
     \/ \E r \in Ranks : \/ Attach(e, r) \/ Poll(e, r) \/ Timeout(e, r) \/ Fetch(e, r)
                        \/ Begin(e, r) \/ Abort(e, r) \/ Commit(e, r)
                        \/ Park(e, r) \/ Claim(e, r)
-    \/ Agree(e) \/ Decide(e) \/ Verify(e) \/ Promote(e)
+    \/ Agree(e) \/ Decide(e) \/ Committed(e) \/ Verify(e) \/ Promote(e)
     \/ \E r \in Ranks, l \in Layers : MoveLayer(e, r, l)
 
 (* Fairness: exactly what the real system guarantees, no more.              *)
@@ -721,7 +743,7 @@ SharesOnlyAdopted ==
 (* promoted on every rank.                                                  *)
 OneRole ==
     \A e \in Engines : ~Gone(e) =>
-        /\ \A r \in Ranks : eclaim[e][r] \in {"parked", "notified", "taken", "dirty"} => e \in dpark[r]
+        /\ \A r \in Ranks : eclaim[e][r] \in {"parked", "notified", "taken", "refused"} => e \in dpark[r]
         /\ \A r \in Ranks : eclaim[e][r] \in {"none", "granted"} => e \notin dpark[r]
         /\ ephase[e] # "parked" => \A r \in Ranks : eclaim[e][r] \in {"none", "granted"}
         /\ ephase[e] = "run" => \/ \A r \in Ranks : eclaim[e][r] = "none"
@@ -734,9 +756,19 @@ OnePromoted ==
     \A r \in Ranks : \A e, f \in Standbys :
         (e # f /\ ~Gone(e) /\ ~Gone(f)) => ~(eclaim[e][r] = "granted" /\ eclaim[f][r] = "granted")
 
+(* The commit check covers every chunk: a primary that still rebalances    *)
+(* shared weights, between chunks and with no failed check owed, claims     *)
+(* exactly what every daemon recorded (its version, its map: the digest).   *)
+(* The next begin carries that claim; a daemon it does not match refuses.  *)
+RebalancesOnTheRecords ==
+    \A e \in Newer :
+        (/\ ephase[e] = "run" /\ eshare[e] /\ Primary(e)
+         /\ reb[e].step = "idle" /\ reb[e].owed # "bad")
+            => \A r \in Ranks : dver[r] = ever[e] /\ dmap[r] = eroute[e]
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
-              /\ OneRole /\ OnePromoted
+              /\ OneRole /\ OnePromoted /\ RebalancesOnTheRecords
 
 (* Dirty is sticky until the daemon restarts or the operator asks for a     *)
 (* repair again.                                                            *)
@@ -773,8 +805,19 @@ ClaimsAlone ==
 (* tells a standby that the primary role is free while it repairs.          *)
 ClaimWaitsOutRepair ==
     [][\A r \in Ranks, e \in Engines :
-         /\ (eclaim[e][r] # "dirty" /\ eclaim'[e][r] = "dirty") => dphase[r] = "dirty"
+         /\ (eclaim[e][r] # "refused" /\ eclaim'[e][r] = "refused") => dphase[r] = "dirty"
          /\ (eclaim[e][r] = "parked" /\ eclaim'[e][r] = "notified") => dphase'[r] # "repairing"]_vars
+
+(* What a notice means: the daemon tells a parked standby that the primary *)
+(* role is free only when no unparked engine is attached to it and it does *)
+(* not repair, after the step that sends it.  A spurious notice would be    *)
+(* safe (the claim checks again) but costs every rank of every parked       *)
+(* standby a claim round and an all-gather.                                 *)
+NoticeOnlyWhenFree ==
+    [][\A r \in Ranks, e \in Engines :
+         (eclaim[e][r] # "notified" /\ eclaim'[e][r] = "notified") =>
+             /\ datt'[r] \ dpark'[r] = {}
+             /\ dphase'[r] # "repairing"]_vars
 
 (* A begin is busy only for a pending move or another unparked engine.     *)
 BusyOnlyByUnparked ==
@@ -800,6 +843,12 @@ TornMoveRepaired ==
     \A r \in Ranks, v \in 0..MaxMoves :
         (dphase[r] = "pending" /\ Gone(dpend[r].mover) /\ dpend[r].base = v)
             ~> (dphase[r] = "clean" /\ dver[r] = v)
+
+(* Liveness: the commit check a chunk owes is made, by the next chunk's    *)
+(* all-gather or by the one that ends the rebalance (or the engine is gone, *)
+(* its memory with it): no chunk's commit goes unchecked.                   *)
+CheckEnds ==
+    \A e \in Engines : (reb[e].owed # "none") ~> (reb[e].owed = "none")
 
 (* Liveness: a waiting engine ends started or failed.                       *)
 WaitEnds ==

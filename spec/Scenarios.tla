@@ -37,18 +37,18 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (*     plugin engine was gone (a restart);                                  *)
 (* <<"busy_by_standby", m, s>>: a begin of m answered busy while s, running, *)
 (*     is attached to that daemon (a warm standby);                          *)
-(* <<"moved_after_standby", m, s>>: after that, with s gone, m verified a   *)
-(*     committed chunk;                                                      *)
+(* <<"moved_after_standby", m, s>>: after that, with s gone, m committed a  *)
+(*     chunk on every daemon;                                                *)
 (* <<"killed_mid_move", m>>: m crashed while moving or committing;          *)
 (* <<"killed_torn", m>>: m crashed mid-move with some layer of some daemon  *)
 (*     already rewritten (the memory differs from the record);              *)
-(* <<"killed_between_chunks", m>>: m crashed idle, its last chunk verified, *)
+(* <<"killed_between_chunks", m>>: m crashed idle, its last chunk committed,*)
 (*     with the daemons' map moved in only some layers;                      *)
 (* <<"failed_on_dirty", n>>: n's startup failed on a dirty daemon;          *)
 (* <<"older_refused", o>>: an older engine's fetch was refused by a clean   *)
 (*     daemon after a move;                                                  *)
 (* <<"repaired", r, v>>: daemon r's repair ended clean, at version v;       *)
-(* <<"moved_while_parked", m, s, v>>: m verified its move to version v while *)
+(* <<"moved_while_parked", m, s, v>>: m committed its move to version v while *)
 (*     the standby s was parked on every daemon;                             *)
 (* <<"promoted", s>>: the standby s promoted (serves as primary);           *)
 (* <<"claim_taken", s>>: a claim of the standby s was taken;                 *)
@@ -116,7 +116,7 @@ Events ==
     \cup
     {<<"standby_failed_dirty", s>> :
         s \in {t \in Standbys : /\ ephase[t] = "parked" /\ ephase'[t] = "failed"
-                                /\ \E r \in Ranks : eclaim[t][r] = "dirty"}}
+                                /\ \E r \in Ranks : eclaim[t][r] = "refused"}}
 
 Track == seen' = seen \cup Events
 
@@ -131,6 +131,7 @@ Decide(e) == P!Decide(e) /\ Track
 Abort(e, r) == P!Abort(e, r) /\ Track
 MoveLayer(e, r, l) == P!MoveLayer(e, r, l) /\ Track
 Commit(e, r) == P!Commit(e, r) /\ Track
+Committed(e) == P!Committed(e) /\ Track
 Verify(e) == P!Verify(e) /\ Track
 Crash(e) == P!Crash(e) /\ Track
 Detach(r, e) == P!Detach(r, e) /\ Track
@@ -156,6 +157,7 @@ ScenarioNext ==
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
     \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines : Committed(e)
     \/ \E e \in Engines : Verify(e)
     \/ \E e \in Engines : Crash(e)
     \/ \E r \in Ranks, e \in Engines : Detach(r, e)

@@ -1,8 +1,8 @@
 """Every rank's small object, in one collective.
 
 ``torch.distributed.all_gather_object`` takes two collectives: every rank's size first, then the
-pickled objects padded to the largest. The chunk protocol all-gathers two replies a chunk (the
-begins, the commits), each a few hundred bytes, and on a loaded host each collective costs a
+pickled objects padded to the largest. The chunk protocol all-gathers once a chunk (each rank's
+begin reply with its answer to the last commit), a few hundred bytes, and on a loaded host each collective costs a
 scheduling round across the ranks. ``all_gather_small`` sends every rank's size and object in one
 fixed-size slot; when an object does not fit (a startup finding that carries a whole map), every
 rank sees it in the sizes and all of them gather the objects again with ``all_gather_object``.
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# The room for one object in the single collective: a begin or commit reply is well under 1 KiB.
+# The room for one object in the single collective: a begin reply and a commit answer are well under 1 KiB.
 INLINE_BYTES = 4096
 _SIZE_BYTES = 8
 

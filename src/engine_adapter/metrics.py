@@ -7,7 +7,8 @@ labels its series ``model_name``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` (and
 each rank process the same way, under sglang's ``sglang:`` prefix:
 
 - ``sglang:expert_layout_record_version`` (gauge): the layout version the rank routes with;
-- ``sglang:expert_layout_chunks_committed_total``: chunks every daemon recorded;
+- ``sglang:expert_layout_chunks_committed_total``: chunks this rank's daemon recorded (every daemon's
+  record is checked at the next all-gather; a failed check turns rebalancing off);
 - ``sglang:expert_layout_rebalances_paused_total{reason}``: rebalances paused (a daemon busy: the
   daemon's reason, e.g. ``other_engine_attached``);
 - ``sglang:expert_layout_begins_refused_total{reason}``: this rank's daemon refused a begin (its
@@ -57,7 +58,7 @@ class EngineMetrics:
             return made.labels(**labels) if not by else made
 
         self.record_version = gauge("record_version", "The expert-layout version this rank routes with.")
-        self.chunks_committed = counter("chunks_committed", "Rebalance chunks every daemon recorded.")
+        self.chunks_committed = counter("chunks_committed", "Rebalance chunks this rank's daemon recorded.")
         self.paused = counter(
             "rebalances_paused", "Rebalances paused because a daemon was busy, by the daemon's reason.", "reason"
         )

@@ -7,12 +7,13 @@ Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``; every step is the rank's
   (``engine_adapter.install_check``: rebalancing off); at the first rebalance the ranks all-gather
   where their weights came from (None where the loader hook never saw: unknown); the session's
   step says proceed (through the chunk protocol when it ``shares``, else sglang's own rebalance) or
-  stop.
+  stop. A rebalance whose last chunk's check is owed ends with one all-gather of the commit answers.
 - AROUND ``update_expert_location_with_recovery`` (called once per chunk): each rank sends the
-  session's begin request, all-gather, the session's step (a rank whose begin was ok sends the
-  session's abort when it does not move); then sglang's move, unchanged; a device synchronize;
-  each rank sends the session's commit request with the new rows, all-gather, the session's
-  step.
+  session's begin request, then one all-gather of the begin replies and the last chunk's commit
+  answers, the session's step (a rank whose begin was ok sends the session's abort when it does
+  not move); then sglang's move, unchanged; a device synchronize; each rank sends the session's
+  commit request with the new rows and hands its session the reply, with no collective: the next
+  all-gather checks it.
 
 A step that does not move ends the rebalance in ``_end``, the one off path: pause (the next
 rebalance retries) or stop (``disable_rebalance``, sglang's own switch, with the reason logged
@@ -80,6 +81,11 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
     finally:
         st.active_manager = None
         metrics.rebalance_ended()
+    if session.owes_check:
+        # The last chunk's commits were checked by no chunk's begin: this rebalance's one more all-gather.
+        step = session.verify(all_gather(session.owed_answer(st.rank)))
+        if step.go is not Go.PROCEED:
+            _end(st, manager, step)
 
 
 def ask_daemon(st: state.EngineLayoutState, request: LayoutRequest) -> Any:
@@ -123,8 +129,10 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
 
     t0 = time.perf_counter()
     session.begin_chunk([int(layer) for layer in kwargs["update_layer_ids"]])
-    begins = all_gather(ask_daemon(st, session.begin_request(rank)))
-    step = session.begun_all(begins)
+    # One all-gather per chunk: this chunk's begin replies and the last chunk's commit answers.
+    gathered = all_gather((ask_daemon(st, session.begin_request(rank)), session.owed_answer(rank)))
+    begins = [begin for begin, _ in gathered]
+    step = session.begun_all(begins, owed=[owed for _, owed in gathered])
     abort = session.abort_request(rank)  # None unless the chunk does not go on and this rank began it
     if abort is not None:
         ask_daemon(st, abort)
@@ -151,13 +159,13 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
         session.moved(moved_map.tolist())
     finally:
         reply = read_reply()  # read (and closed) even when the map is refused
-    step = session.committed_all(all_gather(reply))
+    session.committed(rank, reply)
+    session.chunk_committed()  # no collective: the next all-gather checks every daemon's record
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)
-    if step.go is not Go.PROCEED:
-        _end(st, manager, step)
-        raise _StopRebalance
-    st.counters.chunks_committed += 1
-    metrics.committed(session.view().version)
+    answer = session.owed_answer(rank)
+    if answer is not None and answer.ok:  # this rank's daemon recorded it; the next all-gather checks all
+        st.counters.chunks_committed += 1
+        metrics.committed(session.view().version)
     return result

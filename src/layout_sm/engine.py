@@ -396,6 +396,9 @@ class EngineView:
     moved_rows: Rows | None = None  # the engine's whole map after sglang's move of this chunk
     moved_digest: str | None = None  # its digest (the engine's own, never a daemon's word)
     commits: tuple[RankAnswer | None, ...] = ()
+    # The check the last committed chunk owes (the spec's reb[e].owed): every rank's commit answer,
+    # taken at the next all-gather (a rank's process knows its own until then); empty: none owed.
+    owed: tuple[RankAnswer | None, ...] = ()
     off: Step | None = None  # why rebalancing of shared weights is off for good
     # A warm standby (docs/protocol.md §10): StandbyMachine's state ("primary" for an engine started as one), and
     # per rank its role on that rank's daemon, in the spec's words (eclaim[e][r]; empty: a primary).
@@ -423,6 +426,7 @@ class EngineView:
             mode=None if self.mode is None else self.mode.bare(),
             begins=tuple(None if a is None else RankAnswer(a.status, text="") for a in self.begins),
             commits=tuple(None if a is None else a.without_text() for a in self.commits),
+            owed=tuple(None if a is None else a.without_text() for a in self.owed),
             off=None,
         )
 

@@ -93,8 +93,9 @@ class RebalanceMachine(StateMachine):
     first: it fails safe); ``install_checked`` turns it off when sglang did not apply every hook of
     the plugin. Each rebalance of sglang's EPLB is a ``rebalance_round``: the off step again, the
     mode, or a pause while a warm standby is not the primary (BeginChunk's ``Primary(e)``). Then the
-    spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end of sglang's move (``move``), Commit
-    and Verify.
+    spec's BeginChunk (``chunk``), Begin, Decide, Abort, the end of sglang's move (``move``), Commit,
+    Committed (no collective: the check of the commits is owed) and Verify, the all-gather that ends a
+    rebalance with a check owed (otherwise the next chunk's Decide makes it).
     """
 
     starting = State(initial=True)
@@ -135,10 +136,11 @@ class RebalanceMachine(StateMachine):
     )
     chunk = idle.to(beginning, cond="acts_as_primary", on="take_chunk")
     begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
+    owed_gathered = beginning.to.itself(internal=True, on="take_owed") | idle.to.itself(internal=True, on="take_owed")
     decide = (
-        beginning.to(moving, cond="every_rank_began and all_ok", on="proceed")
-        | beginning.to(aborting, cond="every_rank_began and any_refused and any_ok", on="stop_after_aborts")
-        | beginning.to(off, cond="every_rank_began and any_refused", on="stop")
+        beginning.to(moving, cond="every_rank_began and all_ok and owed_checks", on="proceed")
+        | beginning.to(aborting, cond="every_rank_began and stops_for_good and any_ok", on="stop_after_aborts")
+        | beginning.to(off, cond="every_rank_began and stops_for_good", on="stop")
         | beginning.to(aborting, cond="every_rank_began and any_ok", on="pause_after_aborts")
         | beginning.to(idle, cond="every_rank_began", on="pause")
     )
@@ -149,8 +151,9 @@ class RebalanceMachine(StateMachine):
     )
     move = moving.to(committing, on="take_moved")
     commit = committing.to.itself(internal=True, cond="to_commit", on="take_commit")
-    verify = committing.to(idle, cond="every_rank_committed and good", on="keep_verified") | committing.to(
-        off, cond="every_rank_committed", on="refuse_unverified"
+    committed = committing.to(idle, cond="commit_answered", on="owe_check")
+    verify = idle.to.itself(internal=True, cond="check_owed and owed_checks", on="keep_verified") | idle.to(
+        off, cond="check_owed", on="refuse_unverified"
     )
 
 

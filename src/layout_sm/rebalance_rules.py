@@ -1,5 +1,5 @@
 """The rebalance machine's guards and actions (docs/protocol.md §6): how the engine rebalances,
-then the spec's BeginChunk ... Verify."""
+then the spec's BeginChunk ... Committed, Verify."""
 
 from __future__ import annotations
 
@@ -66,8 +66,22 @@ class RebalanceRules(EngineModel):
         return any(a is not None and a.ok for a in self.view.begins)
 
     def any_refused(self) -> bool:
-        """Decide: ``eshare' = "refused" \\notin replies`` (no readable reply counts as refused)."""
+        """Decide: ``"refused" \\in replies`` (no readable reply counts as refused)."""
         return any(a is not None and a.refused for a in self.view.begins)
+
+    def owed_checks(self) -> bool:
+        """Decide and Verify: ``reb[e].owed # "bad"``: nothing owed, or every daemon recorded the
+        engine's claim for the last chunk: the version it routes with and the digest of its whole map."""
+        v = self.view
+        return all(a is not None and a.ok and a.version == v.version and a.digest == v.digest for a in v.owed)
+
+    def stops_for_good(self) -> bool:
+        """Decide: ``eshare' = "refused" \\notin replies /\\ checked``: a refusal, or a failed check."""
+        return self.any_refused() or not self.owed_checks()
+
+    def check_owed(self) -> bool:
+        """Verify: ``reb[e].owed # "none"``."""
+        return bool(self.view.owed)
 
     def began_here(self, rank: int) -> bool:
         """Abort: ``reb[e].replies[r] = "ok"`` (and not aborted yet)."""
@@ -88,15 +102,11 @@ class RebalanceRules(EngineModel):
         answer = v.begins[rank]
         return answer is not None and answer.ok and v.commits[rank] is None
 
-    def every_rank_committed(self) -> bool:
-        """Verify: ``\\A r : reb[e].replies[r] \\in {"committed", "commit_refused"}``."""
-        return all(a is not None for a in self.view.commits)
-
-    def good(self) -> bool:
-        """Verify: every daemon committed, at ``ever[e] + 1``, the engine's own map (its digest)."""
-        v = self.view
-        want = v.version + 1
-        return all(a is not None and a.ok and a.version == want and a.digest == v.moved_digest for a in v.commits)
+    def commit_answered(self) -> bool:
+        """Committed: ``\\A r : reb[e].replies[r] \\in {"committed", "commit_refused"}``. A rank's process
+        knows its own answer (the others' come with the next all-gather); the mirror's one session,
+        every rank's (it takes Committed only then, as the spec does)."""
+        return any(a is not None for a in self.view.commits)
 
     # -- rebalance actions ---------------------------------------------------------------
 
@@ -187,16 +197,26 @@ class RebalanceRules(EngineModel):
     def _answers(self, answers: Sequence[RankAnswer | None], keep: Callable[[RankAnswer], bool]) -> str:
         return "; ".join(f"rank {rank}: {a.text}" for rank, a in enumerate(answers) if a is not None and keep(a))
 
+    def take_owed(self, answers: Sequence[RankAnswer | None]) -> None:
+        """Every rank's answer to the last chunk's commit, all-gathered with this chunk's begin replies
+        or at the end of the rebalance; nothing is taken while no check is owed."""
+        if self.view.owed:
+            self._set(owed=tuple(RankAnswer.of(a) for a in answers))
+
     def proceed(self) -> Step:
+        self._set(owed=())
         return Step.proceed(Reason.BEGUN, "every daemon accepted the move")
 
     def _refused(self) -> Step:
-        detail = self._answers(self.view.begins, lambda a: a.refused)
-        step = Step.stop(
-            Reason.BEGIN_REFUSED,
-            f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
-        )
-        self._set(shares=False, off=step)
+        if self.owed_checks():
+            detail = self._answers(self.view.begins, lambda a: a.refused)
+            step = Step.stop(
+                Reason.BEGIN_REFUSED,
+                f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
+            )
+        else:
+            step = self._unverified()
+        self._set(shares=False, off=step, owed=())
         return step
 
     def stop_after_aborts(self) -> Step:
@@ -207,6 +227,7 @@ class RebalanceRules(EngineModel):
 
     def _busy(self) -> Step:
         detail = self._answers(self.view.begins, lambda a: a.status is Status.BUSY)
+        self._set(owed=())
         return Step.pause(Reason.BEGIN_BUSY, f"rebalance paused, the next interval retries ({detail})")
 
     def pause_after_aborts(self) -> Step:
@@ -233,31 +254,43 @@ class RebalanceRules(EngineModel):
     def take_commit(self, rank: int, answer: RankAnswer) -> None:
         self._set(commits=_put(self.view.commits, rank, answer))
 
-    def _route_moved(self, version: int, off: Step | None) -> None:
+    def owe_check(self) -> Step:
+        """Committed: route with the moved map and claim the next version, the commit answers kept
+        as the check owed to the next all-gather. Either way the engine routes with the moved map:
+        sglang moved its experts."""
         v = self.view
-        self._set(rows=v.moved_rows, version=version, digest=v.moved_digest, off=off, shares=off is None)
+        version = v.version + 1
+        self._set(rows=v.moved_rows, version=version, digest=v.moved_digest, owed=v.commits)
         self._end_chunk()
+        return Step.proceed(
+            Reason.COMMITTED, f"committed at version {version}; the next all-gather checks every daemon"
+        )
 
     def keep_verified(self) -> Step:
-        version = self.view.version + 1
-        self._route_moved(version, None)
-        return Step.proceed(Reason.COMMITTED, f"every daemon recorded version {version}")
+        self._set(owed=())
+        return Step.proceed(Reason.COMMITTED, f"every daemon recorded version {self.view.version}")
 
     def refuse_unverified(self) -> Step:
+        step = self._unverified()
+        self._set(off=step, shares=False, owed=())
+        return step
+
+    def _unverified(self) -> Step:
+        """Why the owed check failed: the commits that were not recorded, or the daemons whose record
+        differs from the engine's claim (its version, the digest of its whole map)."""
         v = self.view
         problems = []
-        for rank, answer in enumerate(v.commits):
-            assert answer is not None
-            if not answer.ok:
-                problems.append(f"rank {rank}: commit not recorded ({answer.text})")
-            elif answer.digest != v.moved_digest:
+        for rank, answer in enumerate(v.owed):
+            if answer is None or not answer.ok:
+                problems.append(f"rank {rank}: commit not recorded ({'no reply' if answer is None else answer.text})")
+            elif answer.digest != v.digest:
                 problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
-        versions = sorted({a.version for a in v.commits if a is not None and a.ok}, key=str)
+        versions = sorted({a.version for a in v.owed if a is not None and a.ok}, key=str)
         if not problems and len(versions) != 1:
             problems.append(f"daemons report different versions {versions}")
         elif not problems:
-            problems.append(f"daemons report version {versions[0]}, expected {v.version + 1}")
-        step = Step.stop(
+            problems.append(f"daemons report version {versions[0]}, expected {v.version}")
+        return Step.stop(
             Reason.COMMIT_UNVERIFIED,
             "expert move committed inconsistently: "
             + "; ".join(problems)
@@ -265,8 +298,6 @@ class RebalanceRules(EngineModel):
             "engine on them.",
             Severity.ERROR,
         )
-        self._route_moved(v.version, step)  # the engine routes with the moved map either way
-        return step
 
     def _end_chunk(self) -> None:
         nothing = (None,) * self.view.num_ranks

@@ -15,9 +15,11 @@ the session too:
   refusal; ``loaded_all`` takes the ranks' gathered load results;
 - rebalance (§6): ``install_checked`` (hooks sglang did not apply turn it off), ``start_rebalance``
   and each ``rebalance`` say move (``shares``: through the chunk protocol; otherwise sglang's own),
-  pause (a warm standby) or stop; per chunk the begin request of each rank,
-  then ``begun_all``: proceed, pause or stop (``abort_request`` for a rank whose begin was ok), the
-  commit request of each rank with its rows, and ``committed_all``: proceed or stop;
+  pause (a warm standby) or stop; per chunk the begin request of each rank, then ``begun_all``
+  (with the last chunk's ``owed_answer`` of every rank: one all-gather checks that chunk and
+  begins this one): proceed, pause or stop (``abort_request`` for a rank whose begin was ok); the
+  commit request of each rank with its rows, ``committed`` and ``chunk_committed`` (no
+  collective); at the end of a rebalance that ``owes_check``, ``verify``: proceed or stop;
 - a warm standby (§10): the rank that parks next (``next_to_park``) and its park request; the
   gathered notices (``noticed_all``): claim or wait; the rank that claims next (``next_to_claim``,
   None once the round ended) and its claim request; ``promote``.
@@ -256,9 +258,15 @@ class EngineSession:
         """Rank ``rank``'s daemon answered its begin (None: no reply)."""
         self._answered("begin", rank, reply)
 
-    def begun_all(self, replies: Sequence[AnyReply]) -> Step:
-        """Every rank's begin reply (all-gathered, in rank order), then ``decide``."""
-        return self._all_answered("begin", replies, "decide")
+    def begun_all(self, replies: Sequence[AnyReply], owed: Sequence[RankAnswer | None] | None = None) -> Step:
+        """Every rank's begin reply (all-gathered, in rank order), then ``decide``. ``owed``: every
+        rank's ``owed_answer``, gathered in the same all-gather (the last chunk's commits, checked
+        here); None where the caller's session holds every rank's already (the mirror's)."""
+        for rank, reply in enumerate(replies):
+            self._answered("begin", rank, reply)
+        if owed is not None:
+            self._fire(self._rebalance, "owed_gathered", answers=tuple(owed))
+        return self._fire(self._rebalance, "decide")
 
     def decide(self) -> Step:
         """Move, or abort the ranks whose begin was ok and pause (busy) or stop (refused)."""
@@ -320,25 +328,36 @@ class EngineSession:
         )
 
     def committed(self, rank: int, reply: AnyReply) -> None:
+        """Rank ``rank``'s daemon answered its commit (None: no reply)."""
         self._answered("commit", rank, reply)
 
-    def committed_all(self, replies: Sequence[AnyReply]) -> Step:
-        """Every rank's commit reply (all-gathered, in rank order), then ``verify``."""
-        return self._all_answered("commit", replies, "verify")
+    def chunk_committed(self) -> Step:
+        """The chunk ends with no collective: route with the moved map and claim the next version;
+        the check of every daemon's record is owed to the next all-gather (``begun_all``'s, or
+        ``verify``'s at the end of the rebalance). Always proceeds: the ranks decide together."""
+        return self._fire(self._rebalance, "committed")
 
-    def verify(self) -> Step:
-        """Every daemon recorded the engine's whole new map at one new version (move), or
-        rebalancing is off (stop). The engine routes with the moved map either way."""
+    @property
+    def owes_check(self) -> bool:
+        """A committed chunk's check is owed: the rebalance ends with ``verify``'s all-gather."""
+        return bool(self.model.view.owed)
+
+    def owed_answer(self, rank: int) -> RankAnswer | None:
+        """What rank ``rank`` brings to the next all-gather: its own answer to the last commit (None:
+        no check is owed)."""
+        owed = self.model.view.owed
+        return owed[rank] if owed else None
+
+    def verify(self, owed: Sequence[RankAnswer | None] | None = None) -> Step:
+        """The rebalance's end, with a check owed: every daemon recorded the engine's whole map at the
+        version it claims (proceed), or rebalancing is off (stop). The engine routes with the moved
+        map either way. ``owed`` as for ``begun_all``."""
+        if owed is not None:
+            self._fire(self._rebalance, "owed_gathered", answers=tuple(owed))
         return self._fire(self._rebalance, "verify")
 
     def _answered(self, event: str, rank: int, reply: AnyReply) -> None:
         self._fire(self._rebalance, event, rank=rank, answer=RankAnswer.of(reply))
-
-    def _all_answered(self, event: str, replies: Sequence[AnyReply], then: str) -> Step:
-        """Every rank's reply to its ``event`` request, in rank order, then the step ``then`` decides."""
-        for rank, reply in enumerate(replies):
-            self._answered(event, rank, reply)
-        return self._fire(self._rebalance, then)
 
     # -- a warm standby (docs/protocol.md §10) -----------------------------------------------
 

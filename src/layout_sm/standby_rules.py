@@ -78,11 +78,11 @@ class StandbyRules(EngineModel):
 
     def claims_ended(self) -> bool:
         """``ClaimsEnded(e)``: every rank granted, or a claim taken or refused (the ranks claim in order)."""
-        return self.all_granted() or any(c in ("taken", "dirty") for c in self.view.claims)
+        return self.all_granted() or any(c in ("taken", "refused") for c in self.view.claims)
 
     def claim_refused(self) -> bool:
         """``PromotionFails``: a daemon refused the claim (dirty, repairing, no record)."""
-        return "dirty" in self.view.claims
+        return "refused" in self.view.claims
 
     def take_standby_role(self) -> Step:
         """The engine starts as a warm standby (``SGLANG_EXPERT_LAYOUT_ROLE=standby``): parked nowhere yet."""
@@ -117,7 +117,7 @@ class StandbyRules(EngineModel):
             try:
                 record = LayoutRecord.from_wire(parsed.data.get("record"))
             except (ValueError, TypeError) as error:
-                self._set(claims=_put(self.view.claims, rank, "dirty"))
+                self._set(claims=_put(self.view.claims, rank, "refused"))
                 return Step.stop(Reason.UNREADABLE, f"rank {rank}: the granted record is invalid: {error}")
             finding = RankFinding(rank, "record", record)
             self._set(claims=_put(self.view.claims, rank, "granted"), findings=_put(self.view.findings, rank, finding))
@@ -125,12 +125,12 @@ class StandbyRules(EngineModel):
         if parsed is not None and parsed.status is Status.BUSY:
             self._set(claims=_put(self.view.claims, rank, "taken"))
             return Step.pause(parsed.reason, f"rank {rank}: {parsed.message}")
-        self._set(claims=_put(self.view.claims, rank, "dirty"))
+        self._set(claims=_put(self.view.claims, rank, "refused"))
         why = str(parsed) if parsed is not None else f"no usable reply ({reply!r})"
         return Step.stop(_reason_of(reply), f"rank {rank}: claim refused: {why}", Severity.ERROR)
 
     def fail_promotion(self) -> Step:
-        refused = [r for r, c in enumerate(self.view.claims) if c == "dirty"]
+        refused = [r for r, c in enumerate(self.view.claims) if c == "refused"]
         if refused:
             return self._fail(Reason.DIRTY, f"the standby cannot take over: the daemons of ranks {refused} refused "
                               f"the claim (see each rank's claim reply); {REPAIR_OR_RESTART}")  # fmt: skip

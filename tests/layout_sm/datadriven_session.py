@@ -27,7 +27,8 @@ Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rot
   abort R                                  rank R aborted its begun move
   move [map=moved]                         sglang moved the chunk: the engine's whole new map
   commit R ok [version=N] [map=moved] | refused | none
-  verify
+  committed                                the chunk ends: route moved, claim the next version, owe the check
+  verify                                   the all-gather that ends a rebalance checks what is owed
   session ranks=2 standby                  a warm standby E (issue 18)
   park R [notified]                        rank R's park reply (notified: it is the notice)
   notice R                                 rank R's daemon wrote the notice on its attach connection
@@ -138,6 +139,8 @@ class SessionRunner:
         if command == "commit":
             session.committed(rank, self._commit_reply(what, session, args))
             return "answered"
+        if command == "committed":
+            return _render_step(session.chunk_committed())
         if command == "verify":
             return _render_step(session.verify())
         if command == "park":
@@ -275,4 +278,6 @@ def _render_state(session: EngineSession) -> str:
             line += f" aborted={sorted(v.aborted)}"
         if any(a is not None for a in v.commits):
             line += f" commits=[{','.join(_render_answer(a) for a in v.commits)}]"
+    if v.owed:
+        line += f" owed=[{','.join(_render_answer(a) for a in v.owed)}]"
     return line

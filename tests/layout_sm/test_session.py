@@ -4,6 +4,7 @@ python-statemachine's own engine on the same classes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
 import pytest
@@ -70,6 +71,7 @@ def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
         request = session.commit_request(rank)
         assert request.rows == (MOVED[0],) and request.session == f"sA{rank}"
         session.committed(rank, daemon.commit_move(request))
+    assert session.chunk_committed().go is Go.PROCEED and session.owes_check
     verdict = session.verify()
     view = session.view()
     assert verdict.go is Go.PROCEED and verdict.reason is Reason.COMMITTED
@@ -99,6 +101,7 @@ def test_a_commit_sent_before_the_move_is_taken_is_the_same_commit(statemachine:
         early.commit_request(0, MOVED)  # once the move is taken, the commit is built from it
     for rank, daemon in enumerate(early_daemons):
         early.committed(rank, daemon.commit_move(sent[rank]))
+    early.chunk_committed()
     assert early.verify().reason is Reason.COMMITTED and early.view().rows == MOVED
 
 
@@ -112,6 +115,7 @@ def test_a_map_changed_after_its_commit_went_out_fails_the_verification(statemac
     session.moved(((0, 1, 3, 2), MOVED[1]))  # not the rows that went out
     for rank, daemon in enumerate(daemons):
         session.committed(rank, daemon.commit_move(sent[rank]))
+    session.chunk_committed()
     verdict = session.verify()
     assert verdict.go is Go.STOP and verdict.reason is Reason.COMMIT_UNVERIFIED
 
@@ -165,6 +169,7 @@ def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_la
         session.agree()  # a rank still waits
     mover.moved(MOVED)
     mover.committed(0, daemon.commit_move(mover.commit_request(0)))
+    mover.chunk_committed()
     assert mover.verify().go is Go.PROCEED
     assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.PROCEED
     step = session.agree()
@@ -407,3 +412,74 @@ def test_the_diagrams_are_drawn_from_the_declarations() -> None:
     assert "good" in drawn["rebalance_machine"] and "records_differ" in drawn["startup_machine"]
     assert set(drawn) == {"daemon_machine", "startup_machine", "rebalance_machine", "standby_machine"}
     assert "parked" in drawn["standby_machine"]
+
+
+def _ranks_of(session: EngineSession) -> list[EngineSession]:
+    """One session per rank, as every rank process keeps its own (the same view after startup)."""
+    sessions = [session]
+    for _ in range(1, session.view().num_ranks):
+        other = EngineSession(session.view().engine_id, session.view().num_ranks, ENGINE)
+        other.restore(session.view())
+        sessions.append(other)
+    return sessions
+
+
+def _one_collective_chunk(
+    sessions: list[EngineSession], daemons: list[DaemonMachine], layers: list[int], rows_of: object = None
+):  # type: ignore[no-untyped-def]
+    """A chunk as the adapter runs it: each rank's begin, one all-gather of the begin replies with the
+    last chunk's commit answers, the move, each rank's commit with no collective after it."""
+    for s in sessions:
+        assert s.rebalance().go is Go.PROCEED
+        s.begin_chunk(layers)
+    pairs = enumerate(zip(sessions, daemons, strict=True))
+    gathered = [(d.begin_move(s.begin_request(r)), s.owed_answer(r)) for r, (s, d) in pairs]
+    steps = [s.begun_all([b for b, _ in gathered], owed=[o for _, o in gathered]) for s in sessions]
+    assert len({(step.go, step.reason) for step in steps}) == 1  # every rank decides the same
+    if steps[0].go is not Go.PROCEED:
+        for r, (s, d) in enumerate(zip(sessions, daemons, strict=True)):
+            abort = s.abort_request(r)
+            if abort is not None:
+                d.abort_move(abort)
+            s.aborted_all()
+        return steps[0]
+    for r, (s, d) in enumerate(zip(sessions, daemons, strict=True)):
+        s.moved(MOVED)
+        request = s.commit_request(r)
+        if rows_of is not None and r == 1:
+            request = replace(request, rows=((0, 1, 2),))  # rows the daemon refuses: the move stays pending
+        s.committed(r, d.commit_move(request))
+        assert s.chunk_committed().go is Go.PROCEED  # no collective: it always goes on
+    return steps[0]
+
+
+def test_the_commit_check_rides_the_next_begin_and_the_rebalance_end() -> None:
+    """One all-gather per chunk: each rank knows only its own commit answer until the next chunk's
+    begin gathers every rank's; the rebalance's end gathers them once more."""
+    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
+    sessions = _ranks_of(_started(daemons))
+    assert _one_collective_chunk(sessions, daemons, [0]).go is Go.PROCEED
+    assert [s.view().owed[1 - r] for r, s in enumerate(sessions)] == [None, None]  # the peers' are owed
+    assert all(s.owes_check and s.view().version == 1 for s in sessions)
+    assert _one_collective_chunk(sessions, daemons, [1]).go is Go.PROCEED
+    owed = [s.owed_answer(r) for r, s in enumerate(sessions)]
+    assert all(s.verify(owed).go is Go.PROCEED and not s.owes_check for s in sessions)
+    assert all(s.view().version == 2 and s.shares for s in sessions)
+    assert all(d.view().record.version == 2 and d.view().record.digest == sessions[0].view().digest for d in daemons)
+
+
+def test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending() -> None:
+    """A daemon that refused a commit keeps the move pending and refuses the next begin (its rule for
+    the engine's own pending move); the gathered check fails: the ranks that began abort, and
+    rebalancing is off with the commit's reason."""
+    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
+    sessions = _ranks_of(_started(daemons))
+    assert _one_collective_chunk(sessions, daemons, [0], rows_of="bad").go is Go.PROCEED
+    assert daemons[1].view().phase == "pending"
+    step = _one_collective_chunk(sessions, daemons, [1])
+    assert (
+        step.go is Go.STOP and step.reason is Reason.COMMIT_UNVERIFIED and "rank 1: commit not recorded" in step.message
+    )
+    assert all(s.view().rebalance == "off" and not s.shares and not s.owes_check for s in sessions)
+    assert daemons[0].view().phase == "clean" and daemons[0].view().record.version == 1  # rank 0's begin aborted
+    assert daemons[1].view().phase == "pending" and daemons[1].view().pending.layers == (0,)

@@ -271,6 +271,17 @@ class RealSystem:
         if reply.ok != (want == "committed"):
             raise Mismatch(f"Commit({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
+    def do_Committed(self, before: Record, after: Record, e: Any) -> None:
+        eng = self.engine(e)
+        eng.steps.chunk_committed()
+        view = eng.steps.view()
+        want = after["reb"][e]["owed"]
+        good = all(a is not None and a.ok and a.version == view.version and a.digest == view.digest for a in view.owed)
+        if (want == "good") != good or view.version != after["ever"][e]:
+            check = "passes" if good else "fails"
+            raise Mismatch(f"Committed({eng.name}): the session claims version {view.version} with a check that "
+                           f"{check}; the spec's ever is {after['ever'][e]}, owed {want!r}")  # fmt: skip
+
     def do_Verify(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
         verdict = eng.steps.verify()

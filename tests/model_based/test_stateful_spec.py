@@ -120,6 +120,7 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     Abort = _action_rule("Abort")
     MoveLayer = _action_rule("MoveLayer")
     Commit = _action_rule("Commit")
+    Committed = _action_rule("Committed")
     Verify = _action_rule("Verify")
     Crash = _action_rule("Crash")
     Detach = _action_rule("Detach")

@@ -10,7 +10,7 @@ clone (``../shared/tlc/``), the mirror is held against them too.
 State: a tuple of the 15 spec variables in declaration order; engine- and rank-indexed
 functions are tuples (index = engine position in the .cfg, rank - 1); a finding is
 ``(found, fver, fmap)``, a pending move ``(mover, layers, base)`` or None, a rebalance
-``(step, chunk, replies)``.
+``(step, chunk, replies, owed)``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class SpecOracle:
         self.E = m.engines
         self.initial_map = (0,) * m.num_layers
         self.no_finding = ("nothing", 0, self.initial_map)
-        self.idle = ("idle", frozenset(), ("none",) * self.R)
+        self.idle = ("idle", frozenset(), ("none",) * self.R, "none")
 
     # -- helpers of the spec --------------------------------------------------------------
 
@@ -174,7 +174,7 @@ class SpecOracle:
         if s[EPHASE][i] != "run" or not s[ESHARE][i] or s[REB][i][0] != "idle" or s[MOVES] >= self.m.max_moves:
             return None
         t = list(s)
-        t[REB] = _set(s[REB], i, ("begin", c, ("none",) * self.R))
+        t[REB] = _set(s[REB], i, ("begin", c, ("none",) * self.R, s[REB][i][3]))
         t[MOVES] = s[MOVES] + 1
         return tuple(t)
 
@@ -191,34 +191,35 @@ class SpecOracle:
         return "ok"
 
     def Begin(self, s: State, i: int, r: int) -> State | None:
-        step, chunk, replies = s[REB][i]
+        step, chunk, replies, owed = s[REB][i]
         if s[EPHASE][i] != "run" or step != "begin" or replies[r] != "none" or "none" in replies[:r]:
             return None
         word = self.begin_reply(s, i, r)
         t = list(s)
-        t[REB] = _set(s[REB], i, (step, chunk, _set(replies, r, word)))
+        t[REB] = _set(s[REB], i, (step, chunk, _set(replies, r, word), owed))
         if word == "ok":
             t[DPHASE] = _set(s[DPHASE], r, "pending")
             t[DPEND] = _set(s[DPEND], r, (self.E[i], chunk, s[DVER][r]))
         return tuple(t)
 
     def Decide(self, s: State, i: int) -> State | None:
-        step, chunk, replies = s[REB][i]
+        step, chunk, replies, owed = s[REB][i]
         if s[EPHASE][i] != "run" or step != "begin" or "none" in replies:
             return None
         words = set(replies)
+        checked = owed != "bad"
         t = list(s)
-        if words == {"ok"}:
-            t[REB] = _set(s[REB], i, ("move", chunk, replies))
+        if words == {"ok"} and checked:
+            t[REB] = _set(s[REB], i, ("move", chunk, replies, "none"))
         elif "ok" in words:
-            t[REB] = _set(s[REB], i, ("abort", chunk, replies))
+            t[REB] = _set(s[REB], i, ("abort", chunk, replies, "none"))
         else:
             t[REB] = _set(s[REB], i, self.idle)
-        t[ESHARE] = _set(s[ESHARE], i, "refused" not in words)
+        t[ESHARE] = _set(s[ESHARE], i, "refused" not in words and checked)
         return tuple(t)
 
     def Abort(self, s: State, i: int, r: int) -> State | None:
-        step, chunk, replies = s[REB][i]
+        step, chunk, replies, owed = s[REB][i]
         if s[EPHASE][i] != "run" or step != "abort" or replies[r] != "ok" or "ok" in replies[:r]:
             return None
         t = list(s)
@@ -227,11 +228,11 @@ class SpecOracle:
         if all(replies[q] != "ok" for q in range(self.R) if q != r):
             t[REB] = _set(s[REB], i, self.idle)
         else:
-            t[REB] = _set(s[REB], i, (step, chunk, _set(replies, r, "aborted")))
+            t[REB] = _set(s[REB], i, (step, chunk, _set(replies, r, "aborted"), owed))
         return tuple(t)
 
     def MoveLayer(self, s: State, i: int, r: int, layer: int) -> State | None:
-        step, chunk, _ = s[REB][i]
+        step, chunk, _, _ = s[REB][i]
         if s[EPHASE][i] != "run" or step != "move" or layer not in chunk:
             return None
         target = self.target(s, i)
@@ -244,7 +245,7 @@ class SpecOracle:
         return tuple(t)
 
     def Commit(self, s: State, i: int, r: int) -> State | None:
-        step, chunk, replies = s[REB][i]
+        step, chunk, replies, owed = s[REB][i]
         if s[EPHASE][i] != "run" or step not in ("move", "commit") or replies[r] != "ok" or "ok" in replies[:r]:
             return None
         target = self.target(s, i)
@@ -258,11 +259,11 @@ class SpecOracle:
             t[DVER] = _set(s[DVER], r, s[DVER][r] + 1)
             t[DMAP] = _set(s[DMAP], r, target)
             t[DPEND] = _set(s[DPEND], r, None)
-        t[REB] = _set(s[REB], i, ("commit", chunk, _set(replies, r, "committed" if ok else "commit_refused")))
+        t[REB] = _set(s[REB], i, ("commit", chunk, _set(replies, r, "committed" if ok else "commit_refused"), owed))
         return tuple(t)
 
-    def Verify(self, s: State, i: int) -> State | None:
-        step, _, replies = s[REB][i]
+    def Committed(self, s: State, i: int) -> State | None:
+        step, _, replies, _ = s[REB][i]
         if s[EPHASE][i] != "run" or step != "commit" or any(w not in ("committed", "commit_refused") for w in replies):
             return None
         target = self.target(s, i)
@@ -270,10 +271,18 @@ class SpecOracle:
             s[DVER][r] == s[EVER][i] + 1 and s[DMAP][r] == target for r in range(self.R)
         )
         t = list(s)
+        t[REB] = _set(s[REB], i, (*self.idle[:3], "good" if good else "bad"))
         t[EROUTE] = _set(s[EROUTE], i, target)
-        t[EVER] = _set(s[EVER], i, s[EVER][i] + 1 if good else s[EVER][i])
-        t[ESHARE] = _set(s[ESHARE], i, good)
-        t[REB] = _set(s[REB], i, self.idle)
+        t[EVER] = _set(s[EVER], i, s[EVER][i] + 1)
+        return tuple(t)
+
+    def Verify(self, s: State, i: int) -> State | None:
+        step, chunk, replies, owed = s[REB][i]
+        if s[EPHASE][i] != "run" or step != "idle" or owed == "none":
+            return None
+        t = list(s)
+        t[ESHARE] = _set(s[ESHARE], i, owed == "good")
+        t[REB] = _set(s[REB], i, (step, chunk, replies, "none"))
         return tuple(t)
 
     def Crash(self, s: State, i: int) -> State | None:
@@ -316,7 +325,7 @@ class SpecOracle:
         inst: list[tuple[str, tuple[Any, ...], tuple[Any, ...]]] = []
         for name in ("Attach", "Poll", "Timeout", "Fetch", "Begin", "Abort", "Commit"):
             inst += [(name, (i, r), (self.E[i], r + 1)) for i in E for r in R]
-        for name in ("Agree", "Decide", "Verify", "Crash"):
+        for name in ("Agree", "Decide", "Committed", "Verify", "Crash"):
             inst += [(name, (i,), (self.E[i],)) for i in E]
         inst += [("BeginChunk", (i, c), (self.E[i], c)) for i in E for c in chunks]
         inst += [("MoveLayer", (i, r, k), (self.E[i], r + 1, k)) for i in E for r in R for k in self.m.layers]
@@ -348,7 +357,7 @@ class SpecOracle:
             tuple(frozenset(ModelValue(e) for e in a) for a in s[DATT]), s[DNF], s[TRUTH],
             fn(s[EPHASE]), fn(tuple(tuple(finding(f) for f in fs) for fs in s[EFIND])), fn(s[EROUTE]),
             fn(s[EVER]), fn(s[ESERV]), fn(s[ESHARE]),
-            fn(tuple(Record(step=b[0], chunk=b[1], replies=b[2]) for b in s[REB])), s[MOVES],
+            fn(tuple(Record(step=b[0], chunk=b[1], replies=b[2], owed=b[3]) for b in s[REB])), s[MOVES],
             # dpark, eclaim: the oracle leaves out the warm standbys and runs on models without
             # one, where they keep their initial values.
             tuple(frozenset() for _ in range(self.R)), fn(tuple(("none",) * self.R for _ in self.E)),

@@ -112,7 +112,7 @@ def SharesOnlyAdopted(m: Model, s: Vars) -> bool:
     return all(f["found"] == "record" for e in m.newer if s.eshare[e] for f in s.efind[e])
 
 
-_PARKED_CLAIMS = ("parked", "notified", "taken", "dirty")
+_PARKED_CLAIMS = ("parked", "notified", "taken", "refused")
 
 
 def OneRole(m: Model, s: Vars) -> bool:
@@ -138,6 +138,20 @@ def OnePromoted(m: Model, s: Vars) -> bool:
     return all(sum(s.eclaim[e][r - 1] == "granted" for e in live) <= 1 for r in m.ranks)
 
 
+def RebalancesOnTheRecords(m: Model, s: Vars) -> bool:
+    for e in m.newer:
+        primary = e not in m.standbys or all(c == "granted" for c in s.eclaim[e])
+        reb = s.reb[e]
+        between_chunks = s.ephase[e] == "run" and s.eshare[e] and primary and reb["step"] == "idle"
+        if (
+            between_chunks
+            and reb["owed"] != "bad"
+            and any(s.dver[r] != s.ever[e] or s.dmap[r] != s.eroute[e] for r in range(m.num_ranks))
+        ):
+            return False
+    return True
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
@@ -149,6 +163,7 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "SharesOnlyAdopted": SharesOnlyAdopted,
     "OneRole": OneRole,
     "OnePromoted": OnePromoted,
+    "RebalancesOnTheRecords": RebalancesOnTheRecords,
 }
 
 
@@ -201,11 +216,19 @@ def ClaimWaitsOutRepair(m: Model, s: StepView, t: StepView, action: str) -> bool
     for i in range(len(m.engines)):
         for r in m.ranks:
             before, after = s[8][i][r - 1], t[8][i][r - 1]
-            if before != "dirty" and after == "dirty" and s[0][r - 1] != "dirty":
+            if before != "refused" and after == "refused" and s[0][r - 1] != "dirty":
                 return False
             if before == "parked" and after == "notified" and t[0][r - 1] == "repairing":
                 return False
     return True
+
+
+def NoticeOnlyWhenFree(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[8][i][r - 1] != "notified" and t[8][i][r - 1] == "notified" and (t[4][r - 1] or t[0][r - 1] == "repairing")
+        for i in range(len(m.engines))
+        for r in m.ranks
+    )
 
 
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
@@ -215,6 +238,7 @@ ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] =
     "ClaimsAlone": ClaimsAlone,
     "BusyOnlyByUnparked": BusyOnlyByUnparked,
     "ClaimWaitsOutRepair": ClaimWaitsOutRepair,
+    "NoticeOnlyWhenFree": NoticeOnlyWhenFree,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
@@ -225,6 +249,7 @@ LIVENESS = (
     "FindingsAgreedServes",
     "PendingEnds",
     "LiveMoveFreesDaemon",
+    "CheckEnds",
     "RepairEnds",
     "TornMoveRepaired",
     "StandbyTakesOver",

@@ -39,6 +39,7 @@ from tools.mirror.check_spec import WITNESSES, find_jar, parse_stdout, run_witne
 SPEC_FILE = "LayoutProtocol.tla"
 ACTION_PROPERTIES = (  # checked with safety
     "DirtySticky", "VersionMonotonic", "BeginsAlone", "ClaimsAlone", "BusyOnlyByUnparked", "ClaimWaitsOutRepair",
+    "NoticeOnlyWhenFree",
 )  # fmt: skip
 # Liveness is checked on the smallest model only: with FairSpec, TLC needs minutes on MCSmall and
 # tens of minutes on MCChunks and MCFull on 2 shared cores.
@@ -302,20 +303,20 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "decide_moves_on_partial_ok",
         "the engine moves only when every rank's begin was ok",
-        'IF replies = {"ok"} THEN',
-        'IF "ok" \\in replies THEN',
+        'IF replies = {"ok"} /\\ checked THEN',
+        'IF "ok" \\in replies /\\ checked THEN',
     ),
     _m(
         "decide_does_not_abort",
         "the ok ranks of a failed begin are aborted",
-        'ELSE IF anyOk THEN [@ EXCEPT !.step = "abort"]',
+        'ELSE IF anyOk THEN [@ EXCEPT !.step = "abort", !.owed = "none"]',
         "ELSE IF anyOk THEN IdleReb",
     ),
     _m(
         "decide_keeps_share_on_refusal",
         "a refused begin turns shared rebalancing off for good",
-        '/\\ eshare\' = [eshare EXCEPT ![e] = "refused" \\notin replies]',
-        "/\\ eshare' = eshare",
+        '/\\ eshare\' = [eshare EXCEPT ![e] = "refused" \\notin replies /\\ checked]',
+        "/\\ eshare' = [eshare EXCEPT ![e] = checked]",
         ("MCSmall", "MCFull"),
         defence="a refusal is permanent: the daemons refuse every later begin for the same reason, so turning "
         "shared rebalancing off only saves requests: "
@@ -364,27 +365,42 @@ CATALOG: tuple[SpecMutant, ...] = (
         "layers: tests/model_based/test_defensive_rules.py::test_a_commit_must_name_the_layers_of_its_move",
     ),
     _m(
-        "verify_always_good",
-        "the verification checks that every daemon recorded the new version with the engine's map",
-        "          /\\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]\n"
-        "          /\\ eshare' = [eshare EXCEPT ![e] = good]",
-        "          /\\ ever' = [ever EXCEPT ![e] = @ + 1]\n          /\\ eshare' = [eshare EXCEPT ![e] = TRUE]",
+        "committed_check_always_good",
+        "the check a chunk owes is that every daemon recorded the new version with the engine's map",
+        'IF good THEN "good" ELSE "bad"',
+        '"good"',
         ("MCSmall", "MCChunks"),
         defence="every commit of a live attached mover is recorded in these models (commit_refused never "
         "happens); the engine's check covers a daemon that answers otherwise: "
-        "tests/layout_sm/test_engine.py::test_inconsistent_commits_fail_verification",
+        "tests/layout_sm/test_session.py::test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending",
     ),
     _m(
-        "verify_keeps_route",
+        "decide_ignores_failed_check",
+        "a failed check, gathered with the next begin, aborts that chunk and turns rebalancing off",
+        '           checked == reb[e].owed # "bad"',
+        "           checked == TRUE",
+        ("MCSmall", "MCChunks"),
+        defence="a failed check never happens in these models (see committed_check_always_good); "
+        "tests/layout_sm/test_session.py::test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending "
+        "and tests/layout_sm/testdata/session/05_commit_verification.txt",
+    ),
+    _m(
+        "verify_keeps_check_owed",
+        "the rebalance's end makes the check its last chunk owes",
+        '    /\\ reb\' = [reb EXCEPT ![e].owed = "none"]',
+        "    /\\ reb' = reb",
+    ),
+    _m(
+        "committed_keeps_route",
         "after a move the engine routes with the moved layout",
-        "    IN /\\ eroute' = [eroute EXCEPT ![e] = Target(e)]",
-        "    IN /\\ eroute' = eroute",
+        "    /\\ eroute' = [eroute EXCEPT ![e] = Target(e)]\n    /\\ ever'",
+        "    /\\ eroute' = eroute\n    /\\ ever'",
     ),
     _m(
-        "verify_keeps_version",
-        "after a verified move the engine's version is the new one",
-        "/\\ ever' = [ever EXCEPT ![e] = IF good THEN @ + 1 ELSE @]",
-        "/\\ ever' = ever",
+        "committed_keeps_version",
+        "after a committed chunk the engine claims the next version",
+        "/\\ ever' = [ever EXCEPT ![e] = @ + 1]\n",
+        "/\\ ever' = ever\n",
         ("MCChunks",),
     ),
     # --- failures, EOF, restart ------------------------------------------------------------------
@@ -501,9 +517,6 @@ CATALOG: tuple[SpecMutant, ...] = (
         '        IF f \\in park /\\ c[f][r] = "parked" /\\ att \\ park = {}',
         '        IF f \\in park /\\ c[f][r] = "parked"',
         ("MCStandby",),
-        defence="the notice only starts a claim; the daemon's grant (ClaimReply) refuses while an unparked "
-        "engine is attached, so a spurious notice costs one claim round trip and a park again: "
-        "tests/layout_sm (claim refused as taken while a primary is attached)",
     ),
     _m(
         "claim_refused_while_repairing",
@@ -536,8 +549,8 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "claim_ignores_dirty",
         "a claim is granted only on a clean daemon",
-        '      [] dphase[r] # "clean"      -> "dirty"',
-        '      [] FALSE                    -> "dirty"',
+        '      [] dphase[r] # "clean"      -> "refused"',
+        '      [] FALSE                    -> "refused"',
         ("MCStandby",),
     ),
     _m(

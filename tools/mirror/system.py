@@ -5,7 +5,7 @@ protocol. It composes one ``DaemonMachine`` per daemon and one ``EngineSession``
 object every rank of a real engine runs, ``layout_sm.session``) into a system with the constants
 of a TLC model, and every spec action is an event of the same name here (``EVENTS``). The mirror
 only *wires*: every reply and every engine step (attach, poll, timeout, agree, fetch claim,
-begin, decide, abort, move, commit, verify) is ``layout_sm``'s, with its machines taking the
+begin, decide, abort, move, commit, committed, verify) is ``layout_sm``'s, with its machines taking the
 transitions; a step that they do not allow raises and stops the exploration.
 What the mirror adds is what the spec calls the environment: the real layout of each
 daemon's memory (``truth``), which ``MoveLayer`` rewrites, the order in which ranks act and
@@ -64,6 +64,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Abort": ("e", "r"),
     "MoveLayer": ("e", "r", "l"),
     "Commit": ("e", "r"),
+    "Committed": ("e",),
     "Verify": ("e",),
     "Crash": ("e",),
     "Detach": ("r", "e"),
@@ -91,7 +92,7 @@ VARIABLE_SOURCES: dict[str, str] = {
     "ever": "EngineView.version",
     "eserv": "EngineView.served (OlderEngine.serv)",
     "eshare": "EngineView.shares (set by the actions of Agree, Decide and Verify)",
-    "reb": "EngineView.rebalance / chunk / begins, aborted, commits",
+    "reb": "EngineView.rebalance / chunk / begins, aborted, commits / owed",
     "moves": "SysState.moves",
     "dpark": "DaemonView.parked (engine ids)",
     "eclaim": 'EngineView.claims (a standby\'s role per rank; all "none" for a primary)',
@@ -470,8 +471,15 @@ class System:
         _, v2 = self._step(e, v, "committed", r - 1, reply, memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
+    def Committed(self, s: SysState, e: str) -> SysState | None:
+        return self._once_every_rank_answered(s, e, "committing", "commits", "chunk_committed")
+
     def Verify(self, s: SysState, e: str) -> SysState | None:
-        return self._once_every_rank_answered(s, e, "committing", "commits", "verify")
+        v = self._view(s, e)
+        if v is None or v.phase != "run" or v.rebalance != "idle" or not v.owed:
+            return None  # the rebalance ends between chunks with a check owed (EPLB's choice: any time)
+        _, v2 = self._step(e, v, "verify")
+        return self._with(s, e, v2)
 
     def _ask_daemon(self, s: SysState, e: str, v: EngineView, r: int, op: str) -> tuple[Any, DaemonView]:
         """Rank ``r`` of engine ``e`` sends its ``op`` request to its daemon: the reply and the daemon after."""
@@ -479,7 +487,7 @@ class System:
         return self._call(r, s.daemons[r - 1], op, req)
 
     def _once_every_rank_answered(self, s: SysState, e: str, waiting: str, answers: str, op: str) -> SysState | None:
-        """The engine's ``op`` (Decide, Verify): enabled in rebalance phase ``waiting`` once every rank has its
+        """The engine's ``op`` (Decide, Committed): enabled in rebalance phase ``waiting`` once every rank has its
         reply in ``answers``."""
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance != waiting or any(a is None for a in getattr(v, answers)):
@@ -728,7 +736,16 @@ def _dpend(v: DaemonView) -> Any:
 def _reb(v: EngineView) -> Record:
     step = _STEP.get(v.rebalance, "idle")
     chunk = frozenset(layer + 1 for layer in v.chunk)
-    return Record((("step", step), ("chunk", chunk), ("replies", tuple(_reply_word(v, i) for i in range(v.num_ranks)))))
+    replies = tuple(_reply_word(v, i) for i in range(v.num_ranks))
+    return Record((("step", step), ("chunk", chunk), ("replies", replies), ("owed", _owed_word(v))))
+
+
+def _owed_word(v: EngineView) -> str:
+    """The spec's ``reb[e].owed``: the check the last committed chunk owes, as the engine will find it."""
+    if not v.owed:
+        return "none"
+    good = all(a is not None and a.ok and a.version == v.version and a.digest == v.digest for a in v.owed)
+    return "good" if good else "bad"
 
 
 def _reply_word(v: EngineView, rank: int) -> str:
@@ -746,7 +763,7 @@ def _reply_word(v: EngineView, rank: int) -> str:
 
 class _IdleRebs(dict[int, Record]):
     def __missing__(self, num_ranks: int) -> Record:
-        rec = Record((("step", "idle"), ("chunk", frozenset()), ("replies", ("none",) * num_ranks)))
+        rec = Record((("step", "idle"), ("chunk", frozenset()), ("replies", ("none",) * num_ranks), ("owed", "none")))
         self[num_ranks] = rec
         return rec
 
