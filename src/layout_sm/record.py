@@ -217,7 +217,7 @@ class LayoutRecord:
         if not (isinstance(self.version, int) and not isinstance(self.version, bool) and self.version >= 0):
             raise LayoutError(f"version: {self.version!r} is not a non-negative int")
         stride = 8 * self.num_physical
-        if len(self.layer_bytes) != self.num_layers or any(len(row) != stride for row in self.layer_bytes):
+        if len(self.layer_bytes) != self.num_layers or set(map(len, self.layer_bytes)) - {stride}:
             raise LayoutError("layer_bytes: lengths do not match the shape")
 
     # -- construction -------------------------------------------------------------------

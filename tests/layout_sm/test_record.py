@@ -314,3 +314,9 @@ def test_successor_is_asked_once_for_a_parsed_commit() -> None:
     assert record.successor(layers, rows) is first
     error = record.successor(layers, ((0, 1, 5),))
     assert isinstance(error, LayoutError) and "rows[0][2]: 5 is not an expert id" in str(error)
+
+
+@pytest.mark.parametrize("lengths", [(16, 8), (16,), (8, 16), (24, 16)])
+def test_a_record_refuses_layer_bytes_that_do_not_match_its_shape(lengths: tuple[int, ...]) -> None:
+    with pytest.raises(LayoutError, match="lengths do not match the shape"):
+        LayoutRecord(2, 2, 2, 0, tuple(b"\0" * n for n in lengths))
