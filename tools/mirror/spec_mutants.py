@@ -246,7 +246,10 @@ CATALOG: tuple[SpecMutant, ...] = (
         '      [] dphase[r] = "pending" /\\ dpend[r].mover = e        -> "refused"\n',
         "",
         defence="an engine begins only from idle, and its moves end before it is idle again "
-        f"(PendingHasMover); {_T_BEGIN}[own_move_pending]",
+        "(PendingHasMover) unless a commit fails, which never happens in these models; the one-collective "
+        "chunk relies on this rule for a failed commit (its move stays pending, the next begin there is "
+        f"refused): {_T_BEGIN}[own_move_pending], "
+        "tests/layout_sm/test_session.py::test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending",
     ),
     _m(
         "begin_on_dirty_or_no_record",
