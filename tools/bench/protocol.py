@@ -9,6 +9,8 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
    the engine session every rank runs (``layout_sm.session.EngineSession``); floor: the same
    number of bare round trips (sglang's ``ping`` through the same serve loop) and bare all-gathers,
    timed in the same loop right before each chunk (the back-to-back figures are shown beside).
+   Beside it, in blocks of one rebalance each, the same session with the commit's check in an
+   all-gather of its own (the shape before: two all-gathers a chunk), against its own floor.
 2. startup: attach + all-gather of the findings + the session's ``agree``; floor: a bare
    ``query_config`` (and a bare all-gather on 2 ranks), each sample after the same pause as a
    startup's (a detach must be noticed between two attaches; after a pause this machine is slower
@@ -158,31 +160,72 @@ def _rank_worker(
     session.fetched(rank, {"status": "ok"})  # the load's fetch_state is not timed here
     session.start_rebalance(["daemon"] * world)
     time.sleep(0.05)
-    chunk_s, floors["chunk_floor_s"] = [], []
-    for i in range(n):
-        layer = i % num_layers
-        rows[layer] = rows[layer][1:] + rows[layer][:1]  # a move: the row rotates
-        # The floor in the same loop, right before each chunk: its two round trips and two all-gathers
-        # then run in the state the chunk's own run in (a hot loop of pings alone is a best case).
-        barrier()
-        t0 = time.perf_counter()
-        for _ in range(2):
-            gather(client.request(path, ping))
-        floors["chunk_floor_s"].append(time.perf_counter() - t0)
-        barrier()
-        t0 = time.perf_counter()
+    gathers = {"chunk": 0, "two_collectives": 0, "rebalance_end": 0}
+
+    def chunk(layer: int, shape: str) -> None:
+        """One chunk as the engine adapter runs it: begin, one all-gather (the begin replies and the last
+        chunk's commit answers), the commit with no collective after it. ``two_collectives``: the shape
+        before it, the commit's answers all-gathered and checked at once (the same session steps plus
+        that all-gather and ``verify``)."""
         session.begin_chunk([layer])
-        decision = session.begun_all(gather(client.request(path, request_wire(session.begin_request(rank)))))
+        began = gather((client.request(path, request_wire(session.begin_request(rank))), session.owed_answer(rank)))
+        gathers[shape] += 1
+        decision = session.begun_all([b for b, _ in began], owed=[o for _, o in began])
         assert decision.go == "proceed", decision.message
         # As the engine adapter does: the commit goes out first, the engine checks its map meanwhile.
         sent = client.send_request(path, request_wire(session.commit_request(rank, rows)))
         session.moved(rows)
-        committed = gather(sent.read())
-        verdict = session.committed_all(committed)
-        chunk_s.append(time.perf_counter() - t0)
-        assert verdict.go == "proceed", verdict.message
+        session.committed(rank, sent.read())
+        session.chunk_committed()
+        if shape == "two_collectives":
+            verdict = session.verify(gather(session.owed_answer(rank)))
+            gathers[shape] += 1
+            assert verdict.go == "proceed", verdict.message
+
+    # The floors in the same loop, right before each chunk: their round trips and all-gathers then run
+    # in the state the chunks' own run in (a hot loop of pings alone is a best case). The chunk's own
+    # floor is its shape without the protocol: a round trip and an all-gather before the move, a round
+    # trip after it; the shape before it had an all-gather after too. Both shapes run in blocks, each
+    # ending as a rebalance does (the new shape's last chunk's check: one more all-gather, timed apart).
+    chunk_s, two_s, end_s, floors["chunk_floor_s"], floors["two_floor_s"] = [], [], [], [], []
+    block = 8  # chunks of one shape in a row: one rebalance
+    for b in range(2 * -(-n // block)):
+        shape, series, floor = (
+            ("chunk", chunk_s, floors["chunk_floor_s"])
+            if b % 2 == 0
+            else ("two_collectives", two_s, floors["two_floor_s"])
+        )
+        for i in range(block):
+            layer = (b * block + i) % num_layers
+            rows[layer] = rows[layer][1:] + rows[layer][:1]  # a move: the row rotates
+            barrier()
+            t0 = time.perf_counter()
+            gather(client.request(path, ping))
+            client.request(path, ping)
+            if shape == "two_collectives":
+                gather({"status": "ok"})
+            floor.append(time.perf_counter() - t0)
+            barrier()
+            t0 = time.perf_counter()
+            chunk(layer, shape)
+            series.append(time.perf_counter() - t0)
+        if shape == "chunk":  # the rebalance ends: the last chunk's check, one all-gather
+            barrier()
+            t0 = time.perf_counter()
+            assert session.verify(gather(session.owed_answer(rank))).go == "proceed"
+            gathers["rebalance_end"] += 1
+            end_s.append(time.perf_counter() - t0)
     att.close()
-    conn.send({"floors": floors, "startup_s": startup_s, "chunk_s": chunk_s})
+    conn.send(
+        {
+            "floors": floors,
+            "startup_s": startup_s,
+            "chunk_s": chunk_s,
+            "two_s": two_s,
+            "end_s": end_s,
+            "gathers": gathers,
+        }
+    )
     dist.destroy_process_group()
 
 
@@ -241,14 +284,25 @@ def bench_ranks(
     ping, allg = _median_us(worst("floors", "ping_s")), _median_us(worst("floors", "all_gather_s"))
     query_config = _median_us(worst("floors", "query_config_s"))
     chunk, startup = _median_us(worst("chunk_s")), _median_us(worst("startup_s"))
-    chunk_floor = _median_us(worst("floors", "chunk_floor_s"))  # 2 pings + 2 all-gathers, beside each chunk
+    chunk_floor = _median_us(worst("floors", "chunk_floor_s"))  # 2 pings + 1 all-gather, beside each chunk
+    two, two_floor = _median_us(worst("two_s")), _median_us(worst("floors", "two_floor_s"))  # the shape before
     startup_floor = _median_us(worst("floors", "startup_floor_s"))  # query_config + all-gather, after a pause
+    chunks = len(out[0]["chunk_s"])
     return {
         "ranks": world,
         "map": f"{shape[0]}x{shape[1]}",
         "chunk_us": chunk,
         "chunk_floor_us": round(chunk_floor, 1),
         "chunk_ratio": round(chunk / chunk_floor, 2),
+        "chunk_own_us": round(chunk - chunk_floor, 1),
+        "all_gathers_per_chunk": round(out[0]["gathers"]["chunk"] / chunks, 3),
+        "all_gathers_per_rebalance_end": round(out[0]["gathers"]["rebalance_end"] / len(out[0]["end_s"]), 3),
+        "rebalance_end_us": _median_us(worst("end_s")),
+        "two_collectives_us": two,
+        "two_collectives_floor_us": round(two_floor, 1),
+        "two_collectives_ratio": round(two / two_floor, 2),
+        "two_collectives_own_us": round(two - two_floor, 1),
+        "two_collectives_all_gathers_per_chunk": round(out[0]["gathers"]["two_collectives"] / len(out[0]["two_s"]), 3),
         "ping_us": ping,
         "all_gather_us": allg,
         "startup_us": startup,
@@ -516,9 +570,18 @@ def markdown(data: dict[str, Any]) -> str:
     for r in (r1, r2):
         lines.append(
             f"| begin+commit per chunk, {r['ranks']} rank(s), 1 layer of 61x288 | {r['chunk_us']} µs | "
-            f"{r['chunk_floor_us']} µs (2 pings + 2 all-gathers, beside each chunk; back to back a ping "
+            f"{r['chunk_floor_us']} µs (2 pings + 1 all-gather, beside each chunk; back to back a ping "
             f"{r['ping_us']} µs, an all-gather {r['all_gather_us']} µs) | "
             f"{r['chunk_ratio']}x | ≤{t['chunk_ratio_max']}x: {yes(r['chunk_ratio'] <= t['chunk_ratio_max'])} |"
+        )
+        lines.append(
+            f"| the same chunk with the commit's check in an all-gather of its own (the shape before: "
+            f"{r['two_collectives_all_gathers_per_chunk']} all-gathers a chunk against "
+            f"{r['all_gathers_per_chunk']}, +{r['all_gathers_per_rebalance_end']} at a rebalance's end, "
+            f"{r['rebalance_end_us']} µs), {r['ranks']} rank(s) | {r['two_collectives_us']} µs | "
+            f"{r['two_collectives_floor_us']} µs (2 pings + 2 all-gathers) | {r['two_collectives_ratio']}x; "
+            f"own time {r['two_collectives_own_us']} µs against {r['chunk_own_us']} µs | the one-collective "
+            f"chunk's own time no larger: {yes(r['chunk_own_us'] <= r['two_collectives_own_us'])} |"
         )
     for r in (r1, r2):
         lines.append(

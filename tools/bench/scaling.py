@@ -2,7 +2,8 @@
 
 Protocol-only processes, no sglang server: one layout-aware daemon process per rank and one engine rank
 process per rank over gloo (``protocol.bench_ranks``), each point a ratio to its floor measured in the
-same processes (chunk: 2 bare round trips + 2 bare all-gathers, beside each chunk; startup: a bare
+same processes (chunk: 2 bare round trips + 1 bare all-gather, beside each chunk, and the shape with
+the commit's check in an all-gather of its own beside its floor of 2 of each; startup: a bare
 ``query_config`` and a bare all-gather, after the same pause as each startup).
 ``python -m tools.bench --only-scaling`` runs this part alone. Two curves:
 
@@ -51,7 +52,8 @@ def bench_scaling(
         by_ranks.append(point)
         step(
             f"  {world:2d} ranks, {point['map']}: chunk {point['chunk_us']:.0f} us "
-            f"({point['chunk_ratio']}x its floor), startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
+            f"({point['chunk_ratio']}x its floor; two all-gathers {point['two_collectives_us']:.0f} us), "
+            f"startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
         )
     by_map = []
     for shape in SHAPES:
@@ -79,7 +81,11 @@ def plot(data: dict[str, Any], png: str) -> bool:
         (axes[1], data["by_map"], "map", "map (layers x physical experts), 2 ranks"),
     ):
         xs = list(range(len(points)))
-        curves = (("chunk_us", "chunk_floor_us", "chunk"), ("startup_us", "startup_floor_us", "startup"))
+        curves = (
+            ("chunk_us", "chunk_floor_us", "chunk"),
+            ("two_collectives_us", "two_collectives_floor_us", "chunk, two all-gathers"),
+            ("startup_us", "startup_floor_us", "startup"),
+        )
         for key, floor, label in curves:
             (line,) = ax.plot(xs, [p[key] / 1000 for p in points], marker="o", label=f"{label}: protocol")
             ax.plot(
@@ -100,10 +106,16 @@ def plot(data: dict[str, Any], png: str) -> bool:
 
 
 def markdown_rows(data: dict[str, Any]) -> list[str]:
-    rows = ["| ranks | map | chunk | chunk floor | ratio | startup | startup floor | ratio |", "| --- " * 8 + "|"]
+    rows = [
+        "| ranks | map | chunk | chunk floor | ratio | chunk, two all-gathers | its floor | ratio | startup "
+        "| startup floor | ratio |",
+        "| --- " * 11 + "|",
+    ]
     for p in [*data["by_ranks"], *data["by_map"]]:
         rows.append(
             f"| {p['ranks']} | {p['map']} | {p['chunk_us']:.0f} us | {p['chunk_floor_us']:.0f} us | "
-            f"{p['chunk_ratio']}x | {p['startup_us']:.0f} us | {p['startup_floor_us']:.0f} us | {p['startup_ratio']}x |"
+            f"{p['chunk_ratio']}x | {p['two_collectives_us']:.0f} us | {p['two_collectives_floor_us']:.0f} us | "
+            f"{p['two_collectives_ratio']}x | {p['startup_us']:.0f} us | {p['startup_floor_us']:.0f} us | "
+            f"{p['startup_ratio']}x |"
         )
     return rows

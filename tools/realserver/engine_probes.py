@@ -12,11 +12,13 @@ processes our launchers start; each probe is on only when its environment variab
   a chunked rebalance is timed whole, with the protocol or without it; and each chunk's parts as the
   plugin times them (its begin phase, sglang's move, its commit phase) or, with the floor below, as
   the floor does: where a rebalance's time goes, inside the server.
-- ``EXPERT_LAYOUT_TEST_CHUNK_FLOOR=1`` (for a server with the plugin off): each chunk of sglang's
+- ``EXPERT_LAYOUT_TEST_CHUNK_FLOOR=1`` or ``=2`` (for a server with the plugin off): each chunk of sglang's
   rebalance does what the protocol's floor is, where the protocol does it: a ping to the rank's daemon
-  and an all-gather of its reply before sglang's move, a device synchronize and the same again after it
-  (``ChunkFloor``), with the plugin's own client, socket path and all-gather. A rebalance's time is then
-  sglang's plus the floor, measured inside the server (``make bench``'s in-situ floor).
+  and an all-gather of its reply before sglang's move, a device synchronize and a ping after it (``=1``,
+  the protocol's shape), or a ping and an all-gather after it (``=2``, the shape with the commit's check
+  in an all-gather of its own) (``ChunkFloor``), with the plugin's own client, socket path and
+  all-gather. A rebalance's time is then sglang's plus the floor, measured inside the server
+  (``make bench``'s in-situ floors).
 - ``EXPERT_LAYOUT_TEST_STOP=POINT:N`` (with the directory above): a rank that reaches the point
   writes ``rank{r}.stopped`` and blocks until it is killed (the test SIGKILLs the server's
   process tree once every rank has stopped). Points, counted per rank:
@@ -211,9 +213,13 @@ class ChunkFloor:
     it calls is looked up once the model is loaded, as the plugin's modules import it: nothing more runs
     per chunk than the protocol's own round trips, all-gathers and synchronize. ``chunk_s``: each chunk's
     three parts, in seconds, named as the plugin's own (``before_s`` where its begin is, ``move_s`` for
-    sglang's move and the synchronize, ``after_s`` where its commit is)."""
+    sglang's move and the synchronize, ``after_s`` where its commit is).
 
-    def __init__(self) -> None:
+    ``collectives``: 1, the protocol's shape (a round trip and an all-gather before the move, a round trip
+    after it: the commit's check rides the next all-gather); 2, the shape with an all-gather after too."""
+
+    def __init__(self, collectives: int) -> None:
+        self.collectives = collectives
         self._round_trip: Any = None  # () -> the ping's reply from this rank's daemon
         self._all_gather: Any = None
         self._synchronize: Any = None
@@ -239,7 +245,9 @@ class ChunkFloor:
         result = original(*args, **kwargs)
         self._synchronize()
         t2 = time.perf_counter()
-        self._all_gather(self._round_trip())
+        reply = self._round_trip()
+        if self.collectives == 2:
+            self._all_gather(reply)
         t3 = time.perf_counter()
         for part, seconds in zip(self.chunk_s.values(), (t1 - t0, t2 - t1, t3 - t2), strict=True):
             part.append(seconds)
@@ -290,7 +298,8 @@ def register_if_asked() -> None:
 
     out_dir = Path(out)
     writer = BeliefWriter(out_dir)
-    floor = ChunkFloor() if os.environ.get(CHUNK_FLOOR_ENV) == "1" else None
+    shape = os.environ.get(CHUNK_FLOOR_ENV)  # "1" or "2": the all-gathers of the floor's chunk
+    floor = ChunkFloor(int(shape)) if shape in ("1", "2") else None
     if os.environ.get(EPLB_TIME_ENV) == "1":  # registered first: inside the belief hook, so it is not timed
         timer = EplbTimer(out_dir, plugin_chunk_s if floor is None else lambda: floor.chunk_s)
         HookRegistry.register(
