@@ -136,7 +136,7 @@ class RebalanceMachine(StateMachine):
     )
     chunk = idle.to(beginning, cond="acts_as_primary", on="take_chunk")
     begin = beginning.to.itself(internal=True, cond="no_begin_yet", on="take_begin")
-    owed_gathered = beginning.to.itself(internal=True, on="take_owed") | idle.to.itself(internal=True, on="take_owed")
+    owed_gathered = idle.to.itself(internal=True, on="take_owed")  # the rebalance's end: then verify
     decide = (
         beginning.to(moving, cond="every_rank_began and all_ok and owed_checks", on="proceed")
         | beginning.to(aborting, cond="every_rank_began and stops_for_good and any_ok", on="stop_after_aborts")

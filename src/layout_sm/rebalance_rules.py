@@ -191,15 +191,20 @@ class RebalanceRules(EngineModel):
         nothing = (None,) * self.view.num_ranks
         self._set(chunk=tuple(layers), begins=nothing, aborted=frozenset(), commits=nothing)
 
-    def take_begin(self, rank: int, answer: RankAnswer) -> None:
-        self._set(begins=_put(self.view.begins, rank, answer))
+    def take_begin(self, rank: int, answer: RankAnswer, owed: RankAnswer | None) -> None:
+        """Rank ``rank``'s begin reply, and its answer to the last chunk's commit when a check is owed:
+        the two travel in the same all-gather."""
+        if self.view.owed:
+            self._set(begins=_put(self.view.begins, rank, answer), owed=_put(self.view.owed, rank, owed))
+        else:
+            self._set(begins=_put(self.view.begins, rank, answer))
 
     def _answers(self, answers: Sequence[RankAnswer | None], keep: Callable[[RankAnswer], bool]) -> str:
         return "; ".join(f"rank {rank}: {a.text}" for rank, a in enumerate(answers) if a is not None and keep(a))
 
     def take_owed(self, answers: Sequence[RankAnswer | None]) -> None:
-        """Every rank's answer to the last chunk's commit, all-gathered with this chunk's begin replies
-        or at the end of the rebalance; nothing is taken while no check is owed."""
+        """Every rank's answer to the last chunk's commit, all-gathered at the end of the rebalance;
+        nothing is taken while no check is owed."""
         if self.view.owed:
             self._set(owed=tuple(RankAnswer.of(a) for a in answers))
 

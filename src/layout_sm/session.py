@@ -254,18 +254,19 @@ class EngineSession:
         self._require(v.rebalance == "beginning" and v.begins[rank] is None, f"rank {rank} has no begin to send")
         return messages.BeginRequest(v.engine_id, self._token(rank), v.version, v.chunk)
 
-    def begun(self, rank: int, reply: AnyReply) -> None:
-        """Rank ``rank``'s daemon answered its begin (None: no reply)."""
-        self._answered("begin", rank, reply)
+    def begun(self, rank: int, reply: AnyReply, owed: RankAnswer | None = None) -> None:
+        """Rank ``rank``'s daemon answered its begin (None: no reply); ``owed``: that rank's answer to
+        the last chunk's commit, gathered with it (None: the one this session holds, if any)."""
+        if owed is None:
+            owed = self.owed_answer(rank)
+        self._fire(self._rebalance, "begin", rank=rank, answer=RankAnswer.of(reply), owed=owed)
 
     def begun_all(self, replies: Sequence[AnyReply], owed: Sequence[RankAnswer | None] | None = None) -> Step:
         """Every rank's begin reply (all-gathered, in rank order), then ``decide``. ``owed``: every
         rank's ``owed_answer``, gathered in the same all-gather (the last chunk's commits, checked
         here); None where the caller's session holds every rank's already (the mirror's)."""
         for rank, reply in enumerate(replies):
-            self._answered("begin", rank, reply)
-        if owed is not None:
-            self._fire(self._rebalance, "owed_gathered", answers=tuple(owed))
+            self.begun(rank, reply, None if owed is None else owed[rank])
         return self._fire(self._rebalance, "decide")
 
     def decide(self) -> Step:
