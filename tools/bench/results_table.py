@@ -176,6 +176,15 @@ def readme_with_table(readme: str, table: list[str]) -> str:
     return readme[:start] + "\n" + "\n".join(table) + "\n" + readme[end:]
 
 
+def _spread(spread: dict[str, float], unit: str) -> str:
+    """A median from alternated runs, with the least and the most."""
+    return f"{spread['median']:.3g}{unit} ({spread['min']:.3g} to {spread['max']:.3g})"
+
+
+def _per_pair(spread: dict[str, float] | None) -> str:
+    return "" if not spread else f" (per pair {_spread(spread, 'x')})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.results_table", description=__doc__)
     parser.add_argument("--bench", default="bench-results/bench.json")
@@ -197,12 +206,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _spread(spread: dict[str, float], unit: str) -> str:
-    """A median from alternated runs, with the least and the most."""
-    return f"{spread['median']:.3g}{unit} ({spread['min']:.3g} to {spread['max']:.3g})"
-
-
-def _per_pair(spread: dict[str, float] | None) -> str:
-    return "" if not spread else f" (per pair {_spread(spread, 'x')})"
