@@ -666,11 +666,18 @@ class System:
                 es.version,
                 frozenset(r + 1 for r in es.served),
                 es.shares,
-                _reb(es),
+                _reb(es, self._owed_word(es)),
                 es.claims or no_claims,
             )
         self._spec_memo[es] = out
         return out
+
+    def _owed_word(self, v: EngineView) -> str:
+        """The spec's ``reb[e].owed``: the check the last committed chunk owes, as the session's own
+        guard (``owed_checks``) will judge it at the next all-gather."""
+        if not v.owed:
+            return "none"
+        return "good" if self._guard(v.engine_id, v, "owed_checks") else "bad"
 
     def _find_rec(self, f: RankFinding | None) -> Record:
         if f is None:
@@ -733,19 +740,11 @@ def _dpend(v: DaemonView) -> Any:
     return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
 
 
-def _reb(v: EngineView) -> Record:
+def _reb(v: EngineView, owed: str) -> Record:
     step = _STEP.get(v.rebalance, "idle")
     chunk = frozenset(layer + 1 for layer in v.chunk)
     replies = tuple(_reply_word(v, i) for i in range(v.num_ranks))
-    return Record((("step", step), ("chunk", chunk), ("replies", replies), ("owed", _owed_word(v))))
-
-
-def _owed_word(v: EngineView) -> str:
-    """The spec's ``reb[e].owed``: the check the last committed chunk owes, as the engine will find it."""
-    if not v.owed:
-        return "none"
-    good = all(a is not None and a.ok and a.version == v.version and a.digest == v.digest for a in v.owed)
-    return "good" if good else "bad"
+    return Record((("step", step), ("chunk", chunk), ("replies", replies), ("owed", owed)))
 
 
 def _reply_word(v: EngineView, rank: int) -> str:
