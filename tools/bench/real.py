@@ -441,7 +441,7 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"TP2/EP2, same standalone daemons | "
         f"{r['median_on_s']} s with the plugin ({r['ready_s_plugin_on']}) | "
         f"{r['median_off_s']} s with `SGLANG_PLUGINS=none` ({r['ready_s_plugin_off']}) | "
-        f"{r['ratio_on_to_off']}x (per pair {_spread_text(r.get('ratio_on_to_off_spread'))}) | ≤{READY_RATIO_MAX}x: "
+        f"{r['ratio_on_to_off']}x (per pair {spread_text(r.get('ratio_on_to_off_spread'))}) | ≤{READY_RATIO_MAX}x: "
         f"{_met(r['ratio_on_to_off'] <= READY_RATIO_MAX)}"
         f"{_pair_note(r.get('ratio_on_to_off_spread'), READY_RATIO_MAX)} |",
         "| real EPLB rebalance, one layer per chunk (`--eplb-rebalance-layers-per-chunk 1`), a tiny MoE of "
@@ -451,7 +451,7 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         f"{b.get('gc_s_protocol_on')} s with, {b.get('gc_s_protocol_off')} s without) | "
         f"{b['median_on_s']} s with the protocol ({b['rebalance_s_protocol_on']}) | "
         f"{b['median_off_s']} s without ({b['rebalance_s_protocol_off']}) | {b['ratio_on_to_off']}x "
-        f"(per rotation {_spread_text(b.get('ratio_on_to_off_spread'))}) | reported beside the target below: "
+        f"(per rotation {spread_text(b.get('ratio_on_to_off_spread'))}) | reported beside the target below: "
         f"sglang's move of the tiny model is a few ms, so this ratio is not the target{_floor_note(b)} |",
         "| the time the protocol adds to that rebalance (with it, minus without it, per rotation), against what "
         "the two-collective floor adds (protocol off, each chunk doing a ping to the rank's daemon and an "
@@ -459,7 +459,7 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         "`engine_probes.ChunkFloor`), servers rotated with the others | "
         f"{_ms(b['added_on_s'])} added by the protocol | {_ms(b['added_floor2_s'])} added by the two-collective "
         f"floor; the one-collective floor (a ping after the move, no all-gather) adds {_ms(b['added_floor1_s'])} | "
-        f"{_spread_text(b['added_share_of_floor2'])} of it | ≤{ADDED_SHARE_MAX} of it: "
+        f"{spread_text(b['added_share_of_floor2'])} of it | ≤{ADDED_SHARE_MAX} of it: "
         f"{_met(b['added_share_of_floor2']['median'] <= ADDED_SHARE_MAX)}"
         f"{_spread_note(b['added_share_of_floor2'], ADDED_SHARE_MAX)} |",
         *_chunk_part_rows(b.get("chunk_parts_ms", {})),
@@ -493,10 +493,11 @@ def _ms(spread: dict[str, float]) -> str:
     return f"{1000 * spread['median']:.1f} ms ({1000 * spread['min']:.1f} to {1000 * spread['max']:.1f})"
 
 
-def _spread_text(spread: dict[str, float] | None) -> str:
+def spread_text(spread: dict[str, float] | None, unit: str = "x") -> str:
+    """A median from alternated runs, with the least and the most (``_spread``'s figures)."""
     if not spread:
         return "-"
-    return f"{spread['median']:.3g}x ({spread['min']:.3g} to {spread['max']:.3g})"
+    return f"{spread['median']:.3g}{unit} ({spread['min']:.3g} to {spread['max']:.3g})"
 
 
 def _pair_note(spread: dict[str, float] | None, limit: float) -> str:
@@ -537,7 +538,7 @@ def _standby_rows(p: dict[str, Any] | None) -> list[str]:
         "standalone daemons: seconds of rebalance work per rebalance, slowest rank | "
         f"{p['median_beside_s']} s beside the standby ({p['rebalance_s_beside_parked_standby']}; busy pauses "
         f"{p['busy_pauses']['beside']}) | {p['median_alone_s']} s alone ({p['rebalance_s_alone']}) | "
-        f"{p['ratio_beside_to_alone']}x (per pair {_spread_text(p.get('ratio_beside_to_alone_spread'))}) | not busy, "
+        f"{p['ratio_beside_to_alone']}x (per pair {spread_text(p.get('ratio_beside_to_alone_spread'))}) | not busy, "
         f"and ≤{REBALANCE_RATIO_MAX}x: "
         f"{_met(p['busy_pauses']['beside'] == 0 and p['ratio_beside_to_alone'] <= REBALANCE_RATIO_MAX)}"
         f"{_pair_note(p.get('ratio_beside_to_alone_spread'), REBALANCE_RATIO_MAX)} |",

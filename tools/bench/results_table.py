@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.bench.real import ADDED_SHARE_MAX, READY_RATIO_MAX, REBALANCE_RATIO_MAX, TAKEOVER_MAX_S
+from tools.bench.real import ADDED_SHARE_MAX, READY_RATIO_MAX, REBALANCE_RATIO_MAX, TAKEOVER_MAX_S, spread_text
 
 HEADER = [
     "| figure | with the protocol | floor, or without it | ratio | target | met |",
@@ -101,7 +101,7 @@ def _real_rows(real: dict[str, Any]) -> list[str]:
         f"{_yes(r['ratio_on_to_off'] <= READY_RATIO_MAX)} |",
         f"| real EPLB rebalance, one layer per chunk, {b['chunks_per_rebalance']} layers | "
         f"{1000 * b['median_on_s']:.1f} ms | {1000 * b['median_off_s']:.1f} ms without the protocol | "
-        f"{b['ratio_on_to_off']}x (per rotation {_spread(b['ratio_on_to_off_spread'], 'x')}) | "
+        f"{b['ratio_on_to_off']}x (per rotation {spread_text(b['ratio_on_to_off_spread'])}) | "
         "reported, not the target | - |",
     ]
     if b.get("added_share_of_floor2"):
@@ -110,7 +110,7 @@ def _real_rows(real: dict[str, Any]) -> list[str]:
             f"| time the protocol adds to that rebalance, against the two-collective floor's | "
             f"{1000 * b['added_on_s']['median']:.1f} ms | {1000 * b['added_floor2_s']['median']:.1f} ms "
             f"(one-collective floor: {1000 * b['added_floor1_s']['median']:.1f} ms) | "
-            f"{_spread(share, '')} | ≤ {ADDED_SHARE_MAX} | {_yes(share['median'] <= ADDED_SHARE_MAX)} |"
+            f"{spread_text(share, '')} | ≤ {ADDED_SHARE_MAX} | {_yes(share['median'] <= ADDED_SHARE_MAX)} |"
         )
     parts = b.get("chunk_parts_ms", {})
     on, floor1, floor2 = parts.get("on"), parts.get("floor1"), parts.get("floor2")
@@ -176,13 +176,8 @@ def readme_with_table(readme: str, table: list[str]) -> str:
     return readme[:start] + "\n" + "\n".join(table) + "\n" + readme[end:]
 
 
-def _spread(spread: dict[str, float], unit: str) -> str:
-    """A median from alternated runs, with the least and the most."""
-    return f"{spread['median']:.3g}{unit} ({spread['min']:.3g} to {spread['max']:.3g})"
-
-
 def _per_pair(spread: dict[str, float] | None) -> str:
-    return "" if not spread else f" (per pair {_spread(spread, 'x')})"
+    return "" if not spread else f" (per pair {spread_text(spread)})"
 
 
 def main(argv: list[str] | None = None) -> int:
