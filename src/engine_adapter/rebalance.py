@@ -12,8 +12,9 @@ Two hooks on sglang's ``sglang.srt.eplb.eplb_manager``; every step is the rank's
   session's begin request, then one all-gather of the begin replies and the last chunk's commit
   answers, the session's step (a rank whose begin was ok sends the session's abort when it does
   not move); then sglang's move, unchanged; a device synchronize; each rank sends the session's
-  commit request with the new rows and hands its session the reply, with no collective: the next
-  all-gather checks it.
+  commit request with the new rows and returns: the daemon records it while the engine serves, and
+  its reply is read when the next all-gather needs it (this rank's answer in it), with no wait and
+  no collective in the chunk.
 
 A step that does not move ends the rebalance in ``_end``, the one off path: pause (the next
 rebalance retries) or stop (``disable_rebalance``, sglang's own switch, with the reason logged
@@ -80,6 +81,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         return
     finally:
         st.active_manager = None
+        take_commit_reply(st)
         metrics.rebalance_ended()
     if session.owes_check:
         # The last chunk's commits were checked by no chunk's begin: this rebalance's one more all-gather.
@@ -128,6 +130,7 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     assert session is not None and rank is not None
 
     t0 = time.perf_counter()
+    take_commit_reply(st)
     session.begin_chunk([int(layer) for layer in kwargs["update_layer_ids"]])
     # One all-gather per chunk: this chunk's begin replies and the last chunk's commit answers.
     gathered = all_gather((ask_daemon(st, session.begin_request(rank)), session.owed_answer(rank)))
@@ -151,21 +154,36 @@ def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwa
     t2 = time.perf_counter()
 
     # The commit goes out with the chunk's rows; the engine's whole map is read, checked and hashed
-    # while the daemon records it (session.commit_request: the same steps, in the same order).
+    # while the daemon records it (session.commit_request: the same steps, in the same order). Its
+    # reply is read by the next all-gather's caller: sglang's move already routes with the moved map,
+    # which is what the daemon's memory holds, whatever the daemon answers.
     moved_map = get_global_expert_location_metadata().physical_to_logical_map_cpu
     chunk = session.view().chunk
     read_reply = send_to_daemon(st, session.commit_request(rank, {layer: moved_map[layer].tolist() for layer in chunk}))
     try:
         session.moved(moved_map.tolist())
-    finally:
-        reply = read_reply()  # read (and closed) even when the map is refused
-    session.committed(rank, reply)
-    session.chunk_committed()  # no collective: the next all-gather checks every daemon's record
+    except BaseException:
+        read_reply()  # read (and closed) when the map is refused
+        raise
+    st.commit_reply = read_reply
     st.counters.record_time("move_s", t2 - t1)
     st.counters.record_time("commit_s", time.perf_counter() - t2)
     metrics.protocol_time(time.perf_counter() - t2)
+    return result
+
+
+def take_commit_reply(st: state.EngineLayoutState) -> None:
+    """The last chunk's commit reply, read (the daemon answered it while the engine served) and taken
+    by the session: the chunk ends, with no collective, and this rank's answer goes into the next
+    all-gather (the next chunk's begin, or the rebalance's end)."""
+    read, st.commit_reply = st.commit_reply, None
+    if read is None:
+        return
+    session, rank = st.session, st.rank
+    assert session is not None and rank is not None
+    session.committed(rank, read())
+    session.chunk_committed()
     answer = session.owed_answer(rank)
     if answer is not None and answer.ok:  # this rank's daemon recorded it; the next all-gather checks all
         st.counters.chunks_committed += 1
         metrics.committed(session.view().version)
-    return result

@@ -11,6 +11,7 @@ as if it were not installed (``set_enabled``) are kept apart from it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,8 @@ class EngineLayoutState:
     attachment: Attachment | None = None
     weights_source: str | None = None  # "daemon" or "disk", set by the loader hook; None: unknown
     active_manager: EPLBManager | None = None  # the EPLBManager whose rebalance runs the chunk protocol now
+    # The last chunk's commit, sent and not yet read: its reply is read when the next all-gather needs it.
+    commit_reply: Callable[[], Any] | None = None
     logged: set[str] = field(default_factory=set)
     counters: Counters = field(default_factory=Counters)
     # engine_adapter.install_check: set by the startup hook (its having run is what the loader tells
