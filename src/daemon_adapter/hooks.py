@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 DAEMON_CLASS_TARGET = "sglang.srt.weight_cache.daemon.WeightCacheDaemon"
 SPAWN_TARGET = "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"
+# The TCP port at which the daemons spawned on several nodes meet, the same on every node.
+DAEMON_PORT_ENV = "SGLANG_EXPERT_LAYOUT_DAEMON_PORT"
 
 _registered: set[str] = set()  # the targets registered in this process
 _register_lock = threading.Lock()
@@ -90,9 +93,39 @@ def _spawn_target_is_layout_aware() -> Iterator[None]:
         sglang_daemon.run_weight_cache_daemon = sglang_run
 
 
+def daemons_rendezvous(server_args: Any, dist_init_method: str | None) -> str | None:
+    """The rendezvous of the daemons that sglang's engine spawns (``--weight-cache-mode daemon``).
+
+    With ``--nnodes`` above 1, sglang 0.5.23 gives them the engines' own ``--dist-init-addr``: node 0's
+    first daemon binds that port before node 0's scheduler does, which then fails with EADDRINUSE
+    (docs/upstream-daemon-rendezvous.md). The daemons get a port of their own instead, the same on
+    every node since every node has the same ``--dist-init-addr``: ``DAEMON_PORT_ENV`` when set, else
+    the port just below it (sglang derives its own ports above it)."""
+    if getattr(server_args, "nnodes", 1) <= 1 or not getattr(server_args, "dist_init_addr", None):
+        return dist_init_method
+    from sglang.srt.utils.network import NetworkAddress
+
+    engines = NetworkAddress.parse(server_args.dist_init_addr)
+    if dist_init_method != engines.to_tcp():  # not the engines' rendezvous: sglang's choice stands
+        return dist_init_method
+    chosen = os.environ.get(DAEMON_PORT_ENV)
+    if chosen is not None and not chosen.isdigit():
+        raise ValueError(f"{DAEMON_PORT_ENV}={chosen!r}: set it to a TCP port number, the same on every node")
+    port = int(chosen) if chosen is not None else engines.port - 1
+    if port == engines.port or not 0 < port < 65536:
+        raise ValueError(
+            f"the daemons' rendezvous port {port} is unusable beside --dist-init-addr {server_args.dist_init_addr}: "
+            f"set {DAEMON_PORT_ENV} to a free TCP port, the same on every node"
+        )
+    return NetworkAddress(engines.host, port).to_tcp()
+
+
 def _spawn_layout_aware_daemon(spawn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of sglang's ``spawn_weight_cache_daemon``: its child runs
-    ``run_layout_aware_daemon`` (resolvable by name in a fresh interpreter)."""
+    ``run_layout_aware_daemon`` (resolvable by name in a fresh interpreter), and across nodes it
+    meets the other nodes' daemons at a rendezvous of their own (``daemons_rendezvous``)."""
+    if args and "dist_init_method" in kwargs:
+        kwargs["dist_init_method"] = daemons_rendezvous(args[0], kwargs["dist_init_method"])
     with _spawn_lock, _spawn_target_is_layout_aware():
         process = spawn(*args, **kwargs)  # sglang's spawn pickles the target in start()
     logger.info("spawned layout-aware weight cache daemon pid=%s", getattr(process, "pid", None))
