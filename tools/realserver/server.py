@@ -157,16 +157,19 @@ class StandaloneDaemons:
         name: str = "daemons",
         extra_args: Sequence[str] = (),
         layout_aware: bool = True,
+        local_ranks: int | None = None,
     ) -> None:
         self.run = run
         self.topology = topology
         self.name = name
+        # The daemons of this node (``--nnodes``: a share of the ranks, local GPU ids from 0).
+        self.local_ranks = topology.tp_size if local_ranks is None else local_ranks
         module = "daemon_adapter" if layout_aware else "tools.realserver.plain_daemons"
         argv = [sys.executable, "-m", module, *topology.args(), *extra_args]
         self.tree = ProcessTree(name, argv, run.env(topology.tp_size), run.log(name))
 
     def start(self) -> StandaloneDaemons:
-        for rank in range(self.topology.tp_size):  # a dead run's files would block the start
+        for rank in range(self.local_ranks):  # a dead run's files would block the start
             for path in (self.run.socket_path(rank), self.run.ready_path(rank)):
                 if os.path.exists(path):
                     os.unlink(path)
@@ -177,7 +180,7 @@ class StandaloneDaemons:
         """Seconds until every rank's ready file and socket exist; ServerFailed otherwise."""
         assert self.tree.started_at is not None
         deadline = time.monotonic() + timeout_s
-        paths = [p for r in range(self.topology.tp_size) for p in (self.run.ready_path(r), self.run.socket_path(r))]
+        paths = [p for r in range(self.local_ranks) for p in (self.run.ready_path(r), self.run.socket_path(r))]
         while not all(os.path.exists(p) for p in paths):
             if not self.tree.alive():
                 raise ServerFailed(
