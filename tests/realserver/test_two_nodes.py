@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 from tools.realserver import nodes as cluster
+from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
 from tools.realserver.server import ServerSpec, Topology, disk_reference
 
 QUIET = 100_000  # rebalance iterations for servers that must not rebalance during the test
+PARK_TIMEOUT_S = 240.0  # until every rank of both nodes waits at its stop point
+REPAIR_TIMEOUT_S = 120.0  # a torn move's auto repair: well under a second on this tiny model
 
 
 def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, rounds: int = 40) -> int:
@@ -109,3 +112,73 @@ def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(tiny_mode
     assert sorted(beliefs) == list(range(topology.tp_size)), beliefs
     assert all(b["version"] == 0 for b in beliefs.values()), beliefs
     assert "EADDRINUSE" not in logs
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.usefixtures("realserver_lock")
+def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """A, killed on both nodes once its first chunk is committed: every daemon stays clean at that
+    version and D adopts it on every rank. D, killed on both nodes once its first chunk moved before
+    its commit: each node's daemons repair their torn move by themselves (auto repair), clean at
+    the last committed version again, and F adopts it and answers like a disk server with that map."""
+    topology = Topology(tiny_model)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    daemons = two.daemons()
+    chunked = {"rebalance_iterations": 10, "layers_per_chunk": 1}
+    try:
+        for node in daemons:
+            node.start()
+        for node in daemons:
+            node.wait_ready()
+        a = two.servers(ServerSpec("A", **chunked, stop_at=StopPoint("after_commit", 1)))
+        try:
+            for server in a:
+                server.start()
+            a[0].wait_ready()
+            cluster.park(a, PARK_TIMEOUT_S)
+        finally:
+            cluster.kill(a)
+        after_a = two.wait_states(lambda states: not any(s.get("attached") for s in states), 30.0)
+        assert [(s["phase"], s["version"]) for s in after_a] == [("clean", 1)] * topology.tp_size, after_a
+
+        d = two.servers(ServerSpec("D", **chunked, stop_at=StopPoint("before_commit", 1)))
+        try:
+            for server in d:
+                server.start()
+            d[0].wait_ready()
+            d_beliefs = cluster.beliefs(d)
+            cluster.park(d, PARK_TIMEOUT_S)
+        finally:
+            cluster.kill(d)
+        assert sorted(d_beliefs) == list(range(topology.tp_size)), d_beliefs
+        for rank, belief in d_beliefs.items():
+            assert (belief["startup"], belief["version"], belief["map"]) == ("adopt", 1, after_a[0]["map"]), rank
+        repaired = two.wait_states(
+            lambda states: all(s.get("phase") == "clean" and not s.get("attached") for s in states), REPAIR_TIMEOUT_S
+        )
+        assert [(s["phase"], s["version"]) for s in repaired] == [("clean", 1)] * topology.tp_size, repaired
+        assert all(s["map"] == after_a[0]["map"] for s in repaired), "a node's repair left another map"
+        for node in daemons:  # D's move was torn on each node, and each node's daemons repaired it
+            assert "repairing layers" in node.tree.log_path.read_text(errors="replace"), node.name
+
+        f = two.servers(ServerSpec("F", rebalance_iterations=QUIET))
+        try:
+            for server in f:
+                server.start()
+            f[0].wait_ready()
+            f_out = f[0].generate(list(PROMPTS))
+            f_beliefs = cluster.beliefs(f)
+        finally:
+            cluster.stop(f)
+    finally:
+        for node in daemons:
+            node.stop()
+    assert {(b["startup"], b["version"]) for b in f_beliefs.values()} == {("adopt", 1)}, f_beliefs
+    reference = disk_reference(tmp_path / "reference", topology, after_a[0]["map"]).start()
+    try:
+        reference.wait_ready()
+        assert reference.generate(list(PROMPTS)) == f_out, "F's outputs differ from a disk server's at that map"
+    finally:
+        reference.stop()

@@ -9,14 +9,18 @@ node, ``--nnodes N --node-rank K --dist-init-method`` (sglang's launcher for tha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
     RealServer,
     RunDir,
+    ServerFailed,
     ServerSpec,
     StandaloneDaemons,
     Topology,
@@ -92,6 +96,15 @@ class Nodes:
         """Every daemon's state, node by node (``expert-layout status`` on each node)."""
         return [(d.get("state") or {}) for run in self.runs for d in daemon_status(run, include_map)["daemons"]]
 
+    def wait_states(self, done: Callable[[list[dict[str, Any]]], bool], timeout_s: float) -> list[dict[str, Any]]:
+        """Every daemon's state (with its map) once ``done`` says so of them, or after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.daemon_states(include_map=True)
+            if (len(states) == self.topology.tp_size and done(states)) or time.monotonic() > deadline:
+                return states
+            time.sleep(0.3)
+
 
 def beliefs(servers: Sequence[RealServer]) -> dict[int, dict[str, Any]]:
     """What each rank of a server across nodes routes with (each node's probes hold its ranks')."""
@@ -104,3 +117,32 @@ def beliefs(servers: Sequence[RealServer]) -> dict[int, dict[str, Any]]:
 def stop(servers: Sequence[RealServer]) -> None:
     for server in servers:
         server.stop()
+
+
+def kill(servers: Sequence[RealServer]) -> None:
+    """SIGKILL every node's process tree of the server."""
+    for server in servers:
+        server.kill()
+
+
+def park(servers: Sequence[RealServer], timeout_s: float) -> None:
+    """Requests to node 0 until every rank of every node waits at the server's stop point
+    (``engine_probes.StopAt``). A parked rank blocks its forward pass, so the requests go from a
+    thread that the coming SIGKILL ends."""
+
+    def stopped() -> int:
+        return sum(len(server.stopped_ranks()) for server in servers)
+
+    def requests() -> None:
+        while servers[0].tree.alive() and stopped() < servers[0].topology.tp_size:
+            try:
+                servers[0].generate(list(PROMPTS), max_new_tokens=16)
+            except Exception:
+                return
+
+    threading.Thread(target=requests, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while stopped() < servers[0].topology.tp_size:
+        if not all(server.tree.alive() for server in servers) or time.monotonic() > deadline:
+            raise ServerFailed(f"{stopped()} ranks reached the stop point; log tail:\n{servers[0].tree.log_tail()}")
+        time.sleep(0.2)
