@@ -1,32 +1,47 @@
 """The protocol across two nodes on real servers, as two hosts would run it (``tools.realserver.nodes``:
-each node its own daemon sockets, ready files and logs; TCP between them).
+each node its own daemon sockets, ready files, logs and processes; TCP between them). TP2/EP2, one
+rank per node; servers ``launch_server --nnodes 2 --node-rank K`` in client mode on each node's
+standalone layout-aware daemons (``python -m daemon_adapter --nnodes 2 --node-rank K
+--dist-init-method ...``), and outputs judged against a disk server with ``--init-expert-location``
+at the daemons' map:
 
-TP2/EP2, one rank per node. Server A (``launch_server --nnodes 2 --node-rank K``, client mode)
-rebalances on each node's standalone layout-aware daemons (``python -m daemon_adapter --nnodes 2
---node-rank K --dist-init-method ...``): every daemon of both nodes must record the same version and
-map. Server B across the same nodes must adopt it on every rank and answer like a disk server started
-with ``--init-expert-location`` at that map.
-
-And ``--weight-cache-mode daemon`` across the nodes: sglang 0.5.23 gives the daemons it spawns the
-engines' own rendezvous port, and node 0's scheduler then fails to bind it
-(docs/upstream-daemon-rendezvous.md); the plugin's spawn hook gives them a port of their own. With
-the plugin off (``SGLANG_PLUGINS=none``) the same server fails with EADDRINUSE.
+- a rebalance recorded by every daemon of both nodes, adopted on both by the next server;
+- SIGKILL on both nodes between chunks (the next server adopts the committed version) and mid-move
+  (each node's daemons repair their torn move by themselves; the next server adopts);
+- a warm standby spanning both nodes takes over from a primary SIGKILLed on both;
+- ranks that find different records on the two nodes (one node's daemons repaired, the other's
+  dirty) all fail, each node saying why, none left waiting in a collective;
+- ``--weight-cache-mode daemon`` across the nodes: sglang 0.5.23 gives the daemons it spawns the
+  engines' own rendezvous port, and node 0's scheduler then fails to bind it
+  (docs/upstream-daemon-rendezvous.md); the plugin's spawn hook gives them a port of their own.
+  With the hook's rule taken out, this case fails with EADDRINUSE.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from tools.realserver import nodes as cluster
+from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
-from tools.realserver.server import ServerSpec, Topology, disk_reference
+from tools.realserver.server import ServerFailed, ServerSpec, Topology, disk_reference
+
+from daemon_adapter.__main__ import NO_AUTO_REPAIR
+from engine_adapter.roles import ROLE_ENV, STANDBY
+
+from .conftest import REPO
 
 QUIET = 100_000  # rebalance iterations for servers that must not rebalance during the test
 PARK_TIMEOUT_S = 240.0  # until every rank of both nodes waits at its stop point
+START_TIMEOUT_S = 600.0  # a server's start, at worst on a loaded machine
 REPAIR_TIMEOUT_S = 120.0  # a torn move's auto repair: well under a second on this tiny model
+EXIT_TIMEOUT_S = 120.0  # a node's ranks, once the other node's exited: far below the protocol's wait
+STARTUP_REFUSAL = "expert-layout startup check failed"
+RESULTS = REPO / "build" / "two-node-standby.json"  # the takeover's time, for the results
 
 
 def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, rounds: int = 40) -> int:
@@ -182,3 +197,131 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
         assert reference.generate(list(PROMPTS)) == f_out, "F's outputs differ from a disk server's at that map"
     finally:
         reference.stop()
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.usefixtures("realserver_lock")
+def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_both(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Primary A and warm standby S each span both nodes. S parks on every daemon of both nodes
+    while A rebalances; A stops between chunks of its second rebalance and is SIGKILLed on both
+    nodes. S must take over on every rank with the daemons' record, and answer like a disk server
+    with that map."""
+    topology = Topology(tiny_model)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    daemons = two.daemons()
+    s: list = []
+    try:
+        for node in daemons:
+            node.start()
+        for node in daemons:
+            node.wait_ready()
+        a = two.servers(
+            ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("after_commit", 3))
+        )
+        try:
+            for server in a:
+                server.start()
+            a[0].wait_ready()
+            attached = two.wait_states(lambda states: all(st.get("attached") for st in states), PARK_TIMEOUT_S)
+            assert all(st.get("attached") for st in attached), attached
+            s = two.servers(ServerSpec("S", rebalance_iterations=QUIET, extra_env={ROLE_ENV: STANDBY}))
+            for server in s:
+                server.start()
+            parked = two.wait_states(lambda states: all(st.get("parked") for st in states), START_TIMEOUT_S)
+            assert all(st.get("parked") for st in parked), f"S did not park on every daemon of both nodes: {parked}"
+            cluster.park(a, PARK_TIMEOUT_S)
+            at_kill = two.daemon_states(include_map=True)
+            killed_at = time.monotonic()
+        finally:
+            cluster.kill(a)
+        first = s[0].generate_streamed(PROMPTS[1], max_new_tokens=16)
+        taken_over_s = (first.first_token or first.done) - killed_at
+        s_out = s[0].generate(list(PROMPTS))
+        s_beliefs = cluster.beliefs(s)
+    finally:
+        cluster.stop(s)
+        for node in daemons:
+            node.stop()
+    version, record_map = at_kill[0]["version"], at_kill[0]["map"]
+    assert version == 3 and all((st["version"], st["map"]) == (version, record_map) for st in at_kill), at_kill
+    assert sorted(s_beliefs) == list(range(topology.tp_size)), s_beliefs
+    for rank, belief in s_beliefs.items():
+        assert (belief["version"], belief["map"]) == (version, record_map), f"S's rank {rank}: {belief}"
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    # Its time is a figure for the results, not a test's verdict.
+    RESULTS.write_text(json.dumps({"version": version, "first_token_after_sigkill_s": round(taken_over_s, 3)}) + "\n")
+    reference = disk_reference(tmp_path / "reference", topology, record_map).start()
+    try:
+        reference.wait_ready()
+        assert reference.generate(list(PROMPTS)) == s_out, "S's outputs differ from a disk server's at that map"
+    finally:
+        reference.stop()
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.usefixtures("realserver_lock")
+def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_reason(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """A is SIGKILLed on both nodes mid-move in its second chunk. Node 0's daemons repair the torn move
+    by themselves; node 1's run with auto repair off and stay dirty. B's ranks then find a clean record
+    on node 0 and a dirty one on node 1: B must exit on both nodes by itself, each node's log naming
+    the dirty daemons and what to do, no rank left waiting in a collective. After the operator's
+    ``expert-layout repair`` on node 1, C adopts the committed version on both nodes."""
+    topology = Topology(tiny_model)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    daemons = two.daemons(extra_args={1: (NO_AUTO_REPAIR,)})
+    try:
+        for node in daemons:
+            node.start()
+        for node in daemons:
+            node.wait_ready()
+        a = two.servers(
+            ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("before_commit", 2))
+        )
+        try:
+            for server in a:
+                server.start()
+            a[0].wait_ready()
+            cluster.park(a, PARK_TIMEOUT_S)
+        finally:
+            cluster.kill(a)
+        apart = two.wait_states(lambda st: st[0].get("phase") == "clean" and bool(st[1].get("dirty")), REPAIR_TIMEOUT_S)
+        assert (apart[0].get("phase"), apart[0].get("version")) == ("clean", 1), apart
+        assert apart[1].get("dirty") and apart[1]["dirty"]["base_version"] == 1, apart
+
+        b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
+        try:
+            for server in b:
+                server.start()
+            with pytest.raises(ServerFailed) as failed:
+                b[0].wait_ready(timeout_s=START_TIMEOUT_S)
+            deadline = time.monotonic() + EXIT_TIMEOUT_S  # node 1's ranks must not stay in a collective
+            while b[1].tree.alive() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            node1_alive = b[1].tree.alive()
+        finally:
+            cluster.kill(b)
+        assert "exited with code" in str(failed.value), str(failed.value)[-2000:]
+        assert not node1_alive, f"B's node 1 still runs {EXIT_TIMEOUT_S:.0f} s after node 0 exited"
+        for server in b:  # each node's log says why, and what to do
+            refusals = [line for line in server.log_text().splitlines() if STARTUP_REFUSAL in line]
+            assert refusals and all("dirty" in line for line in refusals), (server.spec.name, server.log_text()[-3000:])
+
+        done, _seconds = torn_move.run_repair_cli(daemons[1])
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
+        try:
+            for server in c:
+                server.start()
+            c[0].wait_ready()
+            c_beliefs = cluster.beliefs(c)
+        finally:
+            cluster.stop(c)
+    finally:
+        for node in daemons:
+            node.stop()
+    assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
+    assert {(b["startup"], b["version"]) for b in c_beliefs.values()} == {("adopt", 1)}, c_beliefs

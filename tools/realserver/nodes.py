@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,15 +29,6 @@ from tools.realserver.server import (
 )
 
 
-def _free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 @dataclass
 class Nodes:
     """``nnodes`` nodes sharing ``topology``'s ranks equally, under ``root``."""
@@ -46,16 +37,13 @@ class Nodes:
     topology: Topology
     nnodes: int = 2
     runs: list[RunDir] = field(init=False)
-    engines_addr: str = field(init=False)  # the engines' --dist-init-addr
     daemons_method: str = field(init=False)  # the standalone daemons' --dist-init-method
 
     def __post_init__(self) -> None:
         if self.topology.tp_size % self.nnodes:
             raise ValueError(f"{self.topology.tp_size} ranks do not split over {self.nnodes} nodes")
         self.runs = [RunDir(Path(self.root) / f"node{k}") for k in range(self.nnodes)]
-        engines, daemons = _free_ports(2)
-        self.engines_addr = f"127.0.0.1:{engines}"
-        self.daemons_method = f"tcp://127.0.0.1:{daemons}"
+        self.daemons_method = f"tcp://127.0.0.1:{free_port()}"
 
     @property
     def local_ranks(self) -> int:
@@ -64,21 +52,31 @@ class Nodes:
     def _node_args(self, k: int) -> tuple[str, ...]:
         return ("--nnodes", str(self.nnodes), "--node-rank", str(k))
 
-    def daemons(self) -> list[StandaloneDaemons]:
-        """Each node's standalone layout-aware daemons (not started)."""
+    def daemons(self, extra_args: Mapping[int, Sequence[str]] | None = None) -> list[StandaloneDaemons]:
+        """Each node's standalone layout-aware daemons (not started); ``extra_args``: by node rank."""
         return [
             StandaloneDaemons(
                 run,
                 self.topology,
                 name=f"daemons-node{k}",
-                extra_args=(*self._node_args(k), "--dist-init-method", self.daemons_method),
+                extra_args=(
+                    *self._node_args(k),
+                    "--dist-init-method",
+                    self.daemons_method,
+                    *(extra_args or {}).get(k, ()),
+                ),
                 local_ranks=self.local_ranks,
             )
             for k, run in enumerate(self.runs)
         ]
 
     def servers(self, spec: ServerSpec) -> list[RealServer]:
-        """One server across the nodes: each node's ``launch_server`` (not started); [0] serves HTTP."""
+        """One server across the nodes: each node's ``launch_server`` (not started); [0] serves HTTP.
+        Each server has a ``--dist-init-addr`` of its own: a primary and its standby run at once."""
+        engines = free_port()
+        while f"tcp://127.0.0.1:{engines}" == self.daemons_method:  # never the daemons' port
+            engines = free_port()
+        engines_addr = f"127.0.0.1:{engines}"
         return [
             RealServer(
                 run,
@@ -86,7 +84,7 @@ class Nodes:
                 replace(
                     spec,
                     name=f"{spec.name}-node{k}",
-                    extra_args=(*spec.extra_args, *self._node_args(k), "--dist-init-addr", self.engines_addr),
+                    extra_args=(*spec.extra_args, *self._node_args(k), "--dist-init-addr", engines_addr),
                 ),
             )
             for k, run in enumerate(self.runs)

@@ -121,7 +121,7 @@ def run_repair_cli(daemons: StandaloneDaemons) -> tuple[subprocess.CompletedProc
     env = with_project_path(dict(os.environ))
     env[SOCKET_TEMPLATE_ENV] = daemons.run.socket_template
     argv = [sys.executable, "-m", "daemon_adapter.status_cli", "repair", "--json"]
-    for rank in range(daemons.topology.tp_size):
+    for rank in range(daemons.local_ranks):  # this node's daemons
         argv += ["--socket", daemons.run.socket_path(rank)]
     started = time.monotonic()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
