@@ -5,7 +5,8 @@ standalone layout-aware daemons (``python -m daemon_adapter --nnodes 2 --node-ra
 --dist-init-method ...``), and outputs judged against a disk server with ``--init-expert-location``
 at the daemons' map:
 
-- a rebalance recorded by every daemon of both nodes, adopted on both by the next server;
+- a rebalance recorded by every daemon of both nodes, adopted on both by the next server; an older
+  engine (the plugin off) across the nodes is refused on each, with the reason on its screen;
 - SIGKILL on both nodes between chunks (the next server adopts the committed version) and mid-move
   (each node's daemons repair their torn move by themselves; the next server adopts);
 - a warm standby spanning both nodes takes over from a primary SIGKILLed on both;
@@ -28,7 +29,7 @@ from tools.realserver import nodes as cluster
 from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
-from tools.realserver.server import ServerFailed, ServerSpec, Topology, disk_reference
+from tools.realserver.server import PROTOCOL_OFF, RealServer, ServerFailed, ServerSpec, Topology, disk_reference
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
 from engine_adapter.roles import ROLE_ENV, STANDBY
@@ -57,6 +58,15 @@ def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, round
     raise AssertionError(f"the daemons of both nodes at {versions}, not {at_least}; log tail:\n{tail}")
 
 
+def _left_running(server: RealServer) -> bool:
+    """Whether ``server`` (a node's processes) still runs ``EXIT_TIMEOUT_S`` after the test saw another
+    node's exit: no rank may be left waiting in a collective."""
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    while server.tree.alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return server.tree.alive()
+
+
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
 @pytest.mark.usefixtures("realserver_lock")
 def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(tiny_model: Path, tmp_path: Path) -> None:
@@ -81,6 +91,21 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
         version, moved_map = states[0]["version"], states[0]["map"]
         for state in states:  # every daemon of both nodes: the same version and map, nothing pending
             assert (state["version"], state["map"], state["phase"]) == (version, moved_map, "clean"), states
+
+        # An older engine (the plugin off) across the nodes is refused on each, the reason on its screen.
+        older = two.servers(ServerSpec("older", rebalance_iterations=QUIET, plugins=PROTOCOL_OFF))
+        try:
+            for server in older:
+                server.start()
+            with pytest.raises(ServerFailed):
+                older[0].wait_ready(timeout_s=START_TIMEOUT_S)
+            older_left_running = _left_running(older[1])
+            on_screen = [server.log_text() for server in older]
+        finally:
+            cluster.kill(older)
+        assert not older_left_running, "the older engine's node 1 still runs after node 0 exited"
+        for node, text in enumerate(on_screen):
+            assert "experts have moved" in text, f"node {node}'s older engine shows no reason:\n{text[-3000:]}"
 
         b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
         try:
@@ -298,10 +323,7 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
                 server.start()
             with pytest.raises(ServerFailed) as failed:
                 b[0].wait_ready(timeout_s=START_TIMEOUT_S)
-            deadline = time.monotonic() + EXIT_TIMEOUT_S  # node 1's ranks must not stay in a collective
-            while b[1].tree.alive() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            node1_alive = b[1].tree.alive()
+            node1_alive = _left_running(b[1])
         finally:
             cluster.kill(b)
         assert "exited with code" in str(failed.value), str(failed.value)[-2000:]
