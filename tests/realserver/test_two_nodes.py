@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tools.realserver import nodes as cluster
@@ -58,6 +59,31 @@ def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, round
     raise AssertionError(f"the daemons of both nodes at {versions}, not {at_least}; log tail:\n{tail}")
 
 
+def _disk_outputs(tmp_path: Path, topology: Topology, physical_to_logical_map: list[list[int]]) -> list[list[int]]:
+    """The greedy outputs of a server loaded from disk with ``--init-expert-location`` at that map."""
+    reference = disk_reference(tmp_path / "reference", topology, physical_to_logical_map).start()
+    try:
+        reference.wait_ready()
+        return reference.generate(list(PROMPTS))
+    finally:
+        reference.stop()
+
+
+def _stopping(name: str, point: str, count: int) -> ServerSpec:
+    """A server that rebalances one layer a chunk, each rank stopping at the ``count``-th ``point``."""
+    return ServerSpec(name, rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint(point, count))
+
+
+def _outputs_and_beliefs(two: cluster.Nodes, name: str) -> tuple[list[list[int]], dict[int, dict[str, Any]]]:
+    """A server across the nodes that does not rebalance: its greedy outputs and every rank's belief."""
+    servers = two.servers(ServerSpec(name, rebalance_iterations=QUIET))
+    try:
+        cluster.serve(servers)
+        return servers[0].generate(list(PROMPTS)), cluster.beliefs(servers)
+    finally:
+        cluster.stop(servers)
+
+
 def _left_running(server: RealServer) -> bool:
     """Whether ``server`` (a node's processes) still runs ``EXIT_TIMEOUT_S`` after the test saw another
     node's exit: no rank may be left waiting in a collective."""
@@ -74,15 +100,10 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
     try:
-        for node in daemons:
-            node.start()
-        for node in daemons:
-            node.wait_ready()
+        cluster.start_daemons(daemons)
         a = two.servers(ServerSpec("A", rebalance_iterations=10))
         try:
-            for server in a:
-                server.start()
-            a[0].wait_ready()
+            cluster.serve(a)
             _drive_until_version(a, two, at_least=2)
         finally:
             cluster.stop(a)
@@ -95,8 +116,7 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
         # An older engine (the plugin off) across the nodes is refused on each, the reason on its screen.
         older = two.servers(ServerSpec("older", rebalance_iterations=QUIET, plugins=PROTOCOL_OFF))
         try:
-            for server in older:
-                server.start()
+            cluster.start(older)
             with pytest.raises(ServerFailed):
                 older[0].wait_ready(timeout_s=START_TIMEOUT_S)
             older_left_running = _left_running(older[1])
@@ -107,30 +127,16 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
         for node, text in enumerate(on_screen):
             assert "experts have moved" in text, f"node {node}'s older engine shows no reason:\n{text[-3000:]}"
 
-        b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
-        try:
-            for server in b:
-                server.start()
-            b[0].wait_ready()
-            b_out = b[0].generate(list(PROMPTS))
-            beliefs = cluster.beliefs(b)
-        finally:
-            cluster.stop(b)
+        b_out, beliefs = _outputs_and_beliefs(two, "B")
     finally:
-        for node in daemons:
-            node.stop()
+        cluster.stop(daemons)
 
     assert sorted(beliefs) == list(range(topology.tp_size)), f"a rank wrote no belief: {beliefs}"
     for rank, belief in beliefs.items():
         assert (belief["startup"], belief["version"]) == ("adopt", version), (rank, belief)
         assert belief["map"] == moved_map, f"rank {rank} routes with another map than the daemons hold"
 
-    reference = disk_reference(tmp_path / "reference", topology, moved_map).start()
-    try:
-        reference.wait_ready()
-        assert reference.generate(list(PROMPTS)) == b_out, "B's outputs differ from a disk server's at that map"
-    finally:
-        reference.stop()
+    assert b_out == _disk_outputs(tmp_path, topology, moved_map), "B's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
@@ -140,9 +146,7 @@ def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(tiny_mode
     two = cluster.Nodes(tmp_path / "nodes", topology)
     servers = two.servers(ServerSpec("daemon-mode", weight_cache_mode="daemon", rebalance_iterations=QUIET))
     try:
-        for server in servers:
-            server.start()
-        servers[0].wait_ready()
+        cluster.serve(servers)
         out = servers[0].generate(list(PROMPTS))
         beliefs = cluster.beliefs(servers)
         logs = "".join(server.tree.log_path.read_text() for server in servers)
@@ -166,28 +170,20 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
     topology = Topology(tiny_model)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
-    chunked = {"rebalance_iterations": 10, "layers_per_chunk": 1}
     try:
-        for node in daemons:
-            node.start()
-        for node in daemons:
-            node.wait_ready()
-        a = two.servers(ServerSpec("A", **chunked, stop_at=StopPoint("after_commit", 1)))
+        cluster.start_daemons(daemons)
+        a = two.servers(_stopping("A", "after_commit", 1))
         try:
-            for server in a:
-                server.start()
-            a[0].wait_ready()
+            cluster.serve(a)
             cluster.park(a, PARK_TIMEOUT_S)
         finally:
             cluster.kill(a)
         after_a = two.wait_states(lambda states: not any(s.get("attached") for s in states), 30.0)
         assert [(s["phase"], s["version"]) for s in after_a] == [("clean", 1)] * topology.tp_size, after_a
 
-        d = two.servers(ServerSpec("D", **chunked, stop_at=StopPoint("before_commit", 1)))
+        d = two.servers(_stopping("D", "before_commit", 1))
         try:
-            for server in d:
-                server.start()
-            d[0].wait_ready()
+            cluster.serve(d)
             d_beliefs = cluster.beliefs(d)
             cluster.park(d, PARK_TIMEOUT_S)
         finally:
@@ -203,25 +199,11 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
         for node in daemons:  # D's move was torn on each node, and each node's daemons repaired it
             assert "repairing layers" in node.tree.log_path.read_text(errors="replace"), node.name
 
-        f = two.servers(ServerSpec("F", rebalance_iterations=QUIET))
-        try:
-            for server in f:
-                server.start()
-            f[0].wait_ready()
-            f_out = f[0].generate(list(PROMPTS))
-            f_beliefs = cluster.beliefs(f)
-        finally:
-            cluster.stop(f)
+        f_out, f_beliefs = _outputs_and_beliefs(two, "F")
     finally:
-        for node in daemons:
-            node.stop()
+        cluster.stop(daemons)
     assert {(b["startup"], b["version"]) for b in f_beliefs.values()} == {("adopt", 1)}, f_beliefs
-    reference = disk_reference(tmp_path / "reference", topology, after_a[0]["map"]).start()
-    try:
-        reference.wait_ready()
-        assert reference.generate(list(PROMPTS)) == f_out, "F's outputs differ from a disk server's at that map"
-    finally:
-        reference.stop()
+    assert f_out == _disk_outputs(tmp_path, topology, after_a[0]["map"]), "F's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
@@ -238,22 +220,14 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
     daemons = two.daemons()
     s: list = []
     try:
-        for node in daemons:
-            node.start()
-        for node in daemons:
-            node.wait_ready()
-        a = two.servers(
-            ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("after_commit", 3))
-        )
+        cluster.start_daemons(daemons)
+        a = two.servers(_stopping("A", "after_commit", 3))
         try:
-            for server in a:
-                server.start()
-            a[0].wait_ready()
+            cluster.serve(a)
             attached = two.wait_states(lambda states: all(st.get("attached") for st in states), PARK_TIMEOUT_S)
             assert all(st.get("attached") for st in attached), attached
             s = two.servers(ServerSpec("S", rebalance_iterations=QUIET, extra_env={ROLE_ENV: STANDBY}))
-            for server in s:
-                server.start()
+            cluster.start(s)
             parked = two.wait_states(lambda states: all(st.get("parked") for st in states), START_TIMEOUT_S)
             assert all(st.get("parked") for st in parked), f"S did not park on every daemon of both nodes: {parked}"
             cluster.park(a, PARK_TIMEOUT_S)
@@ -267,8 +241,7 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
         s_beliefs = cluster.beliefs(s)
     finally:
         cluster.stop(s)
-        for node in daemons:
-            node.stop()
+        cluster.stop(daemons)
     version, record_map = at_kill[0]["version"], at_kill[0]["map"]
     assert version == 3 and all((st["version"], st["map"]) == (version, record_map) for st in at_kill), at_kill
     assert sorted(s_beliefs) == list(range(topology.tp_size)), s_beliefs
@@ -277,12 +250,7 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     # Its time is a figure for the results, not a test's verdict.
     RESULTS.write_text(json.dumps({"version": version, "first_token_after_sigkill_s": round(taken_over_s, 3)}) + "\n")
-    reference = disk_reference(tmp_path / "reference", topology, record_map).start()
-    try:
-        reference.wait_ready()
-        assert reference.generate(list(PROMPTS)) == s_out, "S's outputs differ from a disk server's at that map"
-    finally:
-        reference.stop()
+    assert s_out == _disk_outputs(tmp_path, topology, record_map), "S's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
@@ -299,17 +267,10 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons(extra_args={1: (NO_AUTO_REPAIR,)})
     try:
-        for node in daemons:
-            node.start()
-        for node in daemons:
-            node.wait_ready()
-        a = two.servers(
-            ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("before_commit", 2))
-        )
+        cluster.start_daemons(daemons)
+        a = two.servers(_stopping("A", "before_commit", 2))
         try:
-            for server in a:
-                server.start()
-            a[0].wait_ready()
+            cluster.serve(a)
             cluster.park(a, PARK_TIMEOUT_S)
         finally:
             cluster.kill(a)
@@ -319,8 +280,7 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
 
         b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
         try:
-            for server in b:
-                server.start()
+            cluster.start(b)
             with pytest.raises(ServerFailed) as failed:
                 b[0].wait_ready(timeout_s=START_TIMEOUT_S)
             node1_alive = _left_running(b[1])
@@ -336,14 +296,11 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
         try:
-            for server in c:
-                server.start()
-            c[0].wait_ready()
+            cluster.serve(c)
             c_beliefs = cluster.beliefs(c)
         finally:
             cluster.stop(c)
     finally:
-        for node in daemons:
-            node.stop()
+        cluster.stop(daemons)
     assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
     assert {(b["startup"], b["version"]) for b in c_beliefs.values()} == {("adopt", 1)}, c_beliefs

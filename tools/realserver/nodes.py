@@ -112,9 +112,30 @@ def beliefs(servers: Sequence[RealServer]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def stop(servers: Sequence[RealServer]) -> None:
+def start_daemons(daemons: Sequence[StandaloneDaemons]) -> None:
+    """Every node's daemons started, then waited for: they meet at one rendezvous."""
+    for node in daemons:
+        node.start()
+    for node in daemons:
+        node.wait_ready()
+
+
+def start(servers: Sequence[RealServer]) -> None:
+    """Every node's processes of a server started (node 0's ``wait_ready`` says when it serves)."""
     for server in servers:
-        server.stop()
+        server.start()
+
+
+def serve(servers: Sequence[RealServer]) -> None:
+    """Every node's processes started, until node 0 serves."""
+    start(servers)
+    servers[0].wait_ready()
+
+
+def stop(processes: Sequence[RealServer | StandaloneDaemons]) -> None:
+    """Every node's processes of a server, or every node's daemons, asked to end."""
+    for each in processes:
+        each.stop()
 
 
 def kill(servers: Sequence[RealServer]) -> None:
