@@ -1,12 +1,13 @@
 """The protocol across two nodes on real servers, as two hosts would run it (``tools.realserver.nodes``:
 each node its own daemon sockets, ready files, logs and processes; TCP between them). TP2/EP2, one
-rank per node; servers ``launch_server --nnodes 2 --node-rank K`` in client mode on each node's
-standalone layout-aware daemons (``python -m daemon_adapter --nnodes 2 --node-rank K
---dist-init-method ...``), and outputs judged against a disk server with ``--init-expert-location``
-at the daemons' map:
+rank per node, and TP4/EP4, two per node; servers ``launch_server --nnodes 2 --node-rank K`` in
+client mode on each node's standalone layout-aware daemons (``python -m daemon_adapter --nnodes 2
+--node-rank K --dist-init-method ...``), and outputs judged against a disk server with
+``--init-expert-location`` at the daemons' map:
 
 - a rebalance recorded by every daemon of both nodes, adopted on both by the next server; an older
   engine (the plugin off) across the nodes is refused on each, with the reason on its screen;
+- TP4/EP4: a rebalance recorded alike by the four daemons, adopted on the four ranks;
 - SIGKILL on both nodes between chunks (the next server adopts the committed version) and mid-move
   (each node's daemons repair their torn move by themselves; the next server adopts);
 - a warm standby spanning both nodes takes over from a primary SIGKILLed on both;
@@ -304,3 +305,34 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
         cluster.stop(daemons)
     assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
     assert {(b["startup"], b["version"]) for b in c_beliefs.values()} == {("adopt", 1)}, c_beliefs
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.usefixtures("realserver_lock")
+def test_tp4_with_two_ranks_per_node_records_a_rebalance_on_all_four_and_adopts_it(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """TP4/EP4 over two nodes, two ranks and two daemons per node (4 redundant experts: 12 slots over 4
+    ranks): a rebalance is recorded alike by the four daemons, and the next server adopts it on the four
+    ranks and answers like a disk server with that map."""
+    topology = Topology(tiny_model, tp_size=4, ep_size=4, redundant_experts=4)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    daemons = two.daemons()
+    try:
+        cluster.start_daemons(daemons)
+        a = two.servers(ServerSpec("A", rebalance_iterations=10))
+        try:
+            cluster.serve(a)
+            _drive_until_version(a, two, at_least=1)
+        finally:
+            cluster.stop(a)
+        states = two.daemon_states(include_map=True)
+        version, moved_map = states[0]["version"], states[0]["map"]
+        assert [(s["phase"], s["version"], s["map"]) for s in states] == [("clean", version, moved_map)] * 4, states
+        b_out, beliefs = _outputs_and_beliefs(two, "B")
+    finally:
+        cluster.stop(daemons)
+    assert sorted(beliefs) == [0, 1, 2, 3], beliefs
+    for rank, belief in beliefs.items():
+        assert (belief["startup"], belief["version"], belief["map"]) == ("adopt", version, moved_map), rank
+    assert b_out == _disk_outputs(tmp_path, topology, moved_map), "B's outputs differ from a disk server's"
