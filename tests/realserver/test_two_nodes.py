@@ -70,6 +70,23 @@ def _disk_outputs(tmp_path: Path, topology: Topology, physical_to_logical_map: l
         reference.stop()
 
 
+def _rebalanced(two: cluster.Nodes, at_least: int) -> tuple[int, list[list[int]]]:
+    """Server A across the nodes rebalances until every daemon records ``at_least``, and stops; every
+    daemon of every node then holds the same version and map, nothing pending: that version and map."""
+    a = two.servers(ServerSpec("A", rebalance_iterations=10))
+    try:
+        cluster.serve(a)
+        _drive_until_version(a, two, at_least=at_least)
+    finally:
+        cluster.stop(a)
+    states = two.daemon_states(include_map=True)
+    assert len(states) == two.topology.tp_size, states
+    version, moved_map = states[0]["version"], states[0]["map"]
+    for state in states:
+        assert (state["version"], state["map"], state["phase"]) == (version, moved_map, "clean"), states
+    return version, moved_map
+
+
 def _stopping(name: str, point: str, count: int) -> ServerSpec:
     """A server that rebalances one layer a chunk, each rank stopping at the ``count``-th ``point``."""
     return ServerSpec(name, rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint(point, count))
@@ -102,17 +119,7 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
     daemons = two.daemons()
     try:
         cluster.start_daemons(daemons)
-        a = two.servers(ServerSpec("A", rebalance_iterations=10))
-        try:
-            cluster.serve(a)
-            _drive_until_version(a, two, at_least=2)
-        finally:
-            cluster.stop(a)
-        states = two.daemon_states(include_map=True)
-        assert len(states) == topology.tp_size, states
-        version, moved_map = states[0]["version"], states[0]["map"]
-        for state in states:  # every daemon of both nodes: the same version and map, nothing pending
-            assert (state["version"], state["map"], state["phase"]) == (version, moved_map, "clean"), states
+        version, moved_map = _rebalanced(two, at_least=2)
 
         # An older engine (the plugin off) across the nodes is refused on each, the reason on its screen.
         older = two.servers(ServerSpec("older", rebalance_iterations=QUIET, plugins=PROTOCOL_OFF))
@@ -320,15 +327,7 @@ def test_tp4_with_two_ranks_per_node_records_a_rebalance_on_all_four_and_adopts_
     daemons = two.daemons()
     try:
         cluster.start_daemons(daemons)
-        a = two.servers(ServerSpec("A", rebalance_iterations=10))
-        try:
-            cluster.serve(a)
-            _drive_until_version(a, two, at_least=1)
-        finally:
-            cluster.stop(a)
-        states = two.daemon_states(include_map=True)
-        version, moved_map = states[0]["version"], states[0]["map"]
-        assert [(s["phase"], s["version"], s["map"]) for s in states] == [("clean", version, moved_map)] * 4, states
+        version, moved_map = _rebalanced(two, at_least=1)
         b_out, beliefs = _outputs_and_beliefs(two, "B")
     finally:
         cluster.stop(daemons)
