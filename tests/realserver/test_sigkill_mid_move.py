@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from tools.realserver.server import (
     Topology,
     daemon_status,
     disk_reference,
+    park,
 )
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
@@ -98,7 +98,7 @@ def between_chunks(
         ).start()
         try:
             a.wait_ready(START_TIMEOUT_S)
-            _park(a)
+            park([a], PROMPT_TIMEOUT_S)
             at_stop = _states(run_dir)
             ended = REBALANCE_END in a.log_text()
         finally:
@@ -140,7 +140,7 @@ def test_sigkill_between_chunks_the_next_server_adopts_the_committed_version(bet
 def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(between_chunks: BetweenChunks) -> None:
     run_dir, topology, d = between_chunks.run, between_chunks.topology, between_chunks.d
     try:
-        _park(d)
+        park([d], PROMPT_TIMEOUT_S)
         pending = [s.get("pending") for s in _states(run_dir)]
         assert all(pending), f"the stop point is not mid-move: pending={pending}"
     finally:
@@ -221,14 +221,6 @@ def _states(run: RunDir) -> list[dict[str, Any]]:
     return [d["state"] or {} for d in daemon_status(run, include_map=True)["daemons"]]
 
 
-def _park(server: RealServer) -> None:
-    """Requests until every rank waits at the server's stop point. A parked rank blocks its
-    forward pass, so the requests go from a thread that the coming SIGKILL ends."""
-    traffic = threading.Thread(target=_requests_until_stopped, args=(server,), daemon=True)
-    traffic.start()
-    server.wait_stopped(PROMPT_TIMEOUT_S)
-
-
 def _wait_detached(run: RunDir, timeout_s: float) -> list[dict[str, Any]]:
     """The daemons' states once a killed engine's attachment is gone (its connection's EOF
     reaches the daemons' watchers a moment after the kill), or after ``timeout_s``."""
@@ -249,11 +241,3 @@ def _wait_dirty(run: RunDir, daemons: int, timeout_s: float) -> list:
         if (len(dirty) == daemons and all(dirty)) or time.monotonic() > deadline:
             return dirty
         time.sleep(0.5)
-
-
-def _requests_until_stopped(server: RealServer) -> None:
-    while server.tree.alive() and len(server.stopped_ranks()) < server.topology.tp_size:
-        try:
-            server.generate(list(PROMPTS), max_new_tokens=16)
-        except Exception:
-            return

@@ -31,7 +31,15 @@ from tools.realserver import nodes as cluster
 from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
-from tools.realserver.server import PROTOCOL_OFF, RealServer, ServerFailed, ServerSpec, Topology, disk_reference
+from tools.realserver.server import (
+    PROTOCOL_OFF,
+    RealServer,
+    ServerFailed,
+    ServerSpec,
+    Topology,
+    disk_reference,
+    park,
+)
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR
 from engine_adapter.roles import ROLE_ENV, STANDBY
@@ -183,7 +191,7 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
         a = two.servers(_stopping("A", "after_commit", 1))
         try:
             cluster.serve(a)
-            cluster.park(a, PARK_TIMEOUT_S)
+            park(a, PARK_TIMEOUT_S)
         finally:
             cluster.kill(a)
         after_a = two.wait_states(lambda states: not any(s.get("attached") for s in states), 30.0)
@@ -193,7 +201,7 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
         try:
             cluster.serve(d)
             d_beliefs = cluster.beliefs(d)
-            cluster.park(d, PARK_TIMEOUT_S)
+            park(d, PARK_TIMEOUT_S)
         finally:
             cluster.kill(d)
         assert sorted(d_beliefs) == list(range(topology.tp_size)), d_beliefs
@@ -238,7 +246,7 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
             cluster.start(s)
             parked = two.wait_states(lambda states: all(st.get("parked") for st in states), START_TIMEOUT_S)
             assert all(st.get("parked") for st in parked), f"S did not park on every daemon of both nodes: {parked}"
-            cluster.park(a, PARK_TIMEOUT_S)
+            park(a, PARK_TIMEOUT_S)
             at_kill = two.daemon_states(include_map=True)
             killed_at = time.monotonic()
         finally:
@@ -279,7 +287,7 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
         a = two.servers(_stopping("A", "before_commit", 2))
         try:
             cluster.serve(a)
-            cluster.park(a, PARK_TIMEOUT_S)
+            park(a, PARK_TIMEOUT_S)
         finally:
             cluster.kill(a)
         apart = two.wait_states(lambda st: st[0].get("phase") == "clean" and bool(st[1].get("dirty")), REPAIR_TIMEOUT_S)

@@ -9,18 +9,15 @@ node, ``--nnodes N --node-rank K --dist-init-method`` (sglang's launcher for tha
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
     RealServer,
     RunDir,
-    ServerFailed,
     ServerSpec,
     StandaloneDaemons,
     Topology,
@@ -142,26 +139,3 @@ def kill(servers: Sequence[RealServer]) -> None:
     """SIGKILL every node's process tree of the server."""
     for server in servers:
         server.kill()
-
-
-def park(servers: Sequence[RealServer], timeout_s: float) -> None:
-    """Requests to node 0 until every rank of every node waits at the server's stop point
-    (``engine_probes.StopAt``). A parked rank blocks its forward pass, so the requests go from a
-    thread that the coming SIGKILL ends."""
-
-    def stopped() -> int:
-        return sum(len(server.stopped_ranks()) for server in servers)
-
-    def requests() -> None:
-        while servers[0].tree.alive() and stopped() < servers[0].topology.tp_size:
-            try:
-                servers[0].generate(list(PROMPTS), max_new_tokens=16)
-            except Exception:
-                return
-
-    threading.Thread(target=requests, daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    while stopped() < servers[0].topology.tp_size:
-        if not all(server.tree.alive() for server in servers) or time.monotonic() > deadline:
-            raise ServerFailed(f"{stopped()} ranks reached the stop point; log tail:\n{servers[0].tree.log_tail()}")
-        time.sleep(0.2)

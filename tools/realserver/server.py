@@ -15,6 +15,7 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +28,7 @@ from tools import with_project_path
 from tools.cpu_bridge import CPU_SERVER_ARGS, EXTRA_HOOKS_ENV, bridge_env
 from tools.cpu_bridge.bridges import cpu_device_uuid
 from tools.realserver import engine_probes
-from tools.realserver.model import FAMILIES
+from tools.realserver.model import FAMILIES, PROMPTS
 from tools.realserver.processes import ProcessTree
 
 SOCKET_TEMPLATE_ENV = "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE"
@@ -490,3 +491,27 @@ def write_expert_location(path: Path, physical_to_logical_map: list[list[int]]) 
     """A file for ``--init-expert-location`` (sglang reads a JSON with ``physical_to_logical_map``)."""
     path.write_text(json.dumps({"physical_to_logical_map": physical_to_logical_map}))
     return str(path)
+
+
+def park(servers: Sequence[RealServer], timeout_s: float) -> None:
+    """Requests to the first of ``servers`` until every rank waits at its stop point
+    (``engine_probes.StopAt``): ``servers`` is one server, or each node's part of a server across
+    nodes (``tools.realserver.nodes``). A parked rank blocks its forward pass, so the requests go
+    from a thread that the coming SIGKILL ends."""
+
+    def stopped() -> int:
+        return sum(len(server.stopped_ranks()) for server in servers)
+
+    def requests() -> None:
+        while servers[0].tree.alive() and stopped() < servers[0].topology.tp_size:
+            try:
+                servers[0].generate(list(PROMPTS), max_new_tokens=16)
+            except Exception:
+                return
+
+    threading.Thread(target=requests, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while stopped() < servers[0].topology.tp_size:
+        if not all(server.tree.alive() for server in servers) or time.monotonic() > deadline:
+            raise ServerFailed(f"{stopped()} ranks reached the stop point; log tail:\n{servers[0].tree.log_tail()}")
+        time.sleep(0.2)
