@@ -54,6 +54,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tools.bench.metrics import add_chunk_share, bench_metrics
+from tools.bench.two_nodes import NodePlacement, TwoNodeLink, enter
 from tools.demo.results import machine
 
 LAYERS, PHYSICAL, LOGICAL = 61, 288, 256  # DeepSeek-V3: 58 MoE layers of 61, 256 routed + 32 redundant
@@ -89,9 +90,19 @@ def _timeit(fn: Callable[[], Any], n: int) -> list[float]:
 
 
 def _rank_worker(
-    rank: int, world: int, init: str, sockets: list[str], n: int, conn: Any, shape: tuple[int, int, int]
+    rank: int,
+    world: int,
+    init: str,
+    sockets: list[str],
+    n: int,
+    conn: Any,
+    shape: tuple[int, int, int],
+    placement: NodePlacement | None,
 ) -> None:
-    """One engine rank: attach to its daemon, then time startup and chunks against their floors."""
+    """One engine rank: attach to its daemon, then time startup and chunks against their floors;
+    ``placement``: its node, when the ranks are split over two."""
+    if placement is not None:
+        enter(placement)
     import torch.distributed as dist
 
     from daemon_adapter import client
@@ -229,20 +240,28 @@ def _rank_worker(
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 def bench_ranks(
-    world: int, workdir: str, n: int, shape: tuple[int, int, int] = (LAYERS, PHYSICAL, LOGICAL)
+    world: int,
+    workdir: str,
+    n: int,
+    shape: tuple[int, int, int] = (LAYERS, PHYSICAL, LOGICAL),
+    link: TwoNodeLink | None = None,
 ) -> dict[str, Any]:
     """Chunk and startup on ``world`` ranks, each with its own daemon process, for a map of ``shape``
-    (layers, physical, logical), against the floors measured in the same processes."""
+    (layers, physical, logical), against the floors measured in the same processes; with ``link``,
+    the first half of the ranks on node 0 and the rest on node 1 (each rank beside its own daemon)."""
     from tools.harness.daemon_proc import start_daemon
 
-    tag = f"{world}-{shape[0]}x{shape[1]}"
+    if link is not None and world % 2:
+        raise ValueError(f"{world} ranks do not split over two nodes")
+    placements = [link.placement(0 if r < world // 2 else 1) if link else None for r in range(world)]
+    tag = f"{world}-{shape[0]}x{shape[1]}{'-2nodes' if link else ''}"
     daemons = [
         start_daemon(
             os.path.join(workdir, f"chunk{tag}-{r}.sock"),
@@ -253,12 +272,14 @@ def bench_ranks(
         for r in range(world)
     ]
     ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{_free_port()}"
+    host = link.addresses()[0] if link else "127.0.0.1"
+    init = f"tcp://{host}:{_free_port(host)}"
     pipes, procs = [], []
     for rank in range(world):
         parent, child = ctx.Pipe()
         proc = ctx.Process(
-            target=_rank_worker, args=(rank, world, init, [d.socket_path for d in daemons], n, child, shape)
+            target=_rank_worker,
+            args=(rank, world, init, [d.socket_path for d in daemons], n, child, shape, placements[rank]),
         )
         proc.start()
         pipes.append(parent)
@@ -290,6 +311,7 @@ def bench_ranks(
     chunks = len(out[0]["chunk_s"])
     return {
         "ranks": world,
+        "nodes": 2 if link else 1,
         "map": f"{shape[0]}x{shape[1]}",
         "chunk_us": chunk,
         "chunk_floor_us": round(chunk_floor, 1),
@@ -643,7 +665,12 @@ def markdown(data: dict[str, Any]) -> str:
     if data.get("scaling"):
         from tools.bench import scaling
 
-        lines += ["", "Growth with ranks (61x288 map) and with the map (2 ranks); `scaling.png`:", ""]
+        lines += [
+            "",
+            "Growth with ranks (61x288 map; one node, and two nodes joined by a veth link) and with the map "
+            "(2 ranks); `scaling.png`:",
+            "",
+        ]
         lines += scaling.markdown_rows(data["scaling"])
     lines += [
         "",

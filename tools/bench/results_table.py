@@ -49,6 +49,12 @@ def rows(data: dict[str, Any]) -> list[str]:
             f"| the same chunk, {widest['ranks']} ranks | {widest['chunk_us']:.0f} µs | "
             f"{widest['chunk_floor_us']:.0f} µs | {widest['chunk_ratio']}x | none | - |"
         )
+        if data["scaling"].get("by_ranks_two_nodes"):
+            split = max(data["scaling"]["by_ranks_two_nodes"], key=lambda p: p["ranks"])
+            out.append(
+                f"| the same chunk, {split['ranks']} ranks over two nodes (a veth link) | {split['chunk_us']:.0f} µs | "
+                f"{split['chunk_floor_us']:.0f} µs | {split['chunk_ratio']}x | none | - |"
+            )
     widest_points = [max(data["scaling"]["by_ranks"], key=lambda p: p["ranks"])] if data.get("scaling") else []
     for r in [data["chunk_1_rank"], data["chunk_2_ranks"], *widest_points]:
         if "two_collectives_us" not in r:

@@ -7,7 +7,9 @@ the commit's check in an all-gather of its own beside its floor of 2 of each; st
 ``query_config`` and a bare all-gather, after the same pause as each startup).
 ``python -m tools.bench --only-scaling`` runs this part alone. Two curves:
 
-- ranks 1, 2, 4, 8, 16 on the DeepSeek-V3-sized map (61 x 288);
+- ranks 1, 2, 4, 8, 16 on the DeepSeek-V3-sized map (61 x 288), on one node, and 2 to 16 split
+  over two nodes (``tools.bench.two_nodes``: node 1's ranks in a network namespace, the nodes
+  joined by one veth link), each rank beside its own daemon;
 - map size 2 x 10 up to 61 x 288 and 61 x 512, on 2 ranks.
 
 On a 2-core machine 16 ranks means 32 processes on 2 cores: the absolute figures there are the
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 RANKS = (1, 2, 4, 8, 16)
+TWO_NODE_RANKS = (2, 4, 8, 16)
 SHAPES: tuple[tuple[int, int, int], ...] = ((2, 10, 8), (8, 64, 56), (24, 160, 128), (61, 288, 256), (61, 512, 480))
 
 
@@ -31,30 +34,54 @@ def repetitions(n: int, world: int) -> int:
 Measure = Callable[..., dict[str, Any]]  # protocol.bench_ranks(world, workdir, n[, shape])
 
 
-def _point(bench_ranks: Measure, step: Callable[[str], None], *args: Any) -> dict[str, Any]:
+def _point(bench_ranks: Measure, step: Callable[[str], None], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """One point; tried once more if a rank process died (on 2 cores a gloo port picked free can be
     taken by another process before the rank binds it), so one lost race does not end the bench."""
     try:
-        return bench_ranks(*args)
+        return bench_ranks(*args, **kwargs)
     except RuntimeError as error:
         step(f"  {error}; that point again")
-        return bench_ranks(*args)
+        return bench_ranks(*args, **kwargs)
+
+
+def _ranks_step(step: Callable[[str], None], point: dict[str, Any]) -> None:
+    step(
+        f"  {point['ranks']:2d} ranks on {point['nodes']} node(s), {point['map']}: chunk {point['chunk_us']:.0f} us "
+        f"({point['chunk_ratio']}x its floor; two all-gathers {point['two_collectives_us']:.0f} us), "
+        f"startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
+    )
 
 
 def bench_scaling(
-    bench_ranks: Measure, workdir: str, n: int, step: Callable[[str], None], ranks: tuple[int, ...] = RANKS
+    bench_ranks: Measure,
+    workdir: str,
+    n: int,
+    step: Callable[[str], None],
+    ranks: tuple[int, ...] = RANKS,
+    two_node_ranks: tuple[int, ...] = TWO_NODE_RANKS,
 ) -> dict[str, Any]:
-    """Both curves, each point measured by ``bench_ranks`` (``tools.bench.protocol``'s, which calls
+    """The curves, each point measured by ``bench_ranks`` (``tools.bench.protocol``'s, which calls
     this part: passed in, so the two modules do not import each other)."""
+    from tools.bench.two_nodes import TwoNodeLink
+
     by_ranks = []
     for world in ranks:
-        point = _point(bench_ranks, step, world, workdir, repetitions(n, world))
-        by_ranks.append(point)
-        step(
-            f"  {world:2d} ranks, {point['map']}: chunk {point['chunk_us']:.0f} us "
-            f"({point['chunk_ratio']}x its floor; two all-gathers {point['two_collectives_us']:.0f} us), "
-            f"startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
-        )
+        by_ranks.append(_point(bench_ranks, step, world, workdir, repetitions(n, world)))
+        _ranks_step(step, by_ranks[-1])
+    by_ranks_two_nodes: list[dict[str, Any]] = []
+    two_nodes_missing = None
+    try:
+        link = TwoNodeLink.create()
+    except RuntimeError as error:
+        two_nodes_missing = f"no second node here: {error}"
+        step(f"  two nodes skipped, {two_nodes_missing}")
+    else:
+        try:
+            for world in two_node_ranks:
+                by_ranks_two_nodes.append(_point(bench_ranks, step, world, workdir, repetitions(n, world), link=link))
+                _ranks_step(step, by_ranks_two_nodes[-1])
+        finally:
+            link.close()
     by_map = []
     for shape in SHAPES:
         point = _point(bench_ranks, step, 2, workdir, n, shape)
@@ -63,7 +90,12 @@ def bench_scaling(
             f"   2 ranks, {shape[0]}x{shape[1]}: chunk {point['chunk_us']:.0f} us ({point['chunk_ratio']}x), "
             f"startup {point['startup_us']:.0f} us ({point['startup_ratio']}x)"
         )
-    return {"by_ranks": by_ranks, "by_map": by_map}
+    return {
+        "by_ranks": by_ranks,
+        "by_ranks_two_nodes": by_ranks_two_nodes,
+        "two_nodes_missing": two_nodes_missing,
+        "by_map": by_map,
+    }
 
 
 def plot(data: dict[str, Any], png: str) -> bool:
@@ -91,6 +123,24 @@ def plot(data: dict[str, Any], png: str) -> bool:
             ax.plot(
                 xs, [p[floor] / 1000 for p in points], linestyle="--", color=line.get_color(), label=f"{label}: floor"
             )
+        if xkey == "ranks":
+            two = {p["ranks"]: p for p in data.get("by_ranks_two_nodes") or []}
+            at = [(i, two[p["ranks"]]) for i, p in enumerate(points) if p["ranks"] in two]
+            if at:
+                ax.plot(
+                    [i for i, _ in at],
+                    [p["chunk_us"] / 1000 for _, p in at],
+                    marker="s",
+                    color="black",
+                    label="chunk: protocol, two nodes",
+                )
+                ax.plot(
+                    [i for i, _ in at],
+                    [p["chunk_floor_us"] / 1000 for _, p in at],
+                    linestyle=":",
+                    color="black",
+                    label="chunk: floor, two nodes",
+                )
         ax.set_xticks(xs, [str(p[xkey]) for p in points])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("ms (median)")
@@ -107,15 +157,18 @@ def plot(data: dict[str, Any], png: str) -> bool:
 
 def markdown_rows(data: dict[str, Any]) -> list[str]:
     rows = [
-        "| ranks | map | chunk | chunk floor | ratio | chunk, two all-gathers | its floor | ratio | startup "
+        "| ranks | nodes | map | chunk | chunk floor | ratio | chunk, two all-gathers | its floor | ratio | startup "
         "| startup floor | ratio |",
-        "| --- " * 11 + "|",
+        "| --- " * 12 + "|",
     ]
-    for p in [*data["by_ranks"], *data["by_map"]]:
+    for p in [*data["by_ranks"], *data.get("by_ranks_two_nodes", []), *data["by_map"]]:
         rows.append(
-            f"| {p['ranks']} | {p['map']} | {p['chunk_us']:.0f} us | {p['chunk_floor_us']:.0f} us | "
+            f"| {p['ranks']} | {p.get('nodes', 1)} | {p['map']} | {p['chunk_us']:.0f} us | "
+            f"{p['chunk_floor_us']:.0f} us | "
             f"{p['chunk_ratio']}x | {p['two_collectives_us']:.0f} us | {p['two_collectives_floor_us']:.0f} us | "
             f"{p['two_collectives_ratio']}x | {p['startup_us']:.0f} us | {p['startup_floor_us']:.0f} us | "
             f"{p['startup_ratio']}x |"
         )
+    if data.get("two_nodes_missing"):
+        rows += ["", f"Two nodes were not measured: {data['two_nodes_missing']}."]
     return rows
