@@ -46,6 +46,7 @@ CONSTANTS
     Repairs,         \* the daemons repair a torn move (started with auto repair on)
     RepairMayFail,   \* a repair can fail (a read error, a missing file)
     Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
+    Rejoins,         \* a daemon may be lost and start again from disk; engines have it rejoin
     NONE             \* model value: no pending move
 
 ASSUME /\ NumRanks \in Nat \ {0}
@@ -58,6 +59,8 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ Repairs \in BOOLEAN
        /\ RepairMayFail \in BOOLEAN
        /\ Standbys \subseteq Engines \ Older
+       /\ Rejoins \in BOOLEAN
+       /\ Rejoins => Repairs   \* a rejoin is the repair's reload, for every layer
 
 Ranks == 1..NumRanks
 Layers == 1..NumLayers
@@ -65,7 +68,7 @@ Newer == Engines \ Older
 
 (* The record fields, in the order TLC prints them.                        *)
 PendingMoves == [mover : Engines, layers : SUBSET Layers, base : Nat]
-Findings == [found : {"nothing", "wait", "timeout", "record", "no_record", "dirty"},
+Findings == [found : {"nothing", "wait", "timeout", "record", "no_record", "dirty", "rejoin", "refused"},
              fver : Nat, fmap : [Layers -> {0, 1}]]
 Rebalances == [step : {"idle", "begin", "abort", "move", "commit"},
                chunk : SUBSET Layers,
@@ -209,7 +212,7 @@ Found(e) == {efind[e][r] : r \in Ranks}
 Recorded(e) == {f \in Found(e) : f.found = "record"}
 Moved(f) == f.fver # 0 \/ f.fmap # InitialMap
 StartupFails(e) ==
-    \/ \E f \in Found(e) : f.found \in {"dirty", "timeout"}
+    \/ \E f \in Found(e) : f.found \in {"dirty", "timeout", "refused"}
     \/ (Recorded(e) # Found(e) /\ \E f \in Recorded(e) : Moved(f))
     \/ \E f, g \in Recorded(e) : f.fver # g.fver \/ f.fmap # g.fmap
 (* Every daemon keeps a record, all the same: route with it (the engine's   *)
@@ -218,10 +221,34 @@ StartupFails(e) ==
 (* own initial layout and do not rebalance shared weights.                  *)
 Adopts(e) == Recorded(e) = Found(e)
 
+(* A daemon lost and started again from disk holds the initial layout at   *)
+(* version 0 (Lose).  Where rejoining is on, an engine whose ranks found   *)
+(* such fresh daemons beside daemons that all hold one moved record does   *)
+(* not fail on the difference: its agreement marks the fresh ranks to       *)
+(* rejoin at that record ("rejoin", with the record), they ask their        *)
+(* daemons (AskRejoin) and wait as for a repair, and the ranks agree again  *)
+(* on what they then find.  The engine decides, at its startup's            *)
+(* all-gather: only the engine's ranks together see every daemon, across   *)
+(* nodes.                                                                   *)
+Fresh(f) == f.found = "record" /\ ~Moved(f)
+RejoinWanted(e) ==
+    /\ Rejoins
+    /\ Recorded(e) = Found(e)
+    /\ \E f \in Found(e) : Fresh(f)
+    /\ \E f \in Found(e) : Moved(f)
+    /\ \A f, g \in Found(e) : Moved(f) /\ Moved(g) => f.fver = g.fver /\ f.fmap = g.fmap
+RejoinTarget(e) == CHOOSE f \in Found(e) : Moved(f)
+
 Agree(e) ==
     /\ ephase[e] = "start"
-    /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait"}
-    /\ IF StartupFails(e)
+    /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait", "rejoin"}
+    /\ IF RejoinWanted(e)
+         THEN /\ efind' = [efind EXCEPT ![e] =
+                            [r \in Ranks |-> IF Fresh(efind[e][r])
+                                               THEN [RejoinTarget(e) EXCEPT !.found = "rejoin"]
+                                               ELSE efind[e][r]]]
+              /\ UNCHANGED <<ephase, eroute, ever, eserv, eshare, reb, eclaim>>
+       ELSE IF StartupFails(e)
          THEN Forget(e, "failed")
          ELSE LET f == efind[e][1] IN
               /\ ephase' = [ephase EXCEPT ![e] = "load"]
@@ -583,6 +610,71 @@ RepairAgain(r) ==
     /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
     /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
+-----------------------------------------------------------------------------
+(* A daemon lost, and its rejoin (docs/protocol.md §4).                    *)
+
+(* Daemon r's process dies (killed, OOM, its node rebooted) and starts      *)
+(* again from disk: the initial layout, at version 0, with a fresh record,  *)
+(* no attachment and no move.  Every engine attached to it or serving from  *)
+(* its weights dies with it: on a GPU the weights it maps are that daemon's *)
+(* memory, and a node that reboots takes its engine ranks along.  Other     *)
+(* daemons notice those engines' EOFs later (Detach).                       *)
+Lose(r) ==
+    /\ Rejoins
+    /\ LET lost == {e \in Engines : ~Gone(e) /\ (e \in datt[r] \/ r \in eserv[e])}
+       IN /\ ephase' = [e \in Engines |-> IF e \in lost THEN "dead" ELSE ephase[e]]
+          /\ efind' = [e \in Engines |-> IF e \in lost THEN [q \in Ranks |-> NoFinding] ELSE efind[e]]
+          /\ eroute' = [e \in Engines |-> IF e \in lost THEN InitialMap ELSE eroute[e]]
+          /\ ever' = [e \in Engines |-> IF e \in lost THEN 0 ELSE ever[e]]
+          /\ eserv' = [e \in Engines |-> IF e \in lost THEN {} ELSE eserv[e]]
+          /\ eshare' = [e \in Engines |-> IF e \in lost THEN FALSE ELSE eshare[e]]
+          /\ reb' = [e \in Engines |-> IF e \in lost THEN IdleReb ELSE reb[e]]
+          /\ eclaim' = [e \in Engines |-> IF e \in lost THEN NoClaims ELSE eclaim[e]]
+    /\ dphase' = [dphase EXCEPT ![r] = IF @ = "no_record" THEN "no_record" ELSE "clean"]
+    /\ dver' = [dver EXCEPT ![r] = 0]
+    /\ dmap' = [dmap EXCEPT ![r] = InitialMap]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ datt' = [datt EXCEPT ![r] = {}]
+    /\ dnf' = [dnf EXCEPT ![r] = FALSE]
+    /\ truth' = [truth EXCEPT ![r] = InitialMap]
+    /\ dpark' = [dpark EXCEPT ![r] = {}]
+    /\ UNCHANGED moves
+
+(* The daemon's rule for a rejoin: it has not moved since it started (its   *)
+(* record is the initial layout at version 0, so its memory is too:         *)
+(* CleanRecordIsTruth), no engine but the asker is attached, and no engine  *)
+(* fetched without attaching: nobody maps the weights it will rewrite.      *)
+RejoinAllowed(e, r) ==
+    /\ dphase[r] = "clean"
+    /\ dver[r] = 0
+    /\ dmap[r] = InitialMap
+    /\ datt[r] \subseteq {e}
+    /\ ~dnf[r]
+
+(* Rank r of engine e asks its fresh daemon to rejoin at the record that    *)
+(* every other daemon holds, which its finding carries since the agreement *)
+(* (the ranks in rank order).  Granted, the daemon takes that record and    *)
+(* reloads every layer at its rows: the repair's reload, with the whole map *)
+(* as the torn move (RepairDone ends it; RepairFails leaves the daemon      *)
+(* dirty, as a failed repair does).  Until then it serves nothing, refuses  *)
+(* every begin and claim, and the rank waits as for a repair.  Refused      *)
+(* (another engine attached, or the daemon no longer fresh): the engine's   *)
+(* startup fails with the reason.                                           *)
+AskRejoin(e, r) ==
+    /\ ephase[e] = "start"
+    /\ efind[e][r].found = "rejoin"
+    /\ \A q \in 1..(r - 1) : efind[e][q].found # "rejoin"
+    /\ LET t == efind[e][r] IN
+       IF RejoinAllowed(e, r)
+         THEN /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
+              /\ dver' = [dver EXCEPT ![r] = t.fver]
+              /\ dmap' = [dmap EXCEPT ![r] = t.fmap]
+              /\ dpend' = [dpend EXCEPT ![r] = [mover |-> e, layers |-> Layers, base |-> t.fver]]
+              /\ efind' = [efind EXCEPT ![e][r] = [t EXCEPT !.found = "wait"]]
+         ELSE /\ efind' = [efind EXCEPT ![e][r] = [NoFinding EXCEPT !.found = "refused"]]
+              /\ UNCHANGED <<dphase, dver, dmap, dpend>>
+    /\ UNCHANGED <<datt, dnf, truth, ephase, eroute, ever, eserv, eshare, reb, moves, dpark, eclaim>>
+
 Next ==
     \/ \E e \in Engines, r \in Ranks : Attach(e, r)
     \/ \E e \in Engines, r \in Ranks : Poll(e, r)
@@ -606,6 +698,8 @@ Next ==
     \/ \E e \in Engines, r \in Ranks : Park(e, r)
     \/ \E e \in Engines, r \in Ranks : Claim(e, r)
     \/ \E e \in Engines : Promote(e)
+    \/ \E r \in Ranks : Lose(r)
+    \/ \E e \in Engines, r \in Ranks : AskRejoin(e, r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -614,7 +708,7 @@ Spec == Init /\ [][Next]_vars
 EngineSteps(e) ==
     \/ \E r \in Ranks : \/ Attach(e, r) \/ Poll(e, r) \/ Timeout(e, r) \/ Fetch(e, r)
                        \/ Begin(e, r) \/ Abort(e, r) \/ Commit(e, r)
-                       \/ Park(e, r) \/ Claim(e, r)
+                       \/ Park(e, r) \/ Claim(e, r) \/ AskRejoin(e, r)
     \/ Agree(e) \/ Decide(e) \/ Committed(e) \/ Verify(e) \/ Promote(e)
     \/ \E r \in Ranks, l \in Layers : MoveLayer(e, r, l)
 
@@ -642,7 +736,8 @@ EngineSteps(e) ==
 (*    clean or dirty: RepairDone stays enabled as long as the daemon        *)
 (*    repairs, so a fair behaviour cannot stay repairing.                   *)
 (*  - Nothing else is fair: an engine may never start a rebalance (EPLB     *)
-(*    decides; BeginChunk), may crash at any time or never (Crash), and an  *)
+(*    decides; BeginChunk), may crash at any time or never (Crash), a       *)
+(*    daemon may be lost at any time or never (Lose), and an                *)
 (*    operator may never restart a dirty daemon (Restart) nor ask for a     *)
 (*    repair again (RepairAgain): a person acts, or does not.  RepairFails *)
 (*    is not fair either: nothing in the system makes a read error happen,  *)
@@ -766,20 +861,27 @@ RebalancesOnTheRecords ==
          /\ reb[e].step = "idle" /\ reb[e].owed # "bad")
             => \A r \in Ranks : dver[r] = ever[e] /\ dmap[r] = eroute[e]
 
+(* A repairing daemon (a torn move's repair, or a rejoin) serves nothing:   *)
+(* no engine maps its weights but a parked standby, which runs no forward   *)
+(* pass; it refuses every begin and fetch (BeginReply, FetchServes).        *)
+RepairingServesNothing ==
+    \A r \in Ranks : dphase[r] = "repairing" =>
+        \A e \in Engines : r \in eserv[e] => e \in dpark[r]
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
-              /\ OneRole /\ OnePromoted /\ RebalancesOnTheRecords
+              /\ OneRole /\ OnePromoted /\ RebalancesOnTheRecords /\ RepairingServesNothing
 
-(* Dirty is sticky until the daemon restarts or the operator asks for a     *)
-(* repair again.                                                            *)
+(* Dirty is sticky until the daemon restarts (or is lost: it starts again   *)
+(* from disk) or the operator asks for a repair again.                      *)
 DirtySticky ==
     [][\A r \in Ranks : dphase[r] = "dirty" =>
-         (dphase'[r] = "dirty" \/ Restart(r) \/ RepairAgain(r))]_vars
+         (dphase'[r] = "dirty" \/ Restart(r) \/ RepairAgain(r) \/ Lose(r))]_vars
 
-(* Versions never decrease, except by a restart (and a gone engine's        *)
-(* memory, which is lost).                                                  *)
+(* Versions never decrease, except by a restart or a loss (and a gone       *)
+(* engine's memory, which is lost).                                         *)
 VersionMonotonic ==
-    [][/\ \A r \in Ranks : dver'[r] >= dver[r] \/ Restart(r)
+    [][/\ \A r \in Ranks : dver'[r] >= dver[r] \/ Restart(r) \/ Lose(r)
        /\ \A e \in Engines : ephase'[e] \notin {"failed", "dead"} => ever'[e] >= ever[e]]_vars
 
 (* A move begins only while its engine is alone on the daemon: no other     *)
@@ -818,6 +920,22 @@ NoticeOnlyWhenFree ==
          (eclaim[e][r] # "notified" /\ eclaim'[e][r] = "notified") =>
              /\ datt'[r] \ dpark'[r] = {}
              /\ dphase'[r] # "repairing"]_vars
+
+(* A rejoin (a clean daemon that starts to repair: AskRejoin) starts only    *)
+(* on a daemon that has not moved since it started, that no engine maps and *)
+(* no engine but the asker is attached to, and only at a record that some   *)
+(* other daemon holds and every other daemon holds unless it is itself      *)
+(* fresh (a node lost with several daemons).                                *)
+RejoinsOnlyFresh ==
+    [][\A r \in Ranks :
+         (dphase[r] = "clean" /\ dphase'[r] = "repairing") =>
+             /\ dver[r] = 0 /\ dmap[r] = InitialMap
+             /\ Cardinality(datt[r]) <= 1
+             /\ ~dnf[r]
+             /\ \A e \in Engines : r \notin eserv[e]
+             /\ \E q \in Ranks \ {r} : dver[q] = dver'[r] /\ dmap[q] = dmap'[r]
+             /\ \A q \in Ranks \ {r} : \/ /\ dver[q] = dver'[r] /\ dmap[q] = dmap'[r]
+                                      \/ /\ dver[q] = 0 /\ dmap[q] = InitialMap]_vars
 
 (* A begin is busy only for a pending move or another unparked engine.     *)
 BusyOnlyByUnparked ==
@@ -878,6 +996,24 @@ StartsAlone ==
                              /\ dmap[r] = dmap[1]
          /\ \A o \in Newer \ {e} : Gone(o))
         ~> ((ephase[e] = "run" /\ eroute[e] = dmap[1]) \/ ephase[e] = "dead")
+
+(* The rejoin's purpose: an engine that starts alone after a daemon was     *)
+(* lost, and whose ranks found that daemon fresh beside daemons that agree  *)
+(* on a moved record, ends up serving that record's layout, which every     *)
+(* daemon then holds: no permanent disagreement, and nothing reloaded but   *)
+(* the lost daemon.  The spec has no clock: the wait for the rejoin may     *)
+(* time out, as any wait (WaitEnds).                                        *)
+RejoinServes ==
+    \A e \in Newer :
+        (/\ ephase[e] = "start"
+         /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait"}
+         /\ RejoinWanted(e)
+         /\ \A r \in Ranks : datt[r] \subseteq {e} /\ ~dnf[r]
+         /\ \A o \in Newer \ {e} : Gone(o))
+        ~> (\/ /\ ephase[e] = "run"
+               /\ \A r \in Ranks : eroute[e] = dmap[r] /\ ever[e] = dver[r] /\ dphase[r] = "clean"
+            \/ ephase[e] = "dead"
+            \/ \E r \in Ranks : efind[e][r].found = "timeout")
 
 (* An engine whose ranks all found the same record (at attach, or by the   *)
 (* poll that saw the move it waited for end) ends up serving that layout:  *)

@@ -17,7 +17,7 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, RepairMayFail, Standbys, NONE
+          DaemonRestarts, Repairs, RepairMayFail, Standbys, Rejoins, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
           eserv, eshare, reb, moves, dpark, eclaim,
@@ -54,7 +54,10 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"claim_taken", s>>: a claim of the standby s was taken;                 *)
 (* <<"parked_beside", s, m>>: the standby s parked on a daemon where m, a    *)
 (*     running primary, is attached;                                         *)
-(* <<"standby_failed_dirty", s>>: the standby s failed on a dirty daemon.    *)
+(* <<"standby_failed_dirty", s>>: the standby s failed on a dirty daemon;   *)
+(* <<"lost", r, v>>: daemon r was lost while at version v > 0 (it starts    *)
+(*     again from disk at version 0);                                        *)
+(* <<"rejoin_begun", r, v>>: daemon r began to rejoin at version v.          *)
 Events ==
     {<<"started_alone", e>> :
         e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
@@ -117,6 +120,10 @@ Events ==
     {<<"standby_failed_dirty", s>> :
         s \in {t \in Standbys : /\ ephase[t] = "parked" /\ ephase'[t] = "failed"
                                 /\ \E r \in Ranks : eclaim[t][r] = "refused"}}
+    \cup
+    {<<"lost", r, dver[r]>> : r \in {q \in Ranks : dver[q] > 0 /\ dver'[q] = 0}}
+    \cup
+    {<<"rejoin_begun", r, dver'[r]>> : r \in {q \in Ranks : dphase[q] = "clean" /\ dphase'[q] = "repairing"}}
 
 Track == seen' = seen \cup Events
 
@@ -142,6 +149,8 @@ RepairAgain(r) == P!RepairAgain(r) /\ Track
 Park(e, r) == P!Park(e, r) /\ Track
 Claim(e, r) == P!Claim(e, r) /\ Track
 Promote(e) == P!Promote(e) /\ Track
+Lose(r) == P!Lose(r) /\ Track
+AskRejoin(e, r) == P!AskRejoin(e, r) /\ Track
 
 (* The same disjuncts, in the same order, as LayoutProtocol's Next.        *)
 ScenarioInit == P!Init /\ seen = {}
@@ -168,6 +177,8 @@ ScenarioNext ==
     \/ \E e \in Engines, r \in Ranks : Park(e, r)
     \/ \E e \in Engines, r \in Ranks : Claim(e, r)
     \/ \E e \in Engines : Promote(e)
+    \/ \E r \in Ranks : Lose(r)
+    \/ \E e \in Engines, r \in Ranks : AskRejoin(e, r)
 
 -----------------------------------------------------------------------------
 (* The scenarios.                                                           *)
@@ -291,6 +302,20 @@ TwoStandbysOnePromotes ==
         /\ \A r \in Ranks : t \in dpark[r] /\ s \in datt[r] \ dpark[r]
 
 (* The witness invariants: each expected to be violated.                   *)
+(* A daemon is lost at a moved version and starts again from disk; the next *)
+(* engine has it rejoin at the version the other daemons hold, and serves  *)
+(* that version from every daemon, none of the others reloaded.             *)
+DaemonLostAndRejoined ==
+    \E r \in Ranks, e \in Newer :
+        /\ \E v \in 1..MaxMoves :
+              /\ <<"lost", r, v>> \in seen
+              /\ <<"rejoin_begun", r, v>> \in seen
+              /\ \A q \in Ranks \ {r} : <<"lost", q, v>> \notin seen
+              /\ ephase[e] = "run"
+              /\ eserv[e] = Ranks
+              /\ ever[e] = v
+              /\ \A q \in Ranks : dphase[q] = "clean" /\ dver[q] = v /\ eroute[e] = dmap[q]
+
 NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout
 NoStandbyBusyThenMoverMoves == ~StandbyBusyThenMoverMoves
 NoKillBetweenChunksAdopted == ~KillBetweenChunksAdopted
@@ -302,4 +327,5 @@ NoStandbyFollowsMoves == ~StandbyFollowsMoves
 NoStandbyAfterDirtyFails == ~StandbyAfterDirtyFails
 NoTwoStandbysOnePromotes == ~TwoStandbysOnePromotes
 NoStandbyWaitsOutRepair == ~StandbyWaitsOutRepair
+NoDaemonLostAndRejoined == ~DaemonLostAndRejoined
 =============================================================================

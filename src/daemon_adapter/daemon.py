@@ -79,6 +79,7 @@ from layout_sm.messages import (
     FetchLayoutField,
     ParkRequest,
     QueryRequest,
+    RejoinRequest,
     RepairRequest,
     is_sglang_request,
     malformed_frame,
@@ -612,6 +613,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._send(conn, wired)
             if isinstance(parsed, ParkRequest) and reply.ok:  # the other parked standbys learn it too
                 self._notify(e for e in reply.data.get("notified", ()) if e != parsed.engine_id)
+            # A rejoin granted: the machine turned repairing with every layer to reload (the engine has
+            # its reply and polls); the reload runs as an auto repair's does.
+            if isinstance(parsed, RejoinRequest) and reply.ok and not _start_thread(self._run_repair, ()):
+                self._run_repair()
             return
         # An attach answered in sglang's serve loop (its frame came whole with the connection): that
         # loop closes ``conn`` when the handler returns, so the attachment keeps a dup, made before
@@ -778,13 +783,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         machine: ``repair_done`` (clean at the base version) or ``repair_failed`` (dirty)."""
         machine, lock = self._machine()
         with lock:
-            plan = repair_plan(machine.view())
+            view = machine.view()
+            plan = repair_plan(view)
+            rejoin = view.dirty is not None and view.dirty.rejoin
         if isinstance(plan, Reply):
             outcome: RepairPlanOutcome = (plan.reason, plan.message)
         else:
             logger.warning(
-                "[LayoutAwareDaemon gpu=%s] repairing layers %s back to version %d",
+                "[LayoutAwareDaemon gpu=%s] %s layers %s at version %d",
                 self.gpu_id,
+                "rejoining: reloading" if rejoin else "repairing",
                 list(plan.layers),
                 plan.base_version,
             )

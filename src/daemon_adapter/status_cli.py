@@ -141,7 +141,12 @@ def _row(status: DaemonStatus) -> list[str]:
         return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", status.detail]
     digest = state.get("digest")
     dirty, repairing, failure = state.get("dirty"), state.get("repairing"), state.get("repair_failure")
-    if repairing:
+    if repairing and repairing.get("rejoin"):
+        torn = (
+            f"rejoining: started again from disk, asked by {repairing.get('engine_id')}; reloading every layer "
+            f"at v{repairing.get('base_version')}{_progress(state.get('repair_progress'))}"
+        )
+    elif repairing:
         torn = (
             f"repairing: {_describe_move(repairing)} left mid-move; reloading layers {repairing.get('layers')} "
             f"back to v{repairing.get('base_version')}{_progress(state.get('repair_progress'))}"

@@ -15,7 +15,9 @@ only does the I/O:
 4. hands the gathered findings to the session, whose ``agree`` says proceed or stop on every rank
    alike; on move, the layout the session adopted (if any) is installed with sglang's
    ``ExpertLocationMetadata.init_by_mapping``, copied into the live metadata with sglang's own
-   ``update``.
+   ``update``. When ``agree`` says pause, some daemons started again from disk beside daemons that
+   hold one moved record: the ranks gather that record's map, each fresh rank asks its daemon to
+   rejoin at it and waits for the reload (steps 2 and 3 again), and the ranks agree again.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from engine_adapter import install_check, metrics, roles, state
 from engine_adapter.collective import all_gather_small
 from layout_sm.engine import EngineLayout, Go, RankFinding, Step
 from layout_sm.messages import FETCH_CLAIMS_FIELD, request_wire
-from layout_sm.record import layout_digest
+from layout_sm.record import LayoutRecord, Rows, layout_digest, rows_of
 from layout_sm.session import EngineSession
 
 logger = logging.getLogger("engine_adapter")
@@ -138,7 +140,12 @@ def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s:
     except Exception as error:
         session.found(rank, RankFinding.unreachable(rank, f"{path}: {error!r}"))
         return None
-    step = session.attached(rank, attachment.reply)
+    _wait(session, rank, path, session.attached(rank, attachment.reply), timeout_s, poll_s)
+    return attachment
+
+
+def _wait(session: EngineSession, rank: int, path: str, step: Step, timeout_s: float, poll_s: float) -> None:
+    """Poll while the session's step says pause (another engine's move, a repair, a rejoin), up to the timeout."""
     started = time.monotonic()
     while step.go is Go.PAUSE:
         waited = time.monotonic() - started
@@ -153,7 +160,33 @@ def find(session: EngineSession, rank: int, path: str, timeout_s: float, poll_s:
             logger.warning("[expert-layout] rank %d: poll of %s failed: %r", rank, path, error)
             reply = None
         step = session.polled(rank, reply)
-    return attachment
+
+
+def rejoin(session: EngineSession, rank: int, path: str, initial: Rows, timeout_s: float, poll_s: float) -> None:
+    """The fresh daemons' ranks ask their daemons to rejoin at the moved record and wait for the reload;
+    then every rank's finding is gathered again. The record's map comes from a rank whose daemon holds
+    it (the all-gathered findings carry only its digest): one more collective, on this rare path. A
+    daemon leaves the map out of its reply when it is the engine's own initial one (``initial``)."""
+    target = session.rejoin_target()
+    own = session.finding(rank).record
+    held = isinstance(own, LayoutRecord) and target is not None and own.digest == target.digest
+    mine = own.rows if held and isinstance(own, LayoutRecord) else None
+    rows = next((r for r in all_gather(mine) if r is not None), None)
+    if rows is None and target is not None and session.layout is not None:
+        rows = initial if target.digest == session.layout.initial_digest else None
+    try:
+        if session.rejoins(rank):
+            try:
+                reply = client.request(path, request_wire(session.rejoin_request(rank, rows)))
+            except Exception as error:
+                reply = {"status": "refused", "message": f"the rejoin request to {path} failed: {error!r}"}
+            step = session.rejoined(rank, reply)
+            logger.warning("[expert-layout] rank %d: %s", rank, step.message)
+            _wait(session, rank, path, step, timeout_s, poll_s)
+        finding = session.finding(rank)
+    except Exception as error:  # a bug here must still reach the all-gather
+        finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
+    session.gathered([RankFinding.from_wire(w) for w in all_gather(finding.to_wire())])
 
 
 def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> Step:
@@ -167,6 +200,7 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     path = daemon_socket_path(gpu_id)
     st.session, st.rank, st.socket_path, st.model_config = session, rank, path, model_config
     attachment = None
+    timeout_s, poll_s = DEFAULT_WAIT_TIMEOUT_S, DEFAULT_POLL_INTERVAL_S
     try:
         timeout_s = _env_seconds(WAIT_TIMEOUT_ENV, DEFAULT_WAIT_TIMEOUT_S)
         poll_s = _env_seconds(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S)
@@ -176,6 +210,11 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
         finding = RankFinding.unreachable(rank, f"engine-side error: {error!r}")
     session.gathered([RankFinding.from_wire(w) for w in all_gather(finding.to_wire())])
     step = session.agree()
+    if step.go is Go.PAUSE:  # some daemons started again from disk: they rejoin, then the ranks agree again
+        logger.warning("[expert-layout] rank %d: %s", rank, step.message)
+        initial = rows_of(metadata.physical_to_logical_map_cpu.tolist())
+        rejoin(session, rank, path, initial, timeout_s, poll_s)
+        step = session.agree()
     outcome = session.view().outcome
     missing = 0 if st.install is None else len(st.install.missing)
     if outcome is not None:

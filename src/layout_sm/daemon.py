@@ -59,6 +59,7 @@ from layout_sm.ladders import (
     FETCH,
     LADDERS,
     PARK,
+    REJOIN,
     REPAIR,
     REPAIR_DONE,
     REPAIR_FAILED,
@@ -74,6 +75,7 @@ from layout_sm.messages import (
     LayoutRequest,
     ParkRequest,
     QueryRequest,
+    RejoinRequest,
     RepairRequest,
 )
 from layout_sm.reasons import Reason, Reply
@@ -222,6 +224,9 @@ class DaemonMachine(StateMachine):
     # daemon (a pending move's mover is attached and unparked: taken), answered in every phase.
     park = _kept(*_LOADED, cond=PARK.guards) | _answered(*_LOADED)
     claim = clean.to.itself(internal=True, cond=CLAIM.guards, on="accept") | _answered(*_LOADED)
+    # A daemon started again from disk rejoins at the others' record: it reloads every layer as a
+    # repair does (clean -> repairing; the repair's end makes it clean at that record).
+    rejoin = clean.to(repairing, cond=REJOIN.guards, on="accept") | _answered(*_LOADED)
 
     def __init__(self, record: LayoutRecord | None, auto_repair: bool = True) -> None:
         super().__init__(model=DaemonState(), state_field="phase")
@@ -326,6 +331,8 @@ class DaemonMachine(StateMachine):
             return self.park_engine(request)
         if isinstance(request, ClaimRequest):
             return self.claim_primary(request)
+        if isinstance(request, RejoinRequest):
+            return self.rejoin_layout(request)
         raise TypeError(f"not a layout request: {type(request).__name__}")
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
@@ -370,6 +377,11 @@ class DaemonMachine(StateMachine):
     def claim_primary(self, request: ClaimRequest) -> Reply:
         """A parked standby claims the primary role; granted with the record, or busy (taken), or refused."""
         return self._reply("claim", request)
+
+    def rejoin_layout(self, request: RejoinRequest) -> Reply:
+        """A daemon started again from disk rejoins at the others' record; the adapter then reloads
+        every layer (``layout_sm.repair.repair_plan``) and ends it as a repair (``repair_ended``)."""
+        return self._reply("rejoin", request)
 
     def query_state(self, include_map: bool = False) -> Reply:
         return self.handle(QueryRequest(include_map))

@@ -26,6 +26,7 @@ from layout_sm.messages import (
     CommitRequest,
     FetchLayoutField,
     ParkRequest,
+    RejoinRequest,
     RepairRequest,
     SessionRequest,
 )
@@ -60,16 +61,26 @@ class Move:
 
 @dataclass(frozen=True)
 class DirtyInfo:
-    """Why the layout is unknown: the mover left mid-move; kept for every refusal message."""
+    """Why the layout is unknown: the mover left mid-move; kept for every refusal message. A rejoin
+    is the same reload with every layer as the torn move (``rejoin``: the daemon started again from
+    disk and ``engine_id`` asked it to reload at the record the other daemons hold)."""
 
     engine_id: str
     layers: tuple[int, ...]
     base_version: int
+    rejoin: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"engine_id": self.engine_id, "layers": list(self.layers), "base_version": self.base_version}
+        wire = {"engine_id": self.engine_id, "layers": list(self.layers), "base_version": self.base_version}
+        return {**wire, "rejoin": True} if self.rejoin else wire
 
     def describe(self) -> str:
+        if self.rejoin:
+            return (
+                f"the daemon started again from disk and engine {self.engine_id!r} asked it to rejoin at version "
+                f"{self.base_version}, so the routed experts of its {len(self.layers)} layers are being reloaded "
+                f"at that version's places"
+            )
         return (
             f"engine {self.engine_id!r} went away while moving layers {list(self.layers)} "
             f"from version {self.base_version}, so the experts in those layers are in an unknown mix "
@@ -139,6 +150,20 @@ class RepairFailure:
 
     reason: Reason
     why: str
+
+
+def rejoin_target(
+    record: LayoutRecord | None, version: int, digest: str, rows: tuple[tuple[int, ...], ...]
+) -> LayoutRecord | None:
+    """The record a daemon holding ``record`` rejoins at, or None when the request does not describe one
+    of its shape (a version above 0, a valid map of ``record``'s shape and experts, the digest given)."""
+    if record is None or version < 1:
+        return None
+    try:
+        target = LayoutRecord.build(rows, record.num_logical, version)
+    except LayoutError:
+        return None
+    return target if target.shape == record.shape and target.digest == digest else None
 
 
 def invalid_layers(layers: tuple[int, ...], record: LayoutRecord | None) -> str | None:
@@ -254,6 +279,20 @@ class DaemonConjuncts:
         """The rows are ``[len(layers)][P]`` experts of the record (the spec's maps are, by construction)."""
         return self.record is not None and not isinstance(self.record.successor(layers, rows), LayoutError)
 
+    def unmoved(self) -> bool:
+        """The daemon has not moved since it started (spec: ``dver[r] = 0 /\\ dmap[r] = InitialMap``): a
+        record at version 0 is the map the daemon loaded, since every commit adds a version."""
+        return self.record is not None and self.record.version == 0
+
+    def only_attached(self, engine_id: str) -> bool:
+        """No engine but this one is attached, parked or not (spec: ``datt[r] \\subseteq {e}``)."""
+        return all(e == engine_id for e in self.attachments)
+
+    def rejoin_fits(self, version: int, digest: str, rows: tuple[tuple[int, ...], ...]) -> bool:
+        """The record to rejoin at is a moved version of a map of this daemon's shape, whose digest is
+        the one the engine's ranks agreed on (the spec's records are, by construction)."""
+        return rejoin_target(self.record, version, digest, rows) is not None
+
     def engine_id_free(self, engine_id: str) -> bool:
         """No live attachment has this engine id (spec: a new engine attaches, ``e \\notin datt[r]``)."""
         return engine_id not in self.attachments
@@ -353,6 +392,7 @@ class DaemonView(DaemonConjuncts):
             # A repairing daemon's torn move is under "repairing", not "dirty": an engine waits on it.
             "dirty": None if self.dirty is None or self.repairing else self.dirty.to_wire(),
             "repairing": self.dirty.to_wire() if self.dirty is not None and self.repairing else None,
+            "rejoining": self.dirty is not None and self.repairing and self.dirty.rejoin,
             "repair_failure": self.repair_failure,
             "auto_repair": self.auto_repair,
             "attached": sorted(self.attachments),
@@ -385,6 +425,7 @@ Request = (
     | RepairFailure
     | ParkRequest
     | ClaimRequest
+    | RejoinRequest
 )
 # What it answers: a reply, or for a detach (no one to reply to) what the detach did.
 Answer = Reply | DetachEffect

@@ -19,8 +19,19 @@ from layout_sm.messages import is_older_daemon_reply
 from layout_sm.reasons import Reason, Reply, Status, repair_failed
 from layout_sm.record import LayoutError, LayoutRecord, Rows
 
-FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout"]
-FINDING_KINDS: tuple[str, ...] = ("record", "no_record", "pending", "dirty", "unreadable", "timeout")
+# "rejoin": the rank's daemon started again from disk and is to rejoin at the record the finding now
+# carries (the one every other daemon holds); "rejoin_refused": that daemon refused (the detail says why).
+FindingKind = Literal["record", "no_record", "pending", "dirty", "unreadable", "timeout", "rejoin", "rejoin_refused"]
+FINDING_KINDS: tuple[str, ...] = (
+    "record",
+    "no_record",
+    "pending",
+    "dirty",
+    "unreadable",
+    "timeout",
+    "rejoin",
+    "rejoin_refused",
+)
 
 # -- startup ------------------------------------------------------------------------------
 
@@ -166,6 +177,27 @@ class RankFinding:
             f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
         )
 
+    def to_rejoin(self, target: LayoutRecord | RecordStamp, fresh_ranks: Sequence[int]) -> RankFinding:
+        """A fresh daemon's rank, marked to have it rejoin at ``target`` (spec: Agree's rejoin branch)."""
+        return RankFinding(
+            self.rank,
+            "rejoin",
+            target,
+            f"its daemon is at version 0 (started again from disk; ranks {list(fresh_ranks)} are) beside daemons "
+            f"at version {target.version}: it rejoins at that version",
+        )
+
+    def rejoin_answered(self, reply: object) -> RankFinding:
+        """The daemon's answer to this rank's rejoin request (spec: AskRejoin): granted, the rank waits
+        for the reload as for a repair; refused, the startup fails with the daemon's words."""
+        assert self.record is not None, "a rank to rejoin carries the record to rejoin at"
+        if isinstance(reply, Mapping) and reply.get("status") == Status.OK.value:
+            return RankFinding(
+                self.rank, "pending", self.record, f"its daemon rejoins at version {self.record.version}"
+            )
+        why = reply.get("message") if isinstance(reply, Mapping) else f"no usable reply ({type(reply).__name__})"
+        return RankFinding(self.rank, "rejoin_refused", None, f"its daemon did not rejoin: {why}")
+
     def same_as(self, other: RankFinding) -> bool:
         """The same finding, as far as any guard can tell (a record and its stamp are the same)."""
         mine, theirs = self.record, other.record
@@ -202,11 +234,21 @@ def _describe_move(verb: str, move: Mapping[str, Any]) -> str:
 
 
 def _describe_dirty(reply: Mapping[str, Any]) -> str:
-    """A dirty daemon's torn move, and its failed repair's cause when it has one."""
-    return _describe_move("went away while moving", reply["dirty"]) + repair_failed(reply.get("repair_failure"))
+    """A dirty daemon's torn move (or failed rejoin), and its failed repair's cause when it has one."""
+    dirty = reply["dirty"]
+    if dirty.get("rejoin"):
+        asker = dirty.get("engine_id")
+        what = f"its rejoin at version {dirty.get('base_version')} (asked by engine {asker!r}) did not end"
+        return what + repair_failed(reply.get("repair_failure"))
+    return _describe_move("went away while moving", dirty) + repair_failed(reply.get("repair_failure"))
 
 
 def _describe_repair(move: Mapping[str, Any]) -> str:
+    if move.get("rejoin"):
+        return (
+            f"the daemon started again from disk and rejoins at version {move.get('base_version')} (asked by "
+            f"engine {move.get('engine_id')!r})"
+        )
     return (
         f"the daemon is repairing layers {move.get('layers')} back to version {move.get('base_version')} "
         f"(engine {move.get('engine_id')!r} went away mid-move)"
@@ -228,6 +270,8 @@ class EngineLayout:
     num_logical: int
     initial_digest: str
     routes_by_metadata: bool  # --enable-eplb or --init-expert-location
+    # Fresh daemons beside moved ones rejoin at the moved record (spec: the constant Rejoins).
+    rejoins: bool = True
 
 
 # -- what the session says: one typed output per step ---------------------------------------

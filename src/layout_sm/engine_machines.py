@@ -55,14 +55,18 @@ class StartupMachine(StateMachine):
         internal=True, cond="waits", on="still_waiting"
     )
     timeout = start.to.itself(internal=True, cond="waits", on="time_out")
+    # A fresh daemon's rank asks it to rejoin (spec: AskRejoin); granted, the rank waits as for a repair.
+    rejoin = start.to.itself(internal=True, cond="to_rejoin", on="take_rejoin_reply")
     gather = start.to.itself(internal=True, cond="one_per_rank", on="take_findings")
     agree = (
         start.to(failed, cond="every_rank_found and unreadable", on="fail_unreadable")
         | start.to(failed, cond="every_rank_found and timed_out", on="fail_timed_out")
         | start.to(failed, cond="every_rank_found and dirty", on="fail_dirty")
+        | start.to(failed, cond="every_rank_found and rejoin_refused", on="fail_rejoin_refused")
         | start.to(load, cond="every_rank_found and recorded_nowhere", on="keep_own_no_record")
         | start.to(failed, cond="every_rank_found and moved_beside_no_record", on="fail_moved_beside_no_record")
         | start.to(load, cond="every_rank_found and lacks_record", on="keep_own_mixed")
+        | start.to.itself(internal=True, cond="every_rank_found and rejoin_wanted", on="mark_rejoin")
         | start.to(failed, cond="every_rank_found and records_differ", on="fail_records_differ")
         | start.to(failed, cond="every_rank_found and shape_differs", on="fail_shape")
         | start.to(load, cond="every_rank_found and record_is_initial", on="keep_own_initial")

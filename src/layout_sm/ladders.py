@@ -22,8 +22,9 @@ from layout_sm.daemon_view import (
     Move,
     RepairEnded,
     RepairFailure,
+    rejoin_target,
 )
-from layout_sm.messages import BeginRequest, ClaimRequest, CommitRequest, ParkRequest, QueryRequest
+from layout_sm.messages import BeginRequest, ClaimRequest, CommitRequest, ParkRequest, QueryRequest, RejoinRequest
 from layout_sm.reasons import REPAIR_OR_RESTART, Reason, Reply, busy, ok, refused
 from layout_sm.replies import (
     Ladder,
@@ -594,6 +595,95 @@ CLAIM = Ladder(
 
 # Each of the machine's request events and its one declaration; the machine's actions look a
 # ladder up here when they run, so a ladder replaced here (a mutant) is what runs.
+# -- rejoin -------------------------------------------------------------------------------------
+
+
+def _rejoining(view: DaemonView, req: RejoinRequest) -> DaemonView:
+    """The record the others hold, with every layer as the torn move: the repair's reload
+    (``layout_sm.repair``) then rewrites every layer's routed experts at its rows."""
+    target = rejoin_target(view.record, req.version, req.digest, req.rows)
+    assert target is not None, "the ladder's rejoin_fits holds"
+    layers = tuple(range(target.num_layers))
+    return view.evolve(
+        record=target,
+        dirty=DirtyInfo(req.engine_id, layers, target.version, rejoin=True),
+        repairing=True,
+        repair_failure=None,
+    )
+
+
+_NOT_REJOINED = "; the daemon changed nothing (the engine's startup fails with this reason)"
+
+# A daemon started again from disk rejoins at the record every other daemon holds (spec: AskRejoin,
+# RejoinAllowed): only while it has not moved, and while no other engine is attached or was served.
+REJOIN = Ladder(
+    (
+        rung("holds", _NOT_ATTACHED),
+        rung(
+            "has_record",
+            Say(refused, Reason.NO_RECORD, "this daemon keeps no expert-layout record: nothing to rejoin at"),
+        ),
+        rung("not is_dirty", _DIRTY),
+        rung(
+            "not is_repairing",
+            Say(refused, Reason.REPAIRING, "{being_repaired}: it cannot rejoin now" + _NOT_REJOINED + "."),
+        ),
+        rung(
+            "not move_pending",
+            Say(refused, Reason.MOVE_PENDING, "a move is pending: it cannot rejoin now" + _NOT_REJOINED + "."),
+        ),
+        rung(
+            "unmoved",
+            Say(
+                refused,
+                Reason.MOVED_SINCE_START,
+                "this daemon is at version {view.record.version}: it moved since it started, and only a daemon "
+                "started again from disk (version 0) rejoins" + _NOT_REJOINED + ".",
+            ),
+        ),
+        rung(
+            "only_attached",
+            Say(
+                refused,
+                Reason.OTHER_ENGINE_ATTACHED,
+                "engines {other_attachments} are attached too: a rejoin rewrites weights they may map"
+                + _NOT_REJOINED
+                + "; start one engine at a time after a daemon restarts.",
+                attached="other_attachments",
+            ),
+        ),
+        rung(
+            "not saw_non_following",
+            Say(
+                refused,
+                Reason.NON_FOLLOWING_SEEN,
+                "an engine without the layout plugin fetched these weights: a rejoin would move experts under "
+                "it" + _NOT_REJOINED + ".",
+            ),
+        ),
+        rung(
+            "rejoin_fits",
+            Say(
+                refused,
+                Reason.BAD_ROWS,
+                "the record to rejoin at (version {req.version}) is not a moved map of this daemon's shape with "
+                "digest {req.digest}" + _NOT_REJOINED + ".",
+            ),
+        ),
+    ),
+    Outcome(
+        Say(
+            ok,
+            Reason.REJOIN_BEGUN,
+            "rejoining at version {req.version}: reloading the routed experts of every layer at its places",
+            version="req.version",
+            digest="req.digest",
+        ),
+        _rejoining,
+    ),
+)
+
+
 LADDERS: dict[str, Ladder] = {
     "attach": ATTACH,
     "fetch": FETCH,
@@ -606,6 +696,7 @@ LADDERS: dict[str, Ladder] = {
     "repair_failed": REPAIR_FAILED,
     "park": PARK,
     "claim": CLAIM,
+    "rejoin": REJOIN,
 }
 
 

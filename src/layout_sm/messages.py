@@ -32,9 +32,12 @@ REPAIR = "expert_layout_repair"
 # A warm standby's requests (docs/protocol.md §10): park its attachment after warmup, claim the primary role.
 PARK = "expert_layout_park"
 CLAIM = "expert_layout_claim"
+# A daemon started again from disk (version 0) reloads its routed experts at the record every other
+# daemon holds: an engine's startup asks it (docs/protocol.md §4).
+REJOIN = "expert_layout_rejoin"
 # The daemon's message on a parked standby's attach connection: no unparked engine is attached any more.
 NOTICE = "expert_layout_no_primary"
-LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT, REPAIR, PARK, CLAIM})
+LAYOUT_REQUEST_TYPES = frozenset({ATTACH, QUERY, BEGIN, COMMIT, ABORT, REPAIR, PARK, CLAIM, REJOIN})
 # The optional field of sglang's existing ``fetch_state`` request.
 FETCH_FIELD = "expert_layout"
 # Another optional field of ``fetch_state``: an engine whose layout plugin is only partly installed
@@ -113,6 +116,15 @@ class ClaimRequest(SessionRequest):
 
 
 @dataclass(frozen=True)
+class RejoinRequest(SessionRequest):
+    """Rejoin at the record every other daemon holds: its version, digest and whole map."""
+
+    version: int
+    digest: str
+    rows: Rows
+
+
+@dataclass(frozen=True)
 class FetchLayoutField(SessionRequest):
     """What an attached engine claims about the layout it will route with."""
 
@@ -129,6 +141,7 @@ LayoutRequest = (
     | RepairRequest
     | ParkRequest
     | ClaimRequest
+    | RejoinRequest
 )
 
 
@@ -183,6 +196,19 @@ def claim_request(engine_id: str, session: str) -> dict[str, Any]:
     return {"type": CLAIM, "engine_id": engine_id, "session": session}
 
 
+def rejoin_request(
+    engine_id: str, session: str, version: int, digest: str, rows: Sequence[Sequence[int]]
+) -> dict[str, Any]:
+    return {
+        "type": REJOIN,
+        "engine_id": engine_id,
+        "session": session,
+        "version": version,
+        "digest": digest,
+        "rows": [list(row) for row in rows],
+    }
+
+
 def notice_message() -> dict[str, Any]:
     """What the daemon writes on a parked standby's attach connection when no unparked engine is left."""
     return {"type": NOTICE}
@@ -210,6 +236,8 @@ def request_wire(request: LayoutRequest | FetchLayoutField) -> dict[str, Any]:
         return park_request(request.engine_id, request.session)
     if isinstance(request, ClaimRequest):
         return claim_request(request.engine_id, request.session)
+    if isinstance(request, RejoinRequest):
+        return rejoin_request(request.engine_id, request.session, request.version, request.digest, request.rows)
     if isinstance(request, FetchLayoutField):
         return fetch_layout_field(request.engine_id, request.session, request.version, request.digest)
     raise TypeError(f"not a layout request: {type(request).__name__}")
@@ -329,6 +357,14 @@ def _parse_known(kind: str, msg: Mapping[Any, Any]) -> LayoutRequest:
         return ParkRequest(_engine_id(msg), _session(msg))
     if kind == CLAIM:
         return ClaimRequest(_engine_id(msg), _session(msg))
+    if kind == REJOIN:
+        return RejoinRequest(
+            _engine_id(msg),
+            _session(msg),
+            _int(_get(msg, "version"), "version", 0, MAX_VERSION),
+            _digest(_get(msg, "digest"), "digest"),
+            _rows(msg),
+        )
     raise _Malformed("type", f"{kind!r} is not a layout request")
 
 

@@ -52,6 +52,7 @@ class Reason(StrEnum):
     REPAIR_BEGUN = "repair_begun"
     PARKED = "parked"  # a warm standby's attachment is parked (docs/protocol.md §10)
     PROMOTED = "promoted"  # a parked standby's claim of the primary role was granted
+    REJOIN_BEGUN = "rejoin_begun"  # a daemon started again from disk reloads at the others' record
     # refused: the request itself
     MALFORMED = "malformed"
     NOT_ATTACHED = "not_attached"
@@ -74,6 +75,8 @@ class Reason(StrEnum):
     REPAIR_FAILED = "repair_failed"
     # refused: a warm standby's request
     NOT_PARKED = "not_parked"
+    # refused: a rejoin
+    MOVED_SINCE_START = "moved_since_start"
     # busy: transient
     MOVE_PENDING = "move_pending"
     OTHER_ENGINE_ATTACHED = "other_engine_attached"
@@ -94,6 +97,8 @@ class Reason(StrEnum):
     WAIT_TIMEOUT = "wait_timeout"
     MIXED_AFTER_MOVE = "mixed_after_move"
     DISAGREE = "disagree"
+    REJOIN = "rejoin"
+    REJOIN_REFUSED = "rejoin_refused"
     SHAPE_MISMATCH = "shape_mismatch"
     NOT_ROUTING_BY_METADATA = "not_routing_by_metadata"
     LOCAL = "local"

@@ -21,7 +21,14 @@ from operator import attrgetter
 from typing import Any
 
 from layout_sm.daemon_view import MAX_ATTACHMENTS, Answer, DaemonView, DirtyInfo, Move, Request, invalid_layers
-from layout_sm.messages import STARTUP_HOOK_MISSING, AbortRequest, ClaimRequest, CommitRequest, ParkRequest
+from layout_sm.messages import (
+    STARTUP_HOOK_MISSING,
+    AbortRequest,
+    ClaimRequest,
+    CommitRequest,
+    ParkRequest,
+    RejoinRequest,
+)
 from layout_sm.reasons import (
     REPAIR_OR_RESTART,
     RESTART_DAEMONS,
@@ -164,6 +171,7 @@ _REQUEST_NAMES: dict[type, str] = {
     AbortRequest: "abort",
     ParkRequest: "park",
     ClaimRequest: "claim",
+    RejoinRequest: "rejoin",
 }
 
 
@@ -234,6 +242,11 @@ class Words:
     def others(self) -> list[str]:
         """The unparked engines attached besides the requester."""
         return sorted(e for e in self.view.unparked() if e != self.req.engine_id)
+
+    @property
+    def other_attachments(self) -> list[str]:
+        """The engines attached besides the requester, parked or not."""
+        return sorted(e for e in self.view.attachments if e != self.req.engine_id)
 
     @property
     def layout_unknown(self) -> str:

@@ -55,12 +55,13 @@ from layout_sm.engine import (
     RankAnswer,
     RankFinding,
     RebalancePhase,
+    RecordStamp,
     Step,
     fetch_refusal,
 )
 from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
 from layout_sm.reasons import Status
-from layout_sm.record import LayoutRecord, Rows
+from layout_sm.record import LayoutRecord, Rows, layout_digest
 
 POLL = messages.QueryRequest(include_map=True)
 
@@ -199,6 +200,42 @@ class EngineSession:
         if outcome is None or outcome.kind != "adopt" or not isinstance(outcome.record, LayoutRecord):
             return None
         return outcome.record.rows
+
+    # -- a fresh daemon's rejoin (docs/protocol.md §5) --------------------------------------
+
+    def rejoin_target(self) -> LayoutRecord | RecordStamp | None:
+        """The record the fresh daemons rejoin at, once ``agree`` said so (pause, reason ``rejoin``);
+        None when no rank is to rejoin. A stamp when no rank of this process holds its map: the
+        caller then gathers the rows from a rank whose daemon holds it (``rejoin_request``'s ``rows``)."""
+        targets = [f.record for f in self.model.view.findings if f is not None and f.kind == "rejoin"]
+        return targets[0] if targets else None
+
+    def rejoins(self, rank: int) -> bool:
+        """Rank ``rank`` is to ask its daemon to rejoin."""
+        finding = self.model.view.findings[rank]
+        return finding is not None and finding.kind == "rejoin"
+
+    def rejoin_request(self, rank: int, rows: Rows | None = None) -> messages.RejoinRequest:
+        """Rank ``rank``'s rejoin request: the target's version, digest and map (``rows``, needed only
+        when the target came as a stamp; checked against its digest)."""
+        target = self.model.view.findings[rank]
+        self._require(target is not None and target.kind == "rejoin", f"rank {rank} has no rejoin to ask")
+        assert target is not None and target.record is not None
+        record = target.record
+        if isinstance(record, LayoutRecord):
+            rows = record.rows
+        self._require(rows is not None, f"rank {rank}: the rows of version {record.version} are needed to rejoin")
+        assert rows is not None
+        self._require(
+            layout_digest(rows) == record.digest,
+            f"rank {rank}: the rows given do not have the digest of version {record.version}",
+        )
+        return messages.RejoinRequest(self.model.view.engine_id, self._token(rank), record.version, record.digest, rows)
+
+    def rejoined(self, rank: int, reply: object) -> Step:
+        """Rank ``rank``'s daemon answered its rejoin request: pause (granted: poll with ``poll_request``
+        until ``polled`` says proceed, as for a repair) or proceed (refused: gather, then ``agree`` fails)."""
+        return self._fire(self._startup, "rejoin", rank=rank, reply=reply)
 
     # -- loading --------------------------------------------------------------------------
 

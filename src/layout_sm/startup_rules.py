@@ -55,8 +55,8 @@ class StartupRules(EngineModel):
         return len(findings) == self.view.num_ranks
 
     def every_rank_found(self) -> bool:
-        """Agree: ``\\A r : efind[e][r].found \\notin {"nothing", "wait"}``."""
-        return all(f is not None and not needs_wait(f) for f in self.view.findings)
+        """Agree: ``\\A r : efind[e][r].found \\notin {"nothing", "wait", "rejoin"}``."""
+        return all(f is not None and not needs_wait(f) and f.kind != "rejoin" for f in self.view.findings)
 
     def _found(self) -> list[RankFinding]:
         return sorted((f for f in self.view.findings if f is not None), key=lambda f: f.rank)
@@ -72,6 +72,35 @@ class StartupRules(EngineModel):
     def dirty(self) -> bool:
         """StartupFails: a finding is "dirty"."""
         return any(f.kind == "dirty" for f in self._found())
+
+    def rejoin_refused(self) -> bool:
+        """StartupFails: a finding is "refused" (a daemon did not rejoin)."""
+        return any(f.kind == "rejoin_refused" for f in self._found())
+
+    def _fresh(self) -> list[RankFinding]:
+        assert self.layout is not None
+        initial = self.layout.initial_digest
+        return [f for f in _ranks_where(self._found(), "record") if f.version == 0 and f.digest == initial]
+
+    def rejoin_wanted(self) -> bool:
+        """``RejoinWanted(e)``: every daemon keeps a record, some are fresh (version 0, the initial
+        map) and the others hold one moved record (version and digest)."""
+        assert self.layout is not None
+        found = self._found()
+        moved = self._moved()
+        return (
+            self.layout.rejoins
+            and len(found) == self.view.num_ranks
+            and all(f.kind == "record" for f in found)
+            and bool(self._fresh())
+            and bool(moved)
+            and len({(f.version, f.digest) for f in moved}) == 1
+        )
+
+    def to_rejoin(self, rank: int) -> bool:
+        """AskRejoin: ``efind[e][r].found = "rejoin"``."""
+        finding = self.view.findings[rank]
+        return finding is not None and finding.kind == "rejoin"
 
     def recorded_nowhere(self) -> bool:
         """``Recorded(e) = {}``: no daemon keeps a record."""
@@ -189,6 +218,41 @@ class StartupRules(EngineModel):
 
     def fail_dirty(self) -> Step:
         return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {REPAIR_OR_RESTART}")
+
+    def fail_rejoin_refused(self) -> Step:
+        return self._fail_where(
+            "rejoin_refused",
+            Reason.REJOIN_REFUSED,
+            "asked its daemon to rejoin and was refused",
+            f"; {RESTART_DAEMONS}",
+        )
+
+    def mark_rejoin(self) -> Step:
+        """The agreement's rejoin branch: the fresh ranks are to rejoin at the moved record (its map
+        when some rank holds it, else its stamp: ``EngineSession.rejoin_request`` takes the rows)."""
+        moved = self._moved()
+        target = next((f.record for f in moved if isinstance(f.record, LayoutRecord)), moved[0].record)
+        assert target is not None
+        fresh = [f.rank for f in self._fresh()]
+        self._set(
+            findings=tuple(
+                f.to_rejoin(target, fresh) if f is not None and f.rank in fresh else f for f in self.view.findings
+            )
+        )
+        return Step.pause(
+            Reason.REJOIN,
+            f"ranks {fresh} found their daemons at version 0 (started again from disk) beside daemons at "
+            f"version {target.version}: they rejoin at version {target.version}, then the ranks agree again",
+        )
+
+    def take_rejoin_reply(self, rank: int, reply: object) -> Step:
+        finding = self.view.findings[rank]
+        assert finding is not None
+        answered = finding.rejoin_answered(reply)
+        self._set(findings=_put(self.view.findings, rank, answered))
+        if answered.kind == "rejoin_refused":
+            return Step.proceed(Reason.REJOIN_REFUSED, f"rank {rank}: {answered.detail}", Severity.ERROR)
+        return self._next(answered)
 
     def fail_moved_beside_no_record(self) -> Step:
         moved = self._moved()

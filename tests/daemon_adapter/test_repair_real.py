@@ -24,40 +24,23 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from tools.demo import memory_probe
 from tools.realserver import torn_move
-from tools.realserver.model import build_tiny_qwen3_moe
-from tools.realserver.server import RunDir, StandaloneDaemons, Topology
+from tools.realserver.server import StandaloneDaemons
 
-from tests.realserver.conftest import LOCK_PATH, hold_lock
+from tests.daemon_adapter.real_daemons import tiny_daemon_set
 
-REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 600.0
 LAYER = 0
 TP = 2
 
 
 @pytest.fixture(params=[True, False], ids=["auto-repair", "no-auto-repair"])
 def daemon_set(request: pytest.FixtureRequest) -> Iterator[tuple[StandaloneDaemons, float]]:
-    model = build_tiny_qwen3_moe(REPO / "build" / "models")
-    root = tempfile.mkdtemp(prefix="rep-", dir="/tmp")  # AF_UNIX paths: at most 107 bytes
-    extra_args = [] if request.param else ["--expert-layout-no-auto-repair"]
-    try:
-        with hold_lock(LOCK_PATH):
-            topology = Topology(model, tp_size=TP, ep_size=TP)
-            daemons = StandaloneDaemons(RunDir(Path(root) / "run"), topology, extra_args=extra_args).start()
-            try:
-                yield daemons, daemons.wait_ready(START_TIMEOUT_S)
-            finally:
-                daemons.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with tiny_daemon_set(TP, "rep-", [] if request.param else ["--expert-layout-no-auto-repair"]) as started:
+        yield started
 
 
 @pytest.mark.timeout(1800)

@@ -55,13 +55,29 @@ def test_all_daemons_agree_initial_and_after_a_move(ranks, daemons):
     ranks.run(ea_scripts.stop)
 
 
-def test_versions_differ_every_rank_fails(ranks, daemons):
+def test_records_differ_every_rank_fails(ranks, daemons):
+    d = daemons()
+    for path, layer, engine_id in ((d.paths[0], 1, "engine-A"), (d.paths[1], 2, "engine-B")):
+        other = OtherEngine([path], engine_id=engine_id)
+        other.move([layer], [rotated_map(d.cfg)[layer]])
+        other.detach()
+    res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
+    _all_fail(res, "different layouts", "rank 0: version 1", "rank 1: version 1")
+
+
+def test_a_fresh_daemon_beside_a_moved_one_is_asked_to_rejoin(ranks, daemons):
+    """Rank 1's daemon is at version 0 beside rank 0's at version 1: the ranks gather the map, rank 1 asks
+    its daemon to rejoin and waits; these daemons hold no model to reload (``daemon_proc``), so the
+    reload fails, the daemon turns dirty, and every rank fails with that reason after the second
+    all-gather (a daemon that reloads: tests/daemon_adapter/test_rejoin_real.py)."""
     d = daemons()
     other = OtherEngine(d.paths[:1])
     other.move([1], [rotated_map(d.cfg)[1]])
     other.detach()
     res = ranks.run(ea_scripts.start, ea_scripts.spec(d.sockets))
-    _all_fail(res, "different layouts", "rank 0: version 1", "rank 1: version 0")
+    _all_fail(res, "dirty", "rank 1", "its rejoin at version 1", "model is not loaded")
+    state = d.query(1)
+    assert state["phase"] == "dirty" and state["dirty"]["rejoin"] is True, state
 
 
 def test_one_rank_cannot_read_its_daemon(ranks, daemons):

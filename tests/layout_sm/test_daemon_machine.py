@@ -51,7 +51,10 @@ MOVE = Move("A", "sA", (0,), RECORD.version)
 LOADED = (NO_RECORD, CLEAN, PENDING, DIRTY, REPAIRING)
 REQUEST_EVENTS = (
     "attach", "fetch", "begin", "commit", "abort", "detach", "repair", "repair_done", "repair_failed", "park", "claim",
+    "rejoin",
 )  # fmt: skip
+# What a fresh daemon (INITIAL, version 0) rejoins at: RECORD, version 3.
+REJOIN = messages.RejoinRequest("A", "sA", RECORD.version, RECORD.digest, RECORD.rows)
 
 
 def _claim(engine_id: str = "A", session: str = "sA", record: LayoutRecord = RECORD) -> messages.FetchLayoutField:
@@ -85,6 +88,7 @@ def test_each_event_changes_the_phase_only_where_the_spec_does() -> None:
         ("repair", DIRTY, REPAIRING),  # RepairAgain (the operator's)
         ("repair_done", REPAIRING, CLEAN),  # RepairDone
         ("repair_failed", REPAIRING, DIRTY),  # RepairFails
+        ("rejoin", CLEAN, REPAIRING),  # AskRejoin, granted
     }
     # Attach, Fetch, Park and Claim leave dphase: attach and park are taken in every loaded phase, fetch
     # served and a claim granted when clean.
@@ -197,6 +201,7 @@ REQUESTS: dict[str, list[Any]] = {
     "repair_failed": [RepairFailure(Reason.REPAIR_FAILED, "a read error")],
     "park": [messages.ParkRequest("A", "sA"), messages.ParkRequest("A", "old")],
     "claim": [messages.ClaimRequest("A", "sA"), messages.ClaimRequest("A", "old")],
+    "rejoin": [REJOIN, replace(REJOIN, session="old"), replace(REJOIN, digest=INITIAL.digest)],
 }
 ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "attach": lambda m, r: m.attach_engine(messages.AttachRequest(r.engine_id), r.session),
@@ -210,6 +215,7 @@ ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "repair_failed": lambda m, r: m.repair_fails(r.reason, r.why),
     "park": DaemonMachine.park_engine,
     "claim": DaemonMachine.claim_primary,
+    "rejoin": DaemonMachine.rejoin_layout,
 }
 CASES = [
     (view_name, event, request)
@@ -288,6 +294,7 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
     ),
     "park": (VIEWS["clean, two engines"], messages.ParkRequest("A", "sA"), Reason.PARKED, CLEAN),
     "claim": (VIEWS["clean, A parked"], messages.ClaimRequest("A", "sA"), Reason.PROMOTED, CLEAN),
+    "rejoin": (VIEWS["clean, initial"], REJOIN, Reason.REJOIN_BEGUN, REPAIRING),
 }
 BREAKS = [
     Break("attach", "engine_id_free", CLEAN_VIEW, Attach("A", "sA2"), Reason.ENGINE_ID_IN_USE),
@@ -357,6 +364,27 @@ BREAKS = [
         messages.ClaimRequest("A", "sA"),
         Reason.REPAIRING,
     ),
+    Break("rejoin", "holds", VIEWS["clean, initial"], replace(REJOIN, session="old"), Reason.NOT_ATTACHED),
+    Break("rejoin", "has_record", VIEWS["no_record"], REJOIN, Reason.NO_RECORD),
+    Break("rejoin", "is_dirty", VIEWS["dirty"], REJOIN, Reason.DIRTY),
+    Break("rejoin", "is_repairing", VIEWS["repairing"], REJOIN, Reason.REPAIRING),
+    Break("rejoin", "move_pending", PENDING_VIEW, REJOIN, Reason.MOVE_PENDING),
+    Break("rejoin", "unmoved", CLEAN_VIEW, REJOIN, Reason.MOVED_SINCE_START),
+    Break(
+        "rejoin",
+        "only_attached",
+        replace(VIEWS["clean, initial"], attachments={"A": "sA", "B": "sB"}),
+        REJOIN,
+        Reason.OTHER_ENGINE_ATTACHED,
+    ),
+    Break(
+        "rejoin",
+        "saw_non_following",
+        replace(VIEWS["clean, initial"], non_following_seen=True),
+        REJOIN,
+        Reason.NON_FOLLOWING_SEEN,
+    ),
+    Break("rejoin", "rejoin_fits", VIEWS["clean, initial"], replace(REJOIN, digest=INITIAL.digest), Reason.BAD_ROWS),
 ]
 
 

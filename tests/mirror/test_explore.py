@@ -96,6 +96,36 @@ def test_explorer_finds_a_repair_that_forgets_the_truth(monkeypatch: pytest.Monk
     assert not res.ok and any("CleanRecordIsTruth" in v for v in res.violations), res.violations[:1]
 
 
+def test_explorer_passes_on_the_rejoin_model() -> None:
+    """A daemon lost and its rejoin: TLC's graph has these states and edges (spec/README.md), the
+    self-loops of losing a daemon that holds nothing included."""
+    res = explore(SPEC, "MCRejoin", None, progress=None)
+    assert res.ok, res.violations[0]
+    assert (res.states, res.edges, res.depth) == (34311, 257319, 37)
+
+
+def test_explorer_finds_a_rejoin_that_reloads_only_some_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant of layout_sm: the daemon's rejoin takes the record but reloads only the first layer (its
+    outcome records a torn move of layer 0): the rejoined daemon's clean record is not its memory."""
+    from dataclasses import replace
+
+    from layout_sm import ladders
+
+    rejoin = ladders.LADDERS["rejoin"]
+    whole = rejoin.accepted.change
+    assert whole is not None
+
+    def first_layer_only(view: Any, req: Any) -> Any:
+        after = whole(view, req)
+        return after.evolve(dirty=replace(after.dirty, layers=(0,)))
+
+    monkeypatch.setitem(
+        ladders.LADDERS, "rejoin", replace(rejoin, accepted=replace(rejoin.accepted, change=first_layer_only))
+    )
+    res = explore(SPEC, "MCRejoin", None, progress=None)
+    assert not res.ok and any("CleanRecordIsTruth" in v for v in res.violations), res.violations[:1]
+
+
 def test_explorer_finds_a_broken_begin_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant of layout_sm: begin ignores the other attached engines (the conjunct ``alone``, which
     the daemon machine's begin guard and begin's ladder both ask, always holds)."""

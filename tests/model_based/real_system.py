@@ -15,7 +15,9 @@ The binding of spec values to real ones (`spec/LayoutProtocol.tla`):
 - `Crash(e)` marks the engine dead (it sends nothing more); `Detach(r, e)` is the abrupt close of
   its attach connection to daemon r (what the kernel does when the process dies), then the test
   waits until daemon r reports that it noticed the EOF;
-- `Restart(r)` is a fresh daemon (a SIGKILL and a new process, for `ProcessHost`);
+- `Restart(r)` is a fresh daemon (a SIGKILL and a new process, for `ProcessHost`); so is `Lose(r)`,
+  whose engines (attached to daemon r or served by it) die with it: their connections to daemon r
+  went with the old daemon, the others close at their `Detach` steps;
 - `MoveLayer` changes only `truth` (the weights in memory), which `expert_layout_query` does not
   report: nothing is sent for it.
 
@@ -97,6 +99,7 @@ class RealSystem:
         init: Record,
         older: frozenset[str] = frozenset(),
         standbys: frozenset[str] = frozenset(),
+        rejoins: bool = False,
     ) -> None:
         self.ranks = len(init["dphase"])
         self.standbys = standbys
@@ -109,6 +112,7 @@ class RealSystem:
             num_logical=NUM_LOGICAL,
             initial_digest=layout_digest(self.initial_rows),
             routes_by_metadata=True,
+            rejoins=rejoins,  # the model's Rejoins
         )
         self.engines: dict[str, EngineSide] = {}
         self.daemons: dict[int, DaemonHandle] = {}
@@ -189,6 +193,13 @@ class RealSystem:
         eng = self.engine(e)
         outcome = eng.steps.agree()
         want_phase = after["ephase"][e]
+        if outcome.go is Go.PAUSE:  # the rejoin branch: the fresh ranks are to rejoin, still starting
+            marked = [f is not None and f.kind == "rejoin" for f in eng.steps.view().findings]
+            spec = [_at(after["efind"][e], r)["found"] == "rejoin" for r in range(1, self.ranks + 1)]
+            if want_phase != "start" or marked != spec:
+                raise Mismatch(f"Agree({eng.name}): the session marks ranks {marked} to rejoin ({outcome.message}); "
+                               f"the spec's engine goes to {want_phase!r}, marking {spec}")  # fmt: skip
+            return
         if (outcome.go is Go.STOP) != (want_phase == "failed"):
             raise Mismatch(f"Agree({eng.name}): the session said {outcome.go.value} ({outcome.message}); "
                            f"the spec's engine goes to {want_phase!r}")  # fmt: skip
@@ -365,6 +376,26 @@ class RealSystem:
         self.touched.add(r)
         self.daemons[r] = self.daemons[r].restart()
 
+    def do_Lose(self, before: Record, after: Record, r: int) -> None:
+        for name, eng in self.engines.items():
+            e = ModelValue(name)
+            if before["ephase"][e] not in ("failed", "dead") and (
+                e in _at(before["datt"], r) or r in before["eserv"][e]
+            ):
+                eng.dead = True
+        for eng in self.engines.values():  # their connections to the lost daemon went with it
+            conn = eng.conns.pop(r, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.close()
+        self.do_Restart(before, after, r)
+
+    def do_AskRejoin(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        wire = self.request(r, request_wire(eng.steps.rejoin_request(r - 1)))
+        eng.steps.rejoined(r - 1, wire)
+        self._expect_finding(eng, e, r, after, f"AskRejoin({eng.name}, {r})")
+
     def _read_notices_if_told(self, after: Record, r: int, where: str) -> None:
         """The step left daemon ``r`` with only parked standbys attached, and not repairing (the spec's
         Notify): each of them reads the notice on its attach connection."""
@@ -416,7 +447,7 @@ class RealSystem:
         finding = eng.steps.view().findings[r - 1]
         assert finding is not None
         want = _at(after["efind"][e], r)
-        kind = {"wait": "pending"}.get(want["found"], want["found"])
+        kind = {"wait": "pending", "refused": "rejoin_refused"}.get(want["found"], want["found"])
         if finding.kind != kind:
             raise Mismatch(
                 f"{where}: the rank found {finding.kind!r} ({finding.detail}); the spec finds {want['found']!r}"
@@ -440,6 +471,8 @@ class RealSystem:
             got = self.query(r)
             want = expected_query(state, r)
             seen = {k: got.get(k) for k in want}
+            if isinstance(seen["repairing"], dict):  # whether a repair is a rejoin: words for people, not state
+                seen["repairing"] = {k: v for k, v in seen["repairing"].items() if k != "rejoin"}
             if seen != want:
                 diff = {k: (seen[k], want[k]) for k in want if seen[k] != want[k]}
                 raise Mismatch(f"after {where}: daemon {r} reports {diff} as (daemon, spec)")

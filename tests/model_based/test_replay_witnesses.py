@@ -52,7 +52,7 @@ def test_witness_replays_on_the_mirror(name: str) -> None:
 def replay(name: str, host: DaemonHost) -> list[str]:
     behaviour = load_witness(name)
     model = load_model(SPEC, witness(name).model)
-    real = RealSystem(host, behaviour.init, frozenset(model.older), model.standbys)
+    real = RealSystem(host, behaviour.init, frozenset(model.older), model.standbys, rejoins=model.rejoins)
     try:
         real.check_daemons(behaviour.init, "the initial state")
         before = behaviour.init

@@ -133,6 +133,9 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     Park = _action_rule("Park")
     Claim = _action_rule("Claim")
     Promote = _action_rule("Promote")
+    # never enabled on MCSmall (Rejoins = FALSE); the witness DaemonLostAndRejoined replays them
+    Lose = _action_rule("Lose")
+    AskRejoin = _action_rule("AskRejoin")
 
     @precondition(lambda self: self.state is not None and not any(True for _ in system().successors(self.state)))
     @rule()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tools.mirror import check_spec
 from tools.mirror.invariants import ACTION_PROPERTIES, INVARIANTS, LIVENESS
 from tools.mirror.system import EVENTS, VARIABLE_SOURCES, VARIABLES, System, load_model
 
@@ -63,7 +64,7 @@ def test_every_spec_variable_is_mapped() -> None:
 
 
 def test_every_checked_property_has_a_python_twin() -> None:
-    for model in ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys"):
+    for model in check_spec.MODELS:
         m = load_model(SPEC, model)
         assert set(m.invariants) <= set(INVARIANTS), model
         assert set(m.properties) <= set(ACTION_PROPERTIES) | set(LIVENESS), model

@@ -16,9 +16,9 @@ SPEC = Path(__file__).resolve().parents[2] / "spec"
 TEXT = (SPEC / "LayoutProtocol.tla").read_text()
 MODULES = (
     "LayoutProtocol", "Scenarios", "MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails",
-    "MCStandby", "MCTwoStandbys",
+    "MCStandby", "MCTwoStandbys", "MCStandbyRepair", "MCRejoin",
 )  # fmt: skip
-MODELS = ("MCSmall", "MCFull", "MCChunks", "MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys")
+MODELS = MODULES[2:]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -60,6 +60,7 @@ def test_required_properties_are_named_operators() -> None:
         "StartsAlone", "FindingsAgreedServes", "PendingEnds", "LiveMoveFreesDaemon",
         "OneRole", "OnePromoted", "ClaimsAlone", "BusyOnlyByUnparked", "StandbyTakesOver",
         "ParkedStandbysDoNotBlock", "PartialGrantEnds",
+        "RepairingServesNothing", "RejoinsOnlyFresh", "RejoinServes",
     }  # fmt: skip
     assert required <= defs, sorted(required - defs)
 

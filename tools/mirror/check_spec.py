@@ -52,6 +52,7 @@ MODELS = (
     "MCStandby",
     "MCTwoStandbys",
     "MCStandbyRepair",
+    "MCRejoin",
 )
 
 
@@ -211,6 +212,12 @@ WITNESSES = (
         "MCStandbyRepair",
         "the primary dies mid-move beside the parked standby; the daemons repair, then tell the standby,"
         " which promotes at the repaired base version",
+    ),
+    Witness(
+        "DaemonLostAndRejoined",
+        "MCRejoin",
+        "a daemon is lost at a moved version and starts again from disk; the next engine has it rejoin"
+        " at the others' version and serves it from every daemon",
     ),
 )
 

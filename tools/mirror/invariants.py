@@ -138,6 +138,16 @@ def OnePromoted(m: Model, s: Vars) -> bool:
     return all(sum(s.eclaim[e][r - 1] == "granted" for e in live) <= 1 for r in m.ranks)
 
 
+def RepairingServesNothing(m: Model, s: Vars) -> bool:
+    return all(
+        ModelValue(e) in s.dpark[r - 1]
+        for r in m.ranks
+        if s.dphase[r - 1] == "repairing"
+        for e in m.engines
+        if r in s.eserv[e]
+    )
+
+
 def RebalancesOnTheRecords(m: Model, s: Vars) -> bool:
     for e in m.newer:
         primary = e not in m.standbys or all(c == "granted" for c in s.eclaim[e])
@@ -164,24 +174,26 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "OneRole": OneRole,
     "OnePromoted": OnePromoted,
     "RebalancesOnTheRecords": RebalancesOnTheRecords,
+    "RepairingServesNothing": RepairingServesNothing,
 }
 
 
 # What the action properties read of a state: (dphase, dver, ever, gone engines, unparked attachments,
-# eserv, movers, parked attachments, each engine's eclaim, each engine's begin replies)
+# eserv, movers, parked attachments, each engine's eclaim, each engine's begin replies, dmap, dnf,
+# every attachment)
 StepView = tuple[Any, ...]
 
 
 def DirtySticky(m: Model, s: StepView, t: StepView, action: str) -> bool:
     return all(
-        t[0][r - 1] == "dirty" or action in (f"Restart({r})", f"RepairAgain({r})")
+        t[0][r - 1] == "dirty" or action in (f"Restart({r})", f"RepairAgain({r})", f"Lose({r})")
         for r in m.ranks
         if s[0][r - 1] == "dirty"
     )
 
 
 def VersionMonotonic(m: Model, s: StepView, t: StepView, action: str) -> bool:
-    daemons = all(t[1][r - 1] >= s[1][r - 1] or action == f"Restart({r})" for r in m.ranks)
+    daemons = all(t[1][r - 1] >= s[1][r - 1] or action in (f"Restart({r})", f"Lose({r})") for r in m.ranks)
     return daemons and all(gone or b >= a for a, b, gone in zip(s[2], t[2], t[3], strict=True))
 
 
@@ -231,6 +243,25 @@ def NoticeOnlyWhenFree(m: Model, s: StepView, t: StepView, action: str) -> bool:
     )
 
 
+def RejoinsOnlyFresh(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    initial = (0,) * m.num_layers
+    for r in m.ranks:
+        if not (s[0][r - 1] == "clean" and t[0][r - 1] == "repairing"):
+            continue
+        target = (t[1][r - 1], t[10][r - 1])
+        others = [(s[1][q - 1], s[10][q - 1]) for q in m.ranks if q != r]
+        if (
+            (s[1][r - 1], s[10][r - 1]) != (0, initial)
+            or len(s[12][r - 1]) > 1
+            or s[11][r - 1]
+            or any(r in serv for serv in s[5])
+            or target not in others
+            or any(o not in (target, (0, initial)) for o in others)
+        ):
+            return False
+    return True
+
+
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
     "DirtySticky": DirtySticky,
     "VersionMonotonic": VersionMonotonic,
@@ -239,6 +270,7 @@ ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] =
     "BusyOnlyByUnparked": BusyOnlyByUnparked,
     "ClaimWaitsOutRepair": ClaimWaitsOutRepair,
     "NoticeOnlyWhenFree": NoticeOnlyWhenFree,
+    "RejoinsOnlyFresh": RejoinsOnlyFresh,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
@@ -255,4 +287,5 @@ LIVENESS = (
     "StandbyTakesOver",
     "PartialGrantEnds",
     "ParkedStandbysDoNotBlock",
+    "RejoinServes",
 )

@@ -379,6 +379,14 @@ def canonical_state(text: str) -> str:
     return "\n".join(f"{k}={canonical_text(v)}" for k, v in sorted(state_vars(text).items()))
 
 
+# TLC prints a set that is an interval value (``1..NumLayers``) as ``a..b``, the same set as ``{a, ..., b}``.
+_INTERVAL = re.compile(r"(?<![\w.])(\d+)\.\.(\d+)(?![\w.])")
+
+
+def _interval_as_set(m: re.Match[str]) -> str:
+    return "{" + ", ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)) + "}"
+
+
 @lru_cache(maxsize=100_000)
 def canonical_text(text: str) -> str:
     """A printed value in canonical form: equal iff the values are equal.
@@ -388,7 +396,7 @@ def canonical_text(text: str) -> str:
     depends on the TLC version and on the files it parsed first). Text that does not parse
     as a value falls back to whitespace removal.
     """
-    flat = one_line(text)
+    flat = _INTERVAL.sub(_interval_as_set, one_line(text))
     try:
         parser = _Parser(flat, strict=False)
         tree = parser.parse(0)

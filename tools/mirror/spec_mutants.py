@@ -47,7 +47,8 @@ LIVENESS_MODELS = ("MCSmall",)
 # The repair models are small (under a minute with FairSpec): a mutant of the repair is judged on its
 # own models' liveness too.
 # So are the standby models (MCStandby under a minute, MCTwoStandbys about two).
-SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys", "MCStandbyRepair")
+# And the rejoin's (MCRejoin, about two minutes).
+SMALL_LIVENESS_MODELS = ("MCRepair", "MCRepairFails", "MCStandby", "MCTwoStandbys", "MCStandbyRepair", "MCRejoin")
 BASELINE_CACHE = Path("build") / "spec-mutants-baseline.json"
 
 
@@ -109,14 +110,14 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "startup_ignores_dirty",
         "startup fails on a dirty daemon",
-        'f.found \\in {"dirty", "timeout"}',
-        'f.found \\in {"timeout"}',
+        'f.found \\in {"dirty", "timeout", "refused"}',
+        'f.found \\in {"timeout", "refused"}',
     ),
     _m(
         "startup_ignores_timeout",
         "startup fails when a wait timed out",
-        'f.found \\in {"dirty", "timeout"}',
-        'f.found \\in {"dirty"}',
+        'f.found \\in {"dirty", "timeout", "refused"}',
+        'f.found \\in {"dirty", "refused"}',
     ),
     _m(
         "startup_mixed_moved_ok",
@@ -641,18 +642,79 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "restart_keeps_weights",
         "a restart reloads the weights at the initial layout",
-        "/\\ truth' = [truth EXCEPT ![r] = InitialMap]",
-        "/\\ truth' = truth",
+        "/\\ truth' = [truth EXCEPT ![r] = InitialMap]\n    /\\ UNCHANGED <<datt, engineVars",
+        "/\\ truth' = truth\n    /\\ UNCHANGED <<datt, engineVars",
     ),
     _m(
         "restart_keeps_version",
         "a restart starts the record at version 0",
-        "/\\ dver' = [dver EXCEPT ![r] = 0]",
-        "/\\ dver' = dver",
+        '= "clean"]\n    /\\ dver\' = [dver EXCEPT ![r] = 0]',
+        '= "clean"]\n    /\\ dver\' = dver',
         defence="the version is a label: a restarted record keeps the initial map under any version, and "
         "startup compares digests as well as versions, so nothing wrong is served; in code a restarted "
         "daemon is a fresh process whose record starts at version 0: "
         "tests/daemon_adapter/test_requests.py::test_attach_returns_an_unguessable_session_and_the_record",
+    ),
+    # --- a lost daemon, and its rejoin ------------------------------------------------------------
+    _m(
+        "lose_keeps_weights",
+        "a lost daemon starts again from disk: its memory is the initial layout",
+        "    /\\ truth' = [truth EXCEPT ![r] = InitialMap]\n    /\\ dpark' = [dpark EXCEPT ![r] = {}]",
+        "    /\\ truth' = truth\n    /\\ dpark' = [dpark EXCEPT ![r] = {}]",
+        ("MCRejoin",),
+    ),
+    _m(
+        "rejoin_reloads_some_layers",
+        "a rejoin reloads every layer at the record's rows",
+        "[mover |-> e, layers |-> Layers, base |-> t.fver]",
+        "[mover |-> e, layers |-> {1}, base |-> t.fver]",
+        ("MCRejoin",),
+    ),
+    _m(
+        "rejoin_keeps_version_zero",
+        "a rejoin takes the version of the record the others hold, with its map",
+        "    /\\ dver' = [dver EXCEPT ![r] = t.fver]",
+        "    /\\ dver' = dver",
+        ("MCRejoin",),
+    ),
+    _m(
+        "rejoin_skips_wait",
+        "a rank waits out its daemon's rejoin before the ranks agree again",
+        'efind\' = [efind EXCEPT ![e][r] = [t EXCEPT !.found = "wait"]]',
+        'efind\' = [efind EXCEPT ![e][r] = [t EXCEPT !.found = "record"]]',
+        ("MCRejoin",),
+    ),
+    _m(
+        "rejoin_not_fresh",
+        "only a daemon that has not moved since it started rejoins",
+        "    /\\ dver[r] = 0\n    /\\ dmap[r] = InitialMap\n    /\\ datt[r] \\subseteq {e}",
+        "    /\\ datt[r] \\subseteq {e}",
+        ("MCRejoin",),
+        defence="the asker is attached to the daemon it found fresh, and an attached engine keeps every other "
+        "engine from moving that daemon (a begin there is busy) and dies if the daemon is lost, so the daemon "
+        "is still fresh when the ask arrives; in code: "
+        "tests/layout_sm/test_rejoin.py::test_a_moved_daemon_refuses_to_rejoin",
+    ),
+    _m(
+        "rejoin_beside_attached",
+        "a daemon rejoins only with no engine attached but the asker",
+        "    /\\ datt[r] \\subseteq {e}\n    /\\ ~dnf[r]",
+        "    /\\ ~dnf[r]",
+        ("MCRejoin",),
+        defence="an engine that serves from a fresh daemon beside moved ones cannot exist (its startup would have "
+        "asked for the rejoin or failed), and one still starting maps nothing yet: its own ask then finds the "
+        "daemon rejoining and is refused; in code: "
+        "tests/layout_sm/test_rejoin.py::test_a_daemon_with_another_engine_attached_refuses_to_rejoin",
+    ),
+    _m(
+        "startup_ignores_refused_rejoin",
+        "startup fails when a rank's daemon refused to rejoin",
+        'f.found \\in {"dirty", "timeout", "refused"}',
+        'f.found \\in {"dirty", "timeout"}',
+        ("MCRejoin",),
+        defence="an engine whose rejoin was refused keeps its own initial layout without sharing, and the fetch "
+        "check then refuses it on every daemon that holds the moved record; in code: "
+        "tests/layout_sm/test_rejoin.py::test_a_refused_rejoin_fails_the_startup_with_the_reason",
     ),
 )
 

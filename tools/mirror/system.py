@@ -75,7 +75,14 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Park": ("e", "r"),
     "Claim": ("e", "r"),
     "Promote": ("e",),
+    "Lose": ("r",),
+    "AskRejoin": ("e", "r"),
 }
+
+# The spec's actions that can be enabled and change nothing (TLC's graph then has a self-loop): the loss
+# of a daemon that holds nothing from any engine and nothing moved starts it again as it was. Every other
+# event returns a changed state or None (a poll of a move still pending is no step: the spec disables it).
+STUTTERING = frozenset({"Lose"})
 
 # How each spec variable is computed from the mirror's state (for the structural cross-check).
 VARIABLE_SOURCES: dict[str, str] = {
@@ -115,6 +122,7 @@ class Model:
     repairs: bool = False  # Repairs: the daemons start with auto repair
     repair_may_fail: bool = False  # RepairMayFail
     standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
+    rejoins: bool = False  # Rejoins: a daemon may be lost; engines have fresh daemons rejoin
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -170,6 +178,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         repairs=const("Repairs") == "TRUE",
         repair_may_fail=const("RepairMayFail") == "TRUE",
         standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
+        rejoins=consts.get("Rejoins") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )
@@ -216,6 +225,9 @@ def perms_of(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(ROWS.index(tuple(row)) for row in rows)
 
 
+# The spec's efind[e][r].found for the finding kinds named otherwise there.
+_FINDING_WORDS = {"pending": "wait", "rejoin_refused": "refused"}
+
 # The spec's reb[e].step for each RebalanceMachine state.
 _STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
 
@@ -237,6 +249,7 @@ class System:
             num_logical=NUM_LOGICAL,
             initial_digest=self.initial_record.digest,
             routes_by_metadata=True,
+            rejoins=model.rejoins,
         )
         # One reused machine per daemon and one reused session per engine: states are loaded into
         # them (``restore``), never rebuilt.
@@ -285,6 +298,8 @@ class System:
             result = m.park_engine(arg)
         elif op == "claim":
             result = m.claim_primary(arg)
+        elif op == "rejoin":
+            result = m.rejoin_layout(arg)
         else:  # pragma: no cover
             raise ValueError(op)
         out = (result, m.view())
@@ -385,7 +400,7 @@ class System:
         if v is None or not _may_agree(v):
             return None
         outcome, v2 = self._step(e, v, "agree")
-        if outcome.go is not Go.STOP:
+        if outcome.go is Go.PROCEED:  # a pause: the fresh daemons' ranks rejoin first (AskRejoin)
             # Every rank of the spec's engines loads from its daemon.
             _, v2 = self._step(e, v2, "start_rebalance", ("daemon",) * self.R)
         return self._with(s, e, v2)
@@ -518,6 +533,33 @@ class System:
         restarted = DaemonView(self.initial_record, auto_repair=self.model.repairs)
         return replace(s, daemons=self._set_daemon(s, r, restarted), truth=tuple(truth))
 
+    def Lose(self, s: SysState, r: int) -> SysState | None:
+        """Daemon ``r`` dies and starts again from disk (the environment): a fresh view of its loaded
+        record, its memory the initial layout; every engine attached to it or serving from it dies."""
+        if not self.model.rejoins:
+            return None
+        view = s.daemons[r - 1]
+        fresh = DaemonView(None if view.record is None else self.initial_record, auto_repair=self.model.repairs)
+        truth = list(s.truth)
+        truth[r - 1] = self.initial_perms
+        s2 = replace(s, daemons=self._set_daemon(s, r, fresh), truth=tuple(truth))
+        for e in self.model.engines:
+            es = s.engines[self.eidx[e]]
+            if not isinstance(es, GoneEngine) and (e in view.attachments or r in _serv(es)):
+                s2 = self._with(s2, e, GoneEngine("dead"))
+        return s2
+
+    def AskRejoin(self, s: SysState, e: str, r: int) -> SysState | None:
+        """Rank ``r`` of engine ``e`` asks its fresh daemon to rejoin, in rank order."""
+        v = self._view(s, e)
+        if v is None or v.phase != "start" or not self._guard(e, v, "to_rejoin", r - 1):
+            return None
+        if any(self._guard(e, v, "to_rejoin", q) for q in range(r - 1)):
+            return None
+        reply, daemon = self._ask_daemon(s, e, v, r, "rejoin")
+        _, v2 = self._step(e, v, "rejoined", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
+
     def RepairDone(self, s: SysState, r: int) -> SysState | None:
         """The reload of the torn move's layers ended: their truth is the record's rows again."""
         view = s.daemons[r - 1]
@@ -612,7 +654,7 @@ class System:
     def successors(self, s: SysState) -> Iterator[tuple[str, SysState]]:
         for name, params, fn in self._actions:
             nxt = fn(s, *params)
-            if nxt is not None and nxt != s:
+            if nxt is not None and (nxt != s or name in STUTTERING):
                 yield self._labels[(name, params)], nxt
 
     @property
@@ -682,7 +724,7 @@ class System:
     def _find_rec(self, f: RankFinding | None) -> Record:
         if f is None:
             return _finding_rec("nothing", 0, self.initial_perms)
-        word = "wait" if f.kind == "pending" else f.kind
+        word = _FINDING_WORDS.get(f.kind, f.kind)
         if f.record is None:
             return _finding_rec(word, 0, self.initial_perms)
         return _finding_rec(word, f.record.version, _perms_cached(f.record.rows))
@@ -704,6 +746,9 @@ class System:
             tuple(v.parked for v in s.daemons),
             tuple(x[7] for x in engines),
             tuple(x[6]["replies"] for x in engines),
+            tuple(self.initial_perms if v.record is None else _perms_cached(v.record.rows) for v in s.daemons),
+            tuple(v.non_following_seen for v in s.daemons),
+            tuple(frozenset(v.attachments) for v in s.daemons),
         )
 
 
@@ -782,7 +827,7 @@ def _waits(f: RankFinding | None) -> bool:
 
 
 def _may_agree(v: EngineView) -> bool:
-    return v.phase == "start" and all(f is not None and not needs_wait(f) for f in v.findings)
+    return v.phase == "start" and all(f is not None and not needs_wait(f) and f.kind != "rejoin" for f in v.findings)
 
 
 def _to_abort(v: EngineView, rank: int) -> bool:

@@ -1,0 +1,166 @@
+"""A daemon started again from disk rejoins at the record the other daemons hold (spec: Lose, AskRejoin).
+
+The daemon's rule (``DaemonMachine.rejoin_layout``): only a daemon that has not moved since it started,
+with no engine attached but the asker and none served without attaching, and only at a moved map of its
+own shape; it then repairs every layer. The engine's (``EngineSession``): its agreement has the fresh
+ranks rejoin when every other daemon holds one moved record, and fails with the reason when a daemon
+refuses.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from layout_sm.daemon import DaemonMachine
+from layout_sm.engine import EngineLayout, Go, RankFinding
+from layout_sm.messages import (
+    AttachRequest,
+    BeginRequest,
+    CommitRequest,
+    RejoinRequest,
+    parse_request,
+    rejoin_request,
+    request_wire,
+)
+from layout_sm.reasons import Reason, Status
+from layout_sm.record import LayoutRecord
+from layout_sm.repair import RepairPlan, repair_plan
+from layout_sm.session import EngineSession, SessionError
+
+INITIAL_ROWS = ((0, 1, 2, 3), (0, 1, 2, 3))
+INITIAL = LayoutRecord.initial(INITIAL_ROWS, 4)
+MOVED = LayoutRecord.build(((3, 2, 1, 0), (0, 1, 2, 3)), 4, 1)
+LAYOUT = EngineLayout(2, 4, 4, INITIAL.digest, True)
+
+
+def _fresh(*engines: str) -> DaemonMachine:
+    machine = DaemonMachine(INITIAL)
+    for engine in engines:
+        assert machine.attach_engine(AttachRequest(engine), session=f"s{engine}").ok
+    return machine
+
+
+def _ask(engine: str = "A", target: LayoutRecord = MOVED) -> RejoinRequest:
+    return RejoinRequest(engine, f"s{engine}", target.version, target.digest, target.rows)
+
+
+def test_a_fresh_daemon_rejoins_and_its_repair_reloads_every_layer_at_the_target() -> None:
+    machine = _fresh("A")
+    reply = machine.rejoin_layout(_ask())
+    assert reply.ok and reply.reason is Reason.REJOIN_BEGUN, reply
+    assert machine.phase == "repairing"
+    view = machine.view()
+    assert view.record == MOVED and view.state_wire()["rejoining"] is True
+    plan = repair_plan(view)
+    assert isinstance(plan, RepairPlan)
+    assert plan.layers == (0, 1) and plan.rows == MOVED.rows and plan.base_version == 1
+    # Mid-rejoin the daemon serves nothing: a begin is refused.
+    assert not machine.begin_move(BeginRequest("A", "sA", 1, (0,))).ok
+    assert machine.repair_ended((0, 1), "reloaded").ok
+    assert machine.phase == "clean" and machine.view().record == MOVED
+
+
+def test_a_moved_daemon_refuses_to_rejoin() -> None:
+    machine = _fresh("A")
+    assert machine.begin_move(BeginRequest("A", "sA", 0, (0,))).ok
+    assert machine.commit_move(CommitRequest("A", "sA", (0,), ((1, 0, 3, 2),))).ok
+    reply = machine.rejoin_layout(_ask(target=LayoutRecord.build(((3, 2, 1, 0), (0, 1, 2, 3)), 4, 2)))
+    assert reply.status is Status.REFUSED and reply.reason is Reason.MOVED_SINCE_START, reply
+    assert machine.phase == "clean" and machine.view().record.version == 1  # type: ignore[union-attr]
+
+
+def test_a_daemon_with_another_engine_attached_refuses_to_rejoin() -> None:
+    machine = _fresh("A", "B")
+    reply = machine.rejoin_layout(_ask())
+    assert reply.reason is Reason.OTHER_ENGINE_ATTACHED and "'B'" in reply.message, reply
+    assert machine.view().record == INITIAL
+
+
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        (RejoinRequest("A", "sA", 1, "0" * 64, MOVED.rows), Reason.BAD_ROWS),  # digest of another map
+        (RejoinRequest("A", "sA", 0, MOVED.digest, MOVED.rows), Reason.BAD_ROWS),  # not a moved version
+        (RejoinRequest("A", "sA", 1, "0" * 64, ((0, 1),)), Reason.BAD_ROWS),  # another shape
+        (RejoinRequest("A", "sX", 1, MOVED.digest, MOVED.rows), Reason.NOT_ATTACHED),  # not its session
+    ],
+)
+def test_a_rejoin_that_does_not_fit_is_refused_and_changes_nothing(request_: RejoinRequest, reason: Reason) -> None:
+    machine = _fresh("A")
+    reply = machine.rejoin_layout(request_)
+    assert reply.reason is reason, reply
+    assert machine.phase == "clean" and machine.view().record == INITIAL
+
+
+def test_the_rejoin_request_round_trips_and_a_malformed_one_names_its_field() -> None:
+    wire = rejoin_request("A", "sA", 1, MOVED.digest, MOVED.rows)
+    assert parse_request(wire) == _ask()
+    assert request_wire(_ask()) == wire
+    bad = parse_request({**wire, "digest": "xyz"})
+    assert not isinstance(bad, RejoinRequest) and bad.data["field"] == "digest"
+
+
+# -- the engine's side ------------------------------------------------------------------------------
+
+
+def _attached_session(records: list[LayoutRecord], rejoins: bool = True) -> EngineSession:
+    layout = EngineLayout(2, 4, 4, INITIAL.digest, True, rejoins=rejoins)
+    session = EngineSession("E", len(records), layout)
+    for rank, record in enumerate(records):
+        machine = DaemonMachine(record)
+        session.attached(rank, machine.attach_engine(AttachRequest("E", INITIAL.digest), session=f"s{rank}").to_wire())
+    return session
+
+
+def test_fresh_ranks_beside_one_moved_record_rejoin_then_the_engine_adopts_it() -> None:
+    session = _attached_session([MOVED, INITIAL, MOVED])
+    step = session.agree()
+    assert step.go is Go.PAUSE and step.reason is Reason.REJOIN, step
+    assert [session.rejoins(r) for r in range(3)] == [False, True, False]
+    assert session.rejoin_request(1) == RejoinRequest("E", "s1", 1, MOVED.digest, MOVED.rows)
+    daemon = DaemonMachine(INITIAL)
+    daemon.attach_engine(AttachRequest("E"), session="s1")
+    assert session.rejoined(1, daemon.rejoin_layout(session.rejoin_request(1)).to_wire()).go is Go.PAUSE
+    assert session.polled(1, daemon.query_state(include_map=True).to_wire()).go is Go.PAUSE  # still reloading
+    daemon.repair_ended((0, 1), "reloaded")
+    assert session.polled(1, daemon.query_state(include_map=True).to_wire()).go is Go.PROCEED
+    adopted = session.agree()
+    assert adopted.go is Go.PROCEED and adopted.reason is Reason.ADOPT, adopted
+    assert session.layout_to_install() == MOVED.rows
+
+
+def test_without_rejoin_the_same_findings_fail_as_records_that_differ() -> None:
+    step = _attached_session([MOVED, INITIAL], rejoins=False).agree()
+    assert step.go is Go.STOP and step.reason is Reason.DISAGREE, step
+
+
+def test_moved_records_that_differ_are_no_rejoin() -> None:
+    other = LayoutRecord.build(((0, 1, 2, 3), (3, 2, 1, 0)), 4, 1)
+    step = _attached_session([MOVED, INITIAL, other]).agree()
+    assert step.go is Go.STOP and step.reason is Reason.DISAGREE, step
+
+
+def test_a_refused_rejoin_fails_the_startup_with_the_reason() -> None:
+    session = _attached_session([MOVED, INITIAL])
+    assert session.agree().reason is Reason.REJOIN
+    daemon = _fresh("E", "B")  # another engine attached: refused
+    daemon.restore(daemon.view().evolve(attachments={"E": "s1", "B": "sB"}))
+    assert session.rejoined(1, daemon.rejoin_layout(session.rejoin_request(1)).to_wire()).go is Go.PROCEED
+    failed = session.agree()
+    assert failed.go is Go.STOP and failed.reason is Reason.REJOIN_REFUSED, failed
+    assert "'B'" in failed.message and "rank 1" in failed.message
+
+
+def test_a_target_known_by_its_stamp_needs_rows_with_its_digest() -> None:
+    # Rank 1's process: it attached to its own (fresh) daemon and gathers rank 0's finding as a stamp.
+    session = EngineSession("E", 2, LAYOUT)
+    daemon = DaemonMachine(INITIAL)
+    session.attached(1, daemon.attach_engine(AttachRequest("E", INITIAL.digest), session="s1").to_wire())
+    rank0 = RankFinding(0, "record", MOVED)
+    session.gathered([RankFinding.from_wire(rank0.to_wire()), session.finding(1)])
+    assert session.agree().reason is Reason.REJOIN
+    with pytest.raises(SessionError, match="rows of version 1 are needed"):
+        session.rejoin_request(1)
+    with pytest.raises(SessionError, match="do not have the digest"):
+        session.rejoin_request(1, INITIAL_ROWS)
+    assert session.rejoin_request(1, MOVED.rows).rows == MOVED.rows
