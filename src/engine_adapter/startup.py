@@ -170,7 +170,7 @@ def rejoin(session: EngineSession, rank: int, path: str, initial: Rows, timeout_
     target = session.rejoin_target()
     own = session.finding(rank).record
     held = isinstance(own, LayoutRecord) and target is not None and own.digest == target.digest
-    mine = own.rows if held and isinstance(own, LayoutRecord) else None
+    mine = own.rows if held else None
     rows = next((r for r in all_gather(mine) if r is not None), None)
     if rows is None and target is not None and session.layout is not None:
         rows = initial if target.digest == session.layout.initial_digest else None

@@ -392,7 +392,6 @@ class DaemonView(DaemonConjuncts):
             # A repairing daemon's torn move is under "repairing", not "dirty": an engine waits on it.
             "dirty": None if self.dirty is None or self.repairing else self.dirty.to_wire(),
             "repairing": self.dirty.to_wire() if self.dirty is not None and self.repairing else None,
-            "rejoining": self.dirty is not None and self.repairing and self.dirty.rejoin,
             "repair_failure": self.repair_failure,
             "auto_repair": self.auto_repair,
             "attached": sorted(self.attachments),

@@ -211,9 +211,8 @@ class EngineSession:
         return targets[0] if targets else None
 
     def rejoins(self, rank: int) -> bool:
-        """Rank ``rank`` is to ask its daemon to rejoin."""
-        finding = self.model.view.findings[rank]
-        return finding is not None and finding.kind == "rejoin"
+        """Rank ``rank`` is to ask its daemon to rejoin (the startup machine's guard ``to_rejoin``)."""
+        return self.model.to_rejoin(rank)
 
     def rejoin_request(self, rank: int, rows: Rows | None = None) -> messages.RejoinRequest:
         """Rank ``rank``'s rejoin request: the target's version, digest and map (``rows``, needed only

@@ -50,7 +50,7 @@ def test_a_fresh_daemon_rejoins_and_its_repair_reloads_every_layer_at_the_target
     assert reply.ok and reply.reason is Reason.REJOIN_BEGUN, reply
     assert machine.phase == "repairing"
     view = machine.view()
-    assert view.record == MOVED and view.state_wire()["rejoining"] is True
+    assert view.record == MOVED and view.state_wire()["repairing"]["rejoin"] is True
     plan = repair_plan(view)
     assert isinstance(plan, RepairPlan)
     assert plan.layers == (0, 1) and plan.rows == MOVED.rows and plan.base_version == 1

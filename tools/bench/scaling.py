@@ -126,21 +126,10 @@ def plot(data: dict[str, Any], png: str) -> bool:
         if xkey == "ranks":
             two = {p["ranks"]: p for p in data.get("by_ranks_two_nodes") or []}
             at = [(i, two[p["ranks"]]) for i, p in enumerate(points) if p["ranks"] in two]
-            if at:
-                ax.plot(
-                    [i for i, _ in at],
-                    [p["chunk_us"] / 1000 for _, p in at],
-                    marker="s",
-                    color="black",
-                    label="chunk: protocol, two nodes",
-                )
-                ax.plot(
-                    [i for i, _ in at],
-                    [p["chunk_floor_us"] / 1000 for _, p in at],
-                    linestyle=":",
-                    color="black",
-                    label="chunk: floor, two nodes",
-                )
+            curves_two = (("chunk_us", {"marker": "s"}, "protocol"), ("chunk_floor_us", {"linestyle": ":"}, "floor"))
+            for key, style, what in curves_two if at else ():
+                ys = [p[key] / 1000 for _, p in at]
+                ax.plot([i for i, _ in at], ys, color="black", label=f"chunk: {what}, two nodes", **style)
         ax.set_xticks(xs, [str(p[xkey]) for p in points])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("ms (median)")
