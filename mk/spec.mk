@@ -7,8 +7,8 @@
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
 #   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs: dumped here
 #                     when TLC runs here, else ../shared/tlc/<Model>.dot.gz (refused when stale)
-SPEC_MODELS := MCSmall MCFull MCChunks MCRepair MCRepairFails MCStandby MCTwoStandbys MCStandbyRepair
-TRACE_MODELS := MCSmall MCFull MCStandby  # the models with committed suites (tests/model_based/suites.py)
+SPEC_MODELS := MCSmall MCFull MCChunks MCRepair MCRepairFails MCStandby MCTwoStandbys MCStandbyRepair MCRejoin
+TRACE_MODELS := MCSmall MCFull MCStandby MCRejoin  # the models with committed suites (tests/model_based/suites.py)
 SPEC_MUTANTS ?=
 
 .PHONY: check-spec check-model traces witnesses spec-mutants

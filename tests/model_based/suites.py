@@ -40,7 +40,7 @@ from tools.mirror.tlc_formats import Suite, TlcFormatError, file_sha256
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec"
 TRACES = Path(__file__).resolve().parent / "traces"
-MODELS = ("MCSmall", "MCFull", "MCStandby")
+MODELS = ("MCSmall", "MCFull", "MCStandby", "MCRejoin")
 MAX_STEPS = 40
 REGENERATE = "make traces"
 _STATE_VARIABLE = re.compile(r"^(?:/\\ )?([A-Za-z_]\w*) = ", re.M)

@@ -7,6 +7,7 @@ import json
 import pytest
 from tools.mirror.values import (
     Fn,
+    Interval,
     ModelValue,
     Record,
     ValueError_,
@@ -146,3 +147,10 @@ def test_json_matches_is_equality_modulo_json_erasure() -> None:
 def test_model_values_from_cfg() -> None:
     cfg = "CONSTANTS Engines = {e1, e2}\n          NONE = NONE\n          N = 3\n \\* Other = {o}\nINIT Init\n"
     assert model_values_from_cfg(cfg) == {"e1", "e2", "NONE"}
+
+
+def test_an_interval_is_its_set_and_prints_as_tlc_keeps_it() -> None:
+    # TLC prints `Layers` taken whole as `1..2` and the same set built element by element as `{1, 2}`.
+    assert Interval(1, 2) == frozenset({1, 2}) and hash(Interval(1, 2)) == hash(frozenset({1, 2}))
+    assert tlc_text(Interval(1, 2)) == "1..2" and tlc_text(frozenset({1, 2})) == "{1, 2}"
+    assert decode_text("1..2") == Interval(1, 2)

@@ -40,7 +40,7 @@ from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
 from tools.mirror.reference import ReferenceEngineSession
 from tools.mirror.render import pretty
-from tools.mirror.values import Fn, ModelValue, Record, tlc_text
+from tools.mirror.values import Fn, Interval, ModelValue, Record, tlc_text
 
 ROWS = ((0, 1), (1, 0))  # the two permutations a layer's row can be
 NUM_LOGICAL = 2
@@ -782,6 +782,8 @@ def _dpend(v: DaemonView) -> Any:
     if move is None:
         return ModelValue("NONE")
     layers = frozenset(x + 1 for x in move.layers)
+    if getattr(move, "rejoin", False):  # the spec's rejoin takes `Layers` whole, which TLC prints as 1..n
+        layers = Interval(1, len(move.layers))
     return Record(mover=ModelValue(move.engine_id), layers=layers, base=move.base_version)
 
 

@@ -49,6 +49,7 @@ import tla
 
 __all__ = [
     "Fn",
+    "Interval",
     "ModelValue",
     "Record",
     "Value",
@@ -67,6 +68,14 @@ __all__ = [
 
 class ValueError_(ValueError):
     """A text or JSON value that this decoder cannot read (names the offending text)."""
+
+
+class Interval(frozenset):  # type: ignore[type-arg]
+    """A set of consecutive integers that TLC holds as an interval and prints ``lo..hi``: the spec's
+    ``Layers`` taken whole. Equal to (and hashed as) the frozenset of its elements, as TLC's values are."""
+
+    def __new__(cls, lo: int, hi: int) -> Interval:
+        return super().__new__(cls, range(lo, hi + 1))
 
 
 class ModelValue:
@@ -528,6 +537,8 @@ def tlc_text(v: Value) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, ModelValue):
         return v.name
+    if isinstance(v, Interval) and v:
+        return f"{min(v)}..{max(v)}"
     if isinstance(v, frozenset):
         return "{" + ", ".join(tlc_text(x) for x in sorted(v, key=tlc_sort_key)) + "}"
     if isinstance(v, tuple):
