@@ -5,10 +5,16 @@ two modes: one daemon for ``--gpu-id``/``--tp-rank``, or all local ranks. The da
 sglang's own code with ``LayoutAwareDaemon`` in place of ``WeightCacheDaemon`` (see
 ``daemon_adapter.hooks``); with ``--enable-eplb`` they keep the expert-layout record.
 
-One option of this package: ``--expert-layout-no-auto-repair`` (a daemon whose mover was killed
-mid-move stays dirty, for an operator who wants to look first, and repairs on ``expert-layout
-repair``). It is taken out of the arguments before sglang's parsers see them, and reaches every
-daemon, the spawned ones included, as ``SGLANG_EXPERT_LAYOUT_AUTO_REPAIR=0`` in the environment.
+Two options of this package, taken out of the arguments before sglang's parsers see them; each
+reaches every daemon, the spawned ones included, in the environment:
+
+- ``--expert-layout-no-auto-repair`` (``SGLANG_EXPERT_LAYOUT_AUTO_REPAIR=0``): a daemon whose mover
+  was killed mid-move stays dirty, for an operator who wants to look first, and repairs on
+  ``expert-layout repair``.
+- ``--expert-layout-start-alone`` (``SGLANG_EXPERT_LAYOUT_START_ALONE=1``): these daemons start
+  again while the rest of their set runs (a rebooted node's, or one killed daemon): they load from
+  disk without meeting the others (``daemon_adapter.alone``), and the next engine's startup has
+  them rejoin at the others' record.
 
 Options must be spelled out: argparse would read ``--tp 2`` as ``--tp-rank 2`` (the daemon's
 own option, parsed first) where ``--tp-size 2`` was meant. sglang's own
@@ -24,15 +30,20 @@ from collections.abc import Iterable
 
 PROG = "python -m daemon_adapter"
 NO_AUTO_REPAIR = "--expert-layout-no-auto-repair"
+START_ALONE = "--expert-layout-start-alone"
 
 
 def take_own_options(argv: list[str]) -> list[str]:
-    """Apply this package's options (``NO_AUTO_REPAIR``) and return the arguments for sglang's parsers."""
+    """Apply this package's options (``NO_AUTO_REPAIR``, ``START_ALONE``) and return the arguments for
+    sglang's parsers."""
+    from daemon_adapter.alone import START_ALONE_ENV
     from daemon_adapter.daemon import AUTO_REPAIR_ENV
 
-    if NO_AUTO_REPAIR in argv[: argv.index("--") if "--" in argv else len(argv)]:
-        os.environ[AUTO_REPAIR_ENV] = "0"  # inherited by the daemon children sglang spawns
-        argv = [arg for arg in argv if arg != NO_AUTO_REPAIR]
+    # The environment is inherited by the daemon children sglang spawns.
+    for option, env, value in ((NO_AUTO_REPAIR, AUTO_REPAIR_ENV, "0"), (START_ALONE, START_ALONE_ENV, "1")):
+        if option in argv[: argv.index("--") if "--" in argv else len(argv)]:
+            os.environ[env] = value
+            argv = [arg for arg in argv if arg != option]
     return argv
 
 

@@ -42,6 +42,8 @@ How it binds to sglang, without copying sglang code:
   ``self.model`` with sglang's loading, on a worker thread (auto repair) or in the operator's
   connection thread, whose reply then says what was done. The reload's end is the machine's
   ``repair_done`` (clean at the base version) or ``repair_failed`` (dirty, the reason kept).
+- ``_init_distributed``: sglang's, or with ``START_ALONE_ENV`` sglang's on process groups that wait
+  for no peer (``daemon_adapter.alone``), so a daemon started again beside its running set loads.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from sglang.srt.weight_cache import daemon as sglang_daemon
 from sglang.srt.weight_cache.protocol import send_msg
 
 from daemon_adapter import wire
+from daemon_adapter.alone import START_ALONE_ENV, groups_without_peers, start_alone_enabled
 from daemon_adapter.client import FRAME_HEADER
 from layout_sm.daemon import REPAIRING, DaemonMachine
 from layout_sm.messages import (
@@ -505,6 +508,22 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 record.num_logical,
                 record.digest,
             )
+
+    def _init_distributed(self, server_args: Any, model_config: Any) -> None:
+        if not start_alone_enabled():
+            super()._init_distributed(server_args, model_config)
+            return
+        from sglang.srt.platforms import current_platform
+
+        logger.info(
+            "[LayoutAwareDaemon gpu=%s tp_rank=%s] starting without its set's peers (%s): process groups "
+            "of its rank and size that wait for no peer; it loads from disk at version 0",
+            self.gpu_id,
+            self.tp_rank,
+            START_ALONE_ENV,
+        )
+        with groups_without_peers(current_platform.get_torch_distributed_backend_str()):
+            super()._init_distributed(server_args, model_config)
 
     def _initialize_eplb_expert_location_metadata(self, model_config: Any) -> None:
         self._model_config = model_config

@@ -1,7 +1,7 @@
 """Hooks that make sglang's weight cache daemons layout-aware, in this process and in the
 daemons it spawns.
 
-``install_daemon_hooks()`` registers two hooks with sglang's ``HookRegistry`` (sglang's
+``install_daemon_hooks()`` registers three hooks with sglang's ``HookRegistry`` (sglang's
 ``load_plugins()`` applies them; a caller outside the plugin framework calls
 ``HookRegistry.apply_hooks()`` itself):
 
@@ -15,6 +15,9 @@ daemons it spawns.
   over. While sglang's spawn function runs, the hook points its target name at
   ``run_layout_aware_daemon``, a function of this package; the child imports this package,
   installs the hooks there, and then runs sglang's own ``run_weight_cache_daemon``.
+- AROUND ``sglang.srt.weight_cache.daemon._await_cluster_ready_to_serve``, the barrier at which a
+  daemon waits, before it serves, for every daemon of its set: a daemon started alone
+  (``daemon_adapter.alone``) has no set there to wait for, and skips it.
 
 ``install_spawn_hook()`` registers the second alone, for a process that spawns daemons and builds none
 (sglang's HTTP server process): it imports nothing of the protocol.
@@ -36,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DAEMON_CLASS_TARGET = "sglang.srt.weight_cache.daemon.WeightCacheDaemon"
 SPAWN_TARGET = "sglang.srt.weight_cache.daemon.spawn_weight_cache_daemon"
+READY_BARRIER_TARGET = "sglang.srt.weight_cache.daemon._await_cluster_ready_to_serve"
 # The TCP port at which the daemons spawned on several nodes meet, the same on every node.
 DAEMON_PORT_ENV = "SGLANG_EXPERT_LAYOUT_DAEMON_PORT"
 
@@ -52,6 +56,7 @@ def install_daemon_hooks() -> None:
     from daemon_adapter.daemon import LayoutAwareDaemon
 
     _register(DAEMON_CLASS_TARGET, LayoutAwareDaemon, HookType.REPLACE)
+    _register(READY_BARRIER_TARGET, _ready_barrier_unless_alone, HookType.AROUND)
     install_spawn_hook()
 
 
@@ -118,6 +123,16 @@ def daemons_rendezvous(server_args: Any, dist_init_method: str | None) -> str | 
             f"set {DAEMON_PORT_ENV} to a free TCP port, the same on every node"
         )
     return NetworkAddress(engines.host, port).to_tcp()
+
+
+def _ready_barrier_unless_alone(barrier: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook of sglang's readiness barrier: skipped by a daemon started alone."""
+    from daemon_adapter.alone import START_ALONE_ENV, start_alone_enabled
+
+    if start_alone_enabled():
+        logger.info("started alone (%s): no readiness barrier with the set's other daemons", START_ALONE_ENV)
+        return None
+    return barrier(*args, **kwargs)
 
 
 def _spawn_layout_aware_daemon(spawn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,12 +1,13 @@
-"""``python -m daemon_adapter``'s own option: ``--expert-layout-no-auto-repair`` turns auto repair off
-for every daemon it starts (through the environment, which spawned daemons inherit), and sglang's
-parsers never see it."""
+"""``python -m daemon_adapter``'s own options: ``--expert-layout-no-auto-repair`` turns auto repair off
+and ``--expert-layout-start-alone`` has the daemons start without their set, for every daemon it
+starts (through the environment, which spawned daemons inherit), and sglang's parsers never see them."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemon_adapter.__main__ import NO_AUTO_REPAIR, take_own_options
+from daemon_adapter.__main__ import NO_AUTO_REPAIR, START_ALONE, take_own_options
+from daemon_adapter.alone import START_ALONE_ENV, start_alone_enabled
 from daemon_adapter.daemon import AUTO_REPAIR_ENV, auto_repair_enabled
 
 
@@ -27,3 +28,17 @@ def test_without_the_flag_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> No
     for off in ("0", "false", "off"):
         monkeypatch.setenv(AUTO_REPAIR_ENV, off)
         assert not auto_repair_enabled()
+
+
+def test_start_alone_is_taken_out_and_reaches_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both recorded, so that the variables the flags set are undone: a leaked AUTO_REPAIR_ENV=0 turns
+    # auto repair off in every daemon the later tests of this process start.
+    for env in (START_ALONE_ENV, AUTO_REPAIR_ENV):
+        monkeypatch.setenv(env, "0")
+        monkeypatch.delenv(env)
+    assert not start_alone_enabled()  # the default
+    assert take_own_options(["--model-path", "m", "--", START_ALONE]) == ["--model-path", "m", "--", START_ALONE]
+    assert not start_alone_enabled()
+    argv = [START_ALONE, "--model-path", "m", NO_AUTO_REPAIR]
+    assert take_own_options(argv) == ["--model-path", "m"]
+    assert start_alone_enabled()

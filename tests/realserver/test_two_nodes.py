@@ -13,6 +13,10 @@ client mode on each node's standalone layout-aware daemons (``python -m daemon_a
 - a warm standby spanning both nodes takes over from a primary SIGKILLed on both;
 - ranks that find different records on the two nodes (one node's daemons repaired, the other's
   dirty) all fail, each node saying why, none left waiting in a collective;
+- a node lost whole (its engine rank and its daemons, SIGKILL): its daemons start again from disk
+  alone (``--expert-layout-start-alone``), the next server's startup has them rejoin at the other
+  node's version, and it adopts that version on every rank; the rejoin's time and bytes beside a
+  restart of every daemon of both nodes, in the same run;
 - ``--weight-cache-mode daemon`` across the nodes: sglang 0.5.23 gives the daemons it spawns the
   engines' own rendezvous port, and node 0's scheduler then fails to bind it
   (docs/upstream-daemon-rendezvous.md); the plugin's spawn hook gives them a port of their own.
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools.demo import memory_probe
 from tools.realserver import nodes as cluster
 from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
@@ -41,7 +46,7 @@ from tools.realserver.server import (
     park,
 )
 
-from daemon_adapter.__main__ import NO_AUTO_REPAIR
+from daemon_adapter.__main__ import NO_AUTO_REPAIR, START_ALONE
 from engine_adapter.roles import ROLE_ENV, STANDBY
 
 from .conftest import REPO
@@ -53,6 +58,8 @@ REPAIR_TIMEOUT_S = 120.0  # a torn move's auto repair: well under a second on th
 EXIT_TIMEOUT_S = 120.0  # a node's ranks, once the other node's exited: far below the protocol's wait
 STARTUP_REFUSAL = "expert-layout startup check failed"
 RESULTS = REPO / "build" / "two-node-standby.json"  # the takeover's time, for the results
+# The rejoin's time and bytes, for the results, by TP size.
+REJOIN_RESULTS = {tp: REPO / "build" / f"two-node-rejoin-tp{tp}.json" for tp in (2, 4)}
 
 
 def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, rounds: int = 40) -> int:
@@ -122,6 +129,10 @@ def _left_running(server: RealServer) -> bool:
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
 @pytest.mark.usefixtures("realserver_lock")
 def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(tiny_model: Path, tmp_path: Path) -> None:
+    """A rebalances across the nodes: every daemon of both nodes records the same version and map. An
+    older engine (the plugin off) across the nodes is refused on each node, the reason on its screen,
+    no rank left running. B adopts the version and map on both ranks and answers like a disk server
+    with that map."""
     topology = Topology(tiny_model)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
@@ -158,6 +169,9 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
 def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(tiny_model: Path, tmp_path: Path) -> None:
+    """A server across the nodes in ``--weight-cache-mode daemon``: the daemons each node spawns meet at a
+    port of their own (the plugin's spawn hook), not the engines' (sglang's choice, which fails with
+    EADDRINUSE); it serves at version 0 on both ranks."""
     topology = Topology(tiny_model)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     servers = two.servers(ServerSpec("daemon-mode", weight_cache_mode="daemon", rebalance_iterations=QUIET))
@@ -343,3 +357,87 @@ def test_tp4_with_two_ranks_per_node_records_a_rebalance_on_all_four_and_adopts_
     for rank, belief in beliefs.items():
         assert (belief["startup"], belief["version"], belief["map"]) == ("adopt", version, moved_map), rank
     assert b_out == _disk_outputs(tmp_path, topology, moved_map), "B's outputs differ from a disk server's"
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.usefixtures("realserver_lock")
+@pytest.mark.parametrize("tp", [2, 4], ids=["tp2-one-rank-per-node", "tp4-two-ranks-per-node"])
+def test_a_node_lost_whole_starts_alone_and_rejoins_at_the_other_nodes_version(
+    tiny_model: Path, tmp_path: Path, tp: int
+) -> None:
+    """A rebalances on both nodes. B serves across the nodes; node 1 is then lost whole: B's ranks there
+    and node 1's daemons, SIGKILL (B's node 0 goes too, as its collectives would fail). Node 1's daemons
+    start again from disk alone, at version 0, beside node 0's at A's version. C's startup has node 1's
+    daemons rejoin (every layer reloaded there, nothing on node 0) and adopts A's version and map on
+    every rank, answering like a disk server with that map. Then every daemon of both nodes is restarted
+    from disk, for the comparison: that loses the record (version 0 everywhere)."""
+    topology = Topology(tiny_model) if tp == 2 else Topology(tiny_model, tp_size=4, ep_size=4, redundant_experts=4)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    local = two.local_ranks
+    daemons = two.daemons()
+    try:
+        cluster.start_daemons(daemons)
+        version, moved_map = _rebalanced(two, at_least=2 if tp == 2 else 1)
+        b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
+        try:
+            cluster.serve(b)
+            b[1].kill()
+            daemons[1].kill()
+        finally:
+            cluster.kill(b)
+        daemons[1] = two.daemons(extra_args={1: (START_ALONE,)})[1]
+        daemons[1].start()
+        alone_start_s = daemons[1].wait_ready(START_TIMEOUT_S)
+        apart = two.wait_states(lambda st: not any(s.get("attached") for s in st), 30.0)
+        assert [(s["phase"], s["version"]) for s in apart] == [("clean", version)] * local + [("clean", 0)] * local
+
+        c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
+        try:
+            cluster.start(c)
+            c_ready_s = c[0].wait_ready()
+            c_out = c[0].generate(list(PROMPTS))
+            c_beliefs = cluster.beliefs(c)
+        finally:
+            cluster.stop(c)
+        rejoined = two.daemon_states(include_map=True)
+        sockets = [run.socket_path(gpu) for run in two.runs for gpu in range(local)]  # in EP order
+        held = memory_probe.held_map(sockets, str(tiny_model))
+        logs = [node.tree.log_path.read_text(errors="replace") for node in daemons]
+
+        cluster.stop(daemons)
+        daemons = two.daemons()
+        restarted = time.monotonic()
+        cluster.start_daemons(daemons)
+        full_restart_s = time.monotonic() - restarted
+        after_full_restart = two.daemon_states()
+    finally:
+        cluster.stop(daemons)
+
+    assert all((s["phase"], s["version"], s["map"]) == ("clean", version, moved_map) for s in rejoined), rejoined
+    assert held == moved_map, f"the daemons' memory holds {held}, the record says {moved_map}"
+    assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
+    for rank, belief in c_beliefs.items():
+        assert (belief["version"], belief["map"]) == (version, moved_map), f"C's rank {rank}: {belief}"
+    assert "rejoining: reloading layers" not in logs[0], "node 0's daemon, which kept the record, reloaded"
+    assert logs[1].count("rejoining: reloading layers") == local, logs[1][-3000:]
+    reports = torn_move.logged_repairs(logs[1])
+    assert len(reports) == local and all(r.layers == list(range(len(moved_map))) for r in reports), reports
+    assert [s["version"] for s in after_full_restart] == [0] * tp, "a full restart kept a record"
+    REJOIN_RESULTS[tp].parent.mkdir(parents=True, exist_ok=True)
+    # Figures for the results, not the test's verdict.
+    REJOIN_RESULTS[tp].write_text(
+        json.dumps(
+            {
+                "topology": f"TP{tp}/EP{tp}, {local} rank(s) per node",
+                "version": version,
+                "node_alone_start_s": round(alone_start_s, 3),
+                "rejoin_in_daemon_s": max(r.seconds for r in reports),
+                "rejoin_bytes_read": sum(r.bytes_read for r in reports),
+                "checkpoint_bytes": reports[0].checkpoint_bytes,
+                "server_ready_with_rejoin_s": round(c_ready_s, 3),
+                "full_restart_both_nodes_s": round(full_restart_s, 3),
+            }
+        )
+        + "\n"
+    )
+    assert c_out == _disk_outputs(tmp_path, topology, moved_map), "C's outputs differ from a disk server's"

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon_adapter.alone import START_ALONE_ENV
+from daemon_adapter.daemon import AUTO_REPAIR_ENV
 from tools import with_project_path
 from tools.cpu_bridge import CPU_SERVER_ARGS, EXTRA_HOOKS_ENV, bridge_env
 from tools.cpu_bridge.bridges import cpu_device_uuid
@@ -138,7 +140,10 @@ class RunDir:
         env["PYTHONUNBUFFERED"] = "1"
         env["SGLANG_DISABLED_MODEL_ARCHS"] = other_model_modules()
         env[EXTRA_HOOKS_ENV] = f"{engine_probes.__name__}:{engine_probes.register_if_asked.__name__}"
-        for name in (PLUGINS_ENV, engine_probes.DIR_ENV, engine_probes.STOP_ENV, engine_probes.EPLB_TIME_ENV):
+        # The run's own settings only: a variable left in the caller's environment (a test's, say) must
+        # not turn auto repair off, or have daemons start alone, in this run.
+        for name in (PLUGINS_ENV, engine_probes.DIR_ENV, engine_probes.STOP_ENV, engine_probes.EPLB_TIME_ENV,
+                     AUTO_REPAIR_ENV, START_ALONE_ENV):  # fmt: skip
             env.pop(name, None)
         if plugins is not None:
             env[PLUGINS_ENV] = plugins
