@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sglang.srt.utils.common import SafeUnpickler
@@ -70,6 +71,7 @@ from sglang.srt.weight_cache.protocol import send_msg
 from daemon_adapter import wire
 from daemon_adapter.alone import START_ALONE_ENV, groups_without_peers, start_alone_enabled
 from daemon_adapter.client import FRAME_HEADER
+from daemon_adapter.trace import DaemonTrace, trace_dir
 from layout_sm.daemon import REPAIRING, DaemonMachine
 from layout_sm.messages import (
     ATTACH,
@@ -448,6 +450,23 @@ class _LayoutGatedTransport:
         return getattr(self._backend, name)
 
 
+class _TracedSends:
+    """sglang's transport backend whose sends of handles are written to the trace first (under the
+    gate, so a send the gate did not check is in the trace too)."""
+
+    def __init__(self, backend: Any, served: Callable[[], None]) -> None:
+        self._backend = backend
+        self._served = served
+        self.name = backend.name
+
+    def send_fetch_state_response(self, conn: Any, **kwargs: Any) -> None:
+        self._served()
+        self._backend.send_fetch_state_response(conn, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
 class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     """sglang's weight cache daemon that keeps the expert-layout record (README, "The protocol core")."""
 
@@ -473,6 +492,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._model_config: Any = None  # sglang's ModelConfig of load(), for a repair
         # The running reload's progress (daemon_adapter.repair.RepairProgress), for the status.
         self._repair_progress: Any = None
+        self._trace: DaemonTrace | None = None  # the protocol trace (daemon_adapter.trace), when asked
         _hook_sglang_read()
         super().__init__(*args, **kwargs)
 
@@ -496,8 +516,15 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         record = None
         if physical_to_logical_map is not None:
             record = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
+        machine = DaemonMachine(record, auto_repair=self._auto_repair)
+        traces = trace_dir()
+        if traces is not None:
+            name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
+            self._trace = DaemonTrace(traces, name)
+            self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair)
+            machine.observer = self._trace.step
         with self._layout_lock:
-            self._layout_machine = DaemonMachine(record, auto_repair=self._auto_repair)
+            self._layout_machine = machine
         if record is None:
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
         else:
@@ -716,6 +743,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     @transport_backend.setter
     def transport_backend(self, backend: Any) -> None:
         # sglang sets it in __init__ (None) and in load(); the gate is made once, here.
+        if backend is not None and trace_dir() is not None:  # under the gate: every send is traced
+            backend = _TracedSends(backend, self._fetch_served)
         self._layout_gate = None if backend is None else _LayoutGatedTransport(backend, self._fetch_check)
 
     def _fetch_check(self, claim: FetchLayoutField | Reply | None, gap: str | None = None) -> Reply:
@@ -724,6 +753,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         machine, lock = self._machine()
         with lock:
             return machine.fetch_check(claim, gap)
+
+    def _fetch_served(self) -> None:
+        if self._trace is not None:
+            self._trace.fetch_served()
 
     def _log_bad_frame(self, why: str) -> None:
         _BAD_FRAME_LOG.log(f"[LayoutAwareDaemon gpu={getattr(self, 'gpu_id', None)}] {why}")

@@ -22,7 +22,7 @@ its action, and the phase the action leaves must be the transition's target. An 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statemachine import State, StateMachine
@@ -228,6 +228,9 @@ class DaemonMachine(StateMachine):
     # repair does (clean -> repairing; the repair's end makes it clean at that record).
     rejoin = clean.to(repairing, cond=REJOIN.guards, on="accept") | _answered(*_LOADED)
 
+    # Told of every step taken (event, payload, answer, view after): the daemon adapter's trace.
+    observer: Callable[[str, Request, Answer, DaemonView], None] | None = None
+
     def __init__(self, record: LayoutRecord | None, auto_repair: bool = True) -> None:
         super().__init__(model=DaemonState(), state_field="phase")
         event = "loaded_with_record" if record is not None else "loaded_without_record"
@@ -249,19 +252,22 @@ class DaemonMachine(StateMachine):
 
     # -- taking a step -------------------------------------------------------------------
 
-    def _take(self, event: str, request: Request) -> Answer:
+    def take(self, event: str, request: Request) -> Answer:
         """Take ``event`` as python-statemachine would: the first of the phase's declared transitions
         whose guards hold runs its action, which changes the view and makes the answer; the phase
-        the view is then in must be the transition's target."""
+        the view is then in must be the transition's target. Every request method below is one
+        call of it; a trace checker replays a trace's steps with it."""
         view = self.model.view
         # Before the weights are loaded the phase is "loading", which declares no request: the runner raises.
         asked = self.model if view is None else view
         rule, answer = self.declared().take(self, asked, event, EventArguments(event, request))
         self.model.phase = rule.target
+        if self.observer is not None:
+            self.observer(event, request, answer, self.model.view)
         return answer
 
     def _reply(self, event: str, request: Request) -> Reply:
-        answer = self._take(event, request)
+        answer = self.take(event, request)
         assert isinstance(answer, Reply), f"{event} answers with a reply"
         return answer
 
@@ -354,7 +360,7 @@ class DaemonMachine(StateMachine):
 
     def detach_engine(self, engine_id: str, session: str) -> DetachEffect:
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
-        effect = self._take("detach", Detach(engine_id, session))
+        effect = self.take("detach", Detach(engine_id, session))
         assert isinstance(effect, DetachEffect), "a detach answers with what it did"
         return effect
 

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from tools.realserver.model import build_tiny_qwen3_moe
 from tools.realserver.server import RealServer, RunDir, daemon_status
+from tools.trace_check import check_all, reports
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK_PATH = "/tmp/realserver.lock"
@@ -69,6 +70,15 @@ def hold_lock(path: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def daemon_traces_are_behaviours(tmp_path: Path) -> Iterator[None]:
+    """After each test, every daemon trace its run folders hold (``RunDir``: each daemon writes one) must
+    replay on the protocol's daemon machine (``tools.trace_check``): a divergence fails the test."""
+    yield
+    verdicts = check_all([tmp_path])
+    assert all(v.ok for v in verdicts), "a daemon's trace is not a behaviour of the protocol:\n" + reports(verdicts)
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,11 @@ Every figure is a ratio to a floor measured in the same run, with the absolute n
 7. metrics: the engine adapter's metrics calls per chunk (``tools.bench.metrics``), with sglang's
    metrics on, in prometheus_client's multiprocess mode; floor: the same calls with metrics off
    (each returns at once), and the share of the 2-rank chunk of part 1 they add.
-8. real servers (``tools.bench.real``): ``python -m sglang.launch_server`` ready time
+8. trace: the daemon's protocol trace (``daemon_adapter.trace``) per chunk: a one-layer chunk's begin
+   and commit through the daemon's machine (61 x 288), tracing on (each step a line in a file) against
+   off, alternated; and the off path's own cost (the machine's test of its observer, once a step),
+   as a share of the 2-rank chunk of part 1.
+9. real servers (``tools.bench.real``): ``python -m sglang.launch_server`` ready time
    with and without the plugin on the same daemons, and EPLB's rebalance wall time with and
    without the protocol; a few minutes on 2 cores (``--no-real`` skips it).
 """
@@ -382,6 +386,50 @@ def bench_scale(n: int) -> dict[str, Any]:
     }
 
 
+def bench_trace(n: int, workdir: str) -> dict[str, Any]:
+    """A one-layer chunk (begin + commit) through the daemon's machine, tracing off and on, alternated."""
+    from pathlib import Path
+
+    from daemon_adapter.trace import DaemonTrace
+    from layout_sm.daemon import DaemonMachine
+    from layout_sm.messages import begin_request, commit_request, parse_request
+    from layout_sm.record import LayoutRecord
+
+    rows = deepseek_map()
+    session = "s" * 32
+    trace = DaemonTrace(Path(workdir) / "traces", "bench")
+    machines = {
+        "off": DaemonMachine(LayoutRecord.initial(rows, LOGICAL)),
+        "on": DaemonMachine(LayoutRecord.initial(rows, LOGICAL)),
+    }
+    machines["on"].observer = trace.step
+    for each in machines.values():
+        each.handle(parse_request({"type": "expert_layout_attach", "engine_id": "bench"}), session=session)  # type: ignore[arg-type]
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    for version in range(n):
+        layer = version % LAYERS
+        new_row = [[(p + layer + version + 1) % LOGICAL for p in range(PHYSICAL)]]
+        begin = parse_request(begin_request("bench", session, version, [layer]))
+        commit = parse_request(commit_request("bench", session, [layer], new_row))
+        for side in ("off", "on") if version % 2 else ("on", "off"):
+            t0 = time.perf_counter()
+            assert machines[side].handle(begin).ok  # type: ignore[arg-type]
+            assert machines[side].handle(commit).ok  # type: ignore[arg-type]
+            samples[side].append(time.perf_counter() - t0)
+    off = machines["off"]
+    check_s = _timeit(lambda: off.observer is not None, n)  # what the off path adds, once a step
+    off_us, on_us = _median_us(samples["off"]), _median_us(samples["on"])
+    return {
+        "chunk_off_us": off_us,
+        "chunk_on_us": on_us,
+        "tracing_us_per_chunk": round(on_us - off_us, 2),
+        "ratio_on_to_off": round(on_us / off_us, 2),
+        "off_check_ns_per_chunk": round(2 * 1e9 * statistics.median(check_s), 1),
+        "trace_bytes_per_chunk": round(trace.path.stat().st_size / (2 * n + 1)) * 2,
+        "repetitions": n,
+    }
+
+
 # -- 4: fetch_state with and without the layout check, same daemon object -----------------------
 
 
@@ -658,6 +706,15 @@ def markdown(data: dict[str, Any]) -> str:
             f"chunk ({me['chunk_us']} µs) | ≤{100 * t['metrics_share_of_chunk_max']:.0f}% of a chunk: "
             f"{yes(me['share_of_chunk'] <= t['metrics_share_of_chunk_max'])} |"
         )
+    if "trace" in data:
+        tr = data["trace"]
+        lines.append(
+            f"| the daemon's protocol trace per one-layer chunk (begin + commit through its machine, 61x288; "
+            f"about {tr['trace_bytes_per_chunk']} bytes written) | {tr['chunk_on_us']} µs on | "
+            f"{tr['chunk_off_us']} µs off | {tr['ratio_on_to_off']}x: +{tr['tracing_us_per_chunk']} µs a chunk, on; "
+            f"off, the machine's test of its observer: {tr['off_check_ns_per_chunk']} ns a chunk, "
+            f"{100 * tr['off_check_share_of_chunk']:.4f}% of a 2-rank chunk | reported |"
+        )
     if data.get("real_servers"):
         from tools.bench.real import markdown_rows
 
@@ -729,6 +786,10 @@ def main(argv: list[str] | None = None) -> int:
     step("request check: the daemon's pickle check before unpickling, against unpickling")
     request_check = bench_request_check(args.n)
     step(f"  {request_check}")
+    step("trace: a chunk through the daemon's machine with its protocol trace on against off")
+    trace = bench_trace(args.n, workdir)
+    trace["off_check_share_of_chunk"] = round(trace["off_check_ns_per_chunk"] / (1000 * two["chunk_us"]), 6)
+    step(f"  {trace}")
     scaling = None
     if not args.no_scaling:
         from tools.bench.scaling import bench_scaling, plot
@@ -751,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": tput,
         "request_check": request_check,
         "metrics": metrics,
+        "trace": trace,
         "scaling": scaling,
         "real_servers": real,
         "targets": TARGETS,

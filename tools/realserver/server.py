@@ -26,6 +26,7 @@ from typing import Any
 
 from daemon_adapter.alone import START_ALONE_ENV
 from daemon_adapter.daemon import AUTO_REPAIR_ENV
+from daemon_adapter.trace import TRACE_ENV
 from tools import with_project_path
 from tools.cpu_bridge import CPU_SERVER_ARGS, EXTRA_HOOKS_ENV, bridge_env
 from tools.cpu_bridge.bridges import cpu_device_uuid
@@ -107,7 +108,7 @@ class RunDir:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
-        for sub in ("logs", "sockets", "probes"):
+        for sub in ("logs", "sockets", "probes", "traces"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     @property
@@ -138,6 +139,7 @@ class RunDir:
         env[SOCKET_TEMPLATE_ENV] = self.socket_template
         env[READY_TEMPLATE_ENV] = self.ready_template
         env["PYTHONUNBUFFERED"] = "1"
+        env[TRACE_ENV] = str(self.root / "traces")  # every daemon's protocol trace, checked by the tests
         env["SGLANG_DISABLED_MODEL_ARCHS"] = other_model_modules()
         env[EXTRA_HOOKS_ENV] = f"{engine_probes.__name__}:{engine_probes.register_if_asked.__name__}"
         # The run's own settings only: a variable left in the caller's environment (a test's, say) must

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 LIMIT_S = 600.0
 LIMIT_GB = 16.0
@@ -27,6 +28,23 @@ INTRO = (
     "holds another expert than the engine's map says. `status.md` has every `expert-layout status`",
     "run between the steps; sglang's logs are in `logs/`.",
 )
+
+
+def trace_row(logs: Any) -> Any:
+    """Every daemon of the run wrote its protocol trace (``RunDir``); each must replay on the protocol's
+    daemon machine (``tools.trace_check``)."""
+    from tools.demo import results
+    from tools.trace_check import check_all, reports
+
+    verdicts = check_all([logs])
+    steps, served = sum(v.steps for v in verdicts), sum(v.fetches_served for v in verdicts)
+    bad = [v for v in verdicts if not v.ok]
+    observed = f"{len(verdicts)} daemon traces, {steps} steps, {served} fetches served: " + (
+        "each replays on the protocol's daemon machine" if not bad else reports(bad)
+    )
+    expected = "every daemon's trace is a behaviour of the protocol (python -m tools.trace_check)"
+    numbers = {"traces": len(verdicts), "steps": steps, "fetches_served": served}
+    return results.Row("T", "daemon traces", expected, observed, numbers, bool(verdicts) and not bad)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         meter.stop()
     for row in rows:
         res.add(row)
+    res.add(trace_row(lab.logs))
     usage = meter.to_json()
     # Memory is judged on PSS (each shared page divided among the processes that map it: the
     # physical memory the tree takes); the RSS sum counts torch's libraries once per process.

@@ -1,0 +1,128 @@
+"""The daemon's protocol trace: one NDJSON line per step its layout machine takes, when asked.
+
+With ``TRACE_ENV`` set to a folder, each daemon appends to ``daemon-<socket name>-<pid>.ndjson``
+there (a daemon started again writes a new file):
+
+- ``start``: the record it loaded (the initial map and the number of logical experts, or none) and
+  whether it repairs by itself;
+- ``step``: each event its ``DaemonMachine`` took (``DaemonMachine.observer``): the event, its
+  payload as the machine got it, the answer, and the record after (``expert_layout_query``'s state:
+  phase, version, digest, pending move, attachments, parked standbys);
+- ``fetch_served``: sglang's ``fetch_state`` served its handles, with the ``seq`` of the layout
+  check that let it (the step of event ``fetch``, in this thread), or none.
+
+Every line has ``seq`` (its order in the file) and ``t_ns`` (``time.monotonic_ns()``: one machine's
+clock orders the processes of one machine). Payloads are the machine's own frozen dataclasses,
+written as ``{"type": name, field: value...}`` (``encode``) and read back by ``decode``:
+``tools.trace_check`` replays a trace on a fresh ``DaemonMachine`` and reports the first step that it
+does not explain. Off by default: without ``TRACE_ENV`` no observer is set and nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from layout_sm import daemon_view, messages, reasons, record
+from layout_sm.daemon_view import DaemonView
+
+TRACE_ENV = "SGLANG_EXPERT_LAYOUT_TRACE"
+# The types a trace's payloads and answers are made of, by name.
+_TYPES: dict[str, type] = {
+    name: value
+    for module in (messages, daemon_view, reasons, record)
+    for name, value in vars(module).items()
+    if isinstance(value, type) and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum))
+}
+
+
+def trace_dir() -> Path | None:
+    """The folder traces go to (``TRACE_ENV``), or None: tracing off."""
+    value = os.environ.get(TRACE_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def encode(value: Any) -> Any:
+    """``value`` as JSON data: a dataclass as ``{"type": name, field: value...}``, an enum as
+    ``{"enum": name, "value": value}``, a tuple as a list."""
+    if value is None or type(value) in (int, str, float, bool):  # the most of a payload: a row's ints
+        return value
+    if isinstance(value, (list, tuple)):
+        if all(type(v) is int for v in value):  # a row
+            return list(value)
+        return [encode(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return {"enum": type(value).__name__, "value": value.value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return {"type": type(value).__name__, **fields}
+    if isinstance(value, Mapping):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (frozenset, set)):
+        return [encode(v) for v in sorted(value)]
+    return value
+
+
+def decode(data: Any) -> Any:
+    """What ``encode`` wrote, as the machine's values again (lists as tuples)."""
+    if isinstance(data, list):
+        return tuple(decode(v) for v in data)
+    if not isinstance(data, dict):
+        return data
+    if "enum" in data and set(data) == {"enum", "value"}:
+        return _TYPES[data["enum"]](data["value"])
+    if "type" in data:
+        cls = _TYPES.get(data["type"])
+        if cls is None:
+            raise ValueError(f"a trace payload of unknown type {data['type']!r}")
+        return cls(**{k: decode(v) for k, v in data.items() if k != "type"})
+    return {k: decode(v) for k, v in data.items()}
+
+
+def state_after(view: DaemonView) -> dict[str, Any]:
+    """The record after a step, as the trace writes it: its digest stands for its map (a map is
+    thousands of numbers at scale; the start line and each commit's payload carry the rows)."""
+    return view.state_wire(include_map=False)
+
+
+class DaemonTrace:
+    """One daemon's trace file; ``step`` is the machine's observer (it runs under the daemon's layout
+    lock), ``fetch_served`` runs in sglang's handler: one lock keeps their lines whole and in order."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"daemon-{name}-{os.getpid()}.ndjson"
+        # Owner-only, as the daemon's socket: the payloads hold the engines' session tokens.
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._file = open(descriptor, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives as long as the daemon)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._last_check = threading.local()  # the seq of this thread's last fetch check
+
+    def _write(self, kind: str, **fields: Any) -> int:
+        with self._lock:
+            self._seq += 1
+            line = {"seq": self._seq, "t_ns": time.monotonic_ns(), "kind": kind, **fields}
+            self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+            return self._seq
+
+    def start(self, rows: Any, num_logical: int | None, auto_repair: bool) -> None:
+        self._write("start", rows=encode(rows), num_logical=num_logical, auto_repair=auto_repair)
+
+    def step(self, event: str, payload: Any, answer: Any, view: DaemonView) -> None:
+        answer_data = answer.to_wire() if isinstance(answer, reasons.Reply) else encode(answer)
+        seq = self._write("step", event=event, payload=encode(payload), answer=answer_data, after=state_after(view))
+        if event == "fetch":
+            self._last_check.seq = seq
+
+    def fetch_served(self) -> None:
+        """sglang's handler served a fetch: the check it acted on is this thread's last."""
+        self._write("fetch_served", check_seq=getattr(self._last_check, "seq", None))
+        self._last_check.seq = None

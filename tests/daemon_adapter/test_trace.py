@@ -1,0 +1,154 @@
+"""The daemon's protocol trace (``daemon_adapter.trace``) and its checker (``tools.trace_check``).
+
+Real ``LayoutAwareDaemon`` serve loops on real Unix sockets, in this process (the model-based tests'
+in-process host), write their traces while samples of the TLC-derived suites drive them; every trace
+must replay on the protocol's daemon machine. Then the checker must be able to fail: a trace whose
+answer was changed is reported at that line, and a gate broken to serve what its check refused (a
+fetch served while a move is pending) is caught, while the same requests on the real gate pass.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tools.harness import daemon_proc
+from tools.mirror.system import load_model
+from tools.trace_check import check_all
+
+from daemon_adapter import client
+from daemon_adapter import daemon as daemon_module
+from daemon_adapter.trace import TRACE_ENV
+from layout_sm.messages import FETCH_FIELD, begin_request
+from tests.model_based.daemon_hosts import InProcessHost
+from tests.model_based.suites import SPEC
+from tests.model_based.test_replay_adapters import replay_on_adapters, sample
+from tests.model_based.test_replay_mirror import load
+
+ROWS = [[0, 1], [1, 0]]
+
+
+def _replayed(model: str, n: int, traces: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    monkeypatch.setenv(TRACE_ENV, str(traces))
+    suite = load(model)
+    with tempfile.TemporaryDirectory(prefix="trace-", dir="/tmp") as tmp:  # AF_UNIX paths: at most 107 bytes
+        host = InProcessHost(Path(tmp), load_model(SPEC, model).repairs)
+        problems, stats = replay_on_adapters(model, suite, host, sample(len(suite.paths), n))
+    assert not problems, problems
+    return stats
+
+
+@pytest.mark.parametrize(("model", "n"), [("MCSmall", 60), ("MCStandby", 30), ("MCRejoin", 30)])
+def test_the_daemons_traces_of_suite_behaviours_are_behaviours_of_the_protocol(
+    model: str, n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stats = _replayed(model, n, tmp_path, monkeypatch)
+    verdicts = check_all([tmp_path])
+    assert verdicts, f"no trace written under {tmp_path}"
+    assert all(v.ok for v in verdicts), "\n".join(v.divergence.report(v.path) for v in verdicts if v.divergence)
+    events: dict[str, int] = {}
+    for verdict in verdicts:
+        for event, count in verdict.events.items():
+            events[event] = events.get(event, 0) + count
+    assert sum(events.values()) >= stats["steps"] // 4, (events, stats)  # engine-only steps write no line
+    assert {"attach", "detach", "fetch"} <= set(events), events
+    if model == "MCSmall":
+        assert {"begin", "commit"} <= set(events) and sum(v.fetches_served for v in verdicts) > 0, events
+    if model == "MCRejoin":
+        assert {"rejoin", "repair_done"} <= set(events), events
+
+
+def test_a_trace_whose_answer_was_changed_is_reported_at_that_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _replayed("MCSmall", 20, tmp_path / "traces", monkeypatch)
+    for path in sorted((tmp_path / "traces").glob("daemon-*.ndjson")):
+        lines = [json.loads(text) for text in path.read_text().splitlines()]
+        begun = [line for line in lines if line.get("event") == "begin" and line["answer"]["status"] == "ok"]
+        if begun:
+            break
+    else:
+        pytest.fail("no begin was granted in the sample")
+    begun[0]["answer"]["status"] = "busy"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (verdict,) = check_all([path])
+    assert verdict.divergence is not None and verdict.divergence.seq == begun[0]["seq"], verdict
+    report = verdict.divergence.report(path)
+    assert "the protocol answers" in report and "the record before it" in report and "begin -> pending" in report
+
+
+def _fetch_during_a_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """e1 attaches and begins a move on a traced daemon; e2 attaches and fetches during it."""
+    monkeypatch.setenv(TRACE_ENV, str(tmp_path / "traces"))
+    with tempfile.TemporaryDirectory(prefix="trace-", dir="/tmp") as tmp:
+        daemon = InProcessHost(Path(tmp)).start("d1", ROWS, 2)
+        try:
+            mover, reply = client.attach(daemon.socket_path, "e1")
+            begun = client.request(daemon.socket_path, begin_request("e1", reply["session"], 0, [0]))
+            assert begun["status"] == "ok", begun
+            other, other_reply = client.attach(daemon.socket_path, "e2")
+            digest = reply["record"]["digest"]
+            claim = {"engine_id": "e2", "session": other_reply["session"], "version": 0, "digest": digest}
+            fetch = {"type": "fetch_state", "config": daemon_proc.default_cache_config(), FETCH_FIELD: claim}
+            fetched = daemon_proc.request(daemon.socket_path, fetch)
+            other.close()
+            mover.close()
+        finally:
+            daemon.stop()
+    return [fetched, check_all([tmp_path / "traces"])]
+
+
+def test_the_real_gate_refuses_a_fetch_during_a_move_and_its_trace_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched, verdicts = _fetch_during_a_move(tmp_path, monkeypatch)
+    assert fetched.get("status") == "layout_refused", fetched
+    assert verdicts and all(v.ok for v in verdicts), [v.divergence for v in verdicts]
+    assert sum(v.events.get("fetch", 0) for v in verdicts) == 1 and not any(v.fetches_served for v in verdicts)
+
+
+def test_a_gate_that_serves_a_fetch_its_check_refused_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def serves_whatever_the_check_says(self: Any, conn: Any, **kwargs: Any) -> None:
+        self._check(*conn.fetch)
+        self._backend.send_fetch_state_response(conn, **kwargs)
+
+    gate = daemon_module._LayoutGatedTransport
+    monkeypatch.setattr(gate, "send_fetch_state_response", serves_whatever_the_check_says)
+    _fetched, verdicts = _fetch_during_a_move(tmp_path, monkeypatch)
+    caught = [v for v in verdicts if v.divergence is not None]
+    assert caught, "the checker passed a trace where handles went out on a refused check"
+    assert "without a layout check that passed" in caught[0].divergence.why, caught[0].divergence.report(caught[0].path)
+
+
+def test_a_last_line_cut_by_a_kill_is_left_out_and_a_cut_line_before_it_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _replayed("MCSmall", 3, tmp_path / "traces", monkeypatch)
+    path = max((tmp_path / "traces").glob("daemon-*.ndjson"), key=lambda p: p.stat().st_size)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines) + "\n" + lines[-1][: len(lines[-1]) // 2])  # SIGKILL while writing
+    (verdict,) = check_all([path])
+    assert verdict.ok and verdict.cut_short, verdict
+    path.write_text("\n".join([*lines[:2], lines[2][:40], *lines[3:]]) + "\n")
+    (verdict,) = check_all([path])
+    assert verdict.divergence is not None and "not JSON" in verdict.divergence.why, verdict
+
+
+def test_without_the_variable_no_daemon_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with tempfile.TemporaryDirectory(prefix="trace-", dir="/tmp") as tmp:
+        daemon = InProcessHost(Path(tmp)).start("d1", ROWS, 2)
+        try:
+            conn, _ = client.attach(daemon.socket_path, "e1")
+            conn.close()
+            assert daemon.daemon._trace is None and daemon.daemon._layout_machine.observer is None
+        finally:
+            daemon.stop()
+    assert not list(tmp_path.rglob("*.ndjson"))
+    assert check_all([tmp_path, tmp_path / "missing"]) == []  # nothing traced: nothing to check, no error

@@ -1,0 +1,194 @@
+"""``python -m tools.trace_check PATH...``: is each daemon trace a behaviour of the protocol?
+
+A daemon trace (``daemon_adapter.trace``, written with ``SGLANG_EXPERT_LAYOUT_TRACE``) is replayed on
+a fresh ``layout_sm.daemon.DaemonMachine`` (the daemon part of the mirror, whose graphs equal TLC's),
+loaded as the trace's ``start`` line says. For each step the machine must take the logged event with
+the logged payload, give the logged answer, and end in the logged record (phase, version, digest,
+pending move, attachments, parked standbys; the digest stands for the map). A ``fetch_served`` must
+name the step of a layout check that passed: handles sent without one are the fetch gate bypassed.
+Nothing is left to guess: every variable of the daemon's part of the spec is logged after each step.
+A last line cut short (the daemon SIGKILLed while writing it) is left out.
+
+The first step that the machine does not explain is reported with the record before it, the machine's
+own answer, and the phase changes the machine declares from there. PATH: trace files or folders of them
+(``daemon-*.ndjson``). Exit status 0 when every trace is a behaviour, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon_adapter.trace import decode, encode, state_after
+from layout_sm.daemon import DaemonMachine
+from layout_sm.reasons import Reply
+from layout_sm.record import LayoutRecord
+
+
+@dataclass
+class Divergence:
+    """The first line of a trace that the protocol does not explain."""
+
+    seq: int
+    line: dict[str, Any]
+    why: str
+    before: dict[str, Any]
+    phase_changes: list[str]
+
+    def report(self, path: Path) -> str:
+        shown = {k: v for k, v in self.line.items() if k not in ("after",)}
+        return (
+            f"{path}: line seq {self.seq} is no step of the protocol: {self.why}\n"
+            f"  the line: {json.dumps(shown)}\n"
+            f"  the record before it: {json.dumps(self.before)}\n"
+            f"  the phase changes the machine declares from there: {', '.join(self.phase_changes) or 'none'} "
+            f"(every loaded phase answers every request)"
+        )
+
+
+@dataclass
+class Verdict:
+    path: Path
+    steps: int = 0
+    fetches_served: int = 0
+    seconds: float = 0.0
+    divergence: Divergence | None = None
+    events: dict[str, int] = field(default_factory=dict)
+    cut_short: bool = False  # its last line was cut by a kill
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _phase_changes(machine: DaemonMachine, phase: str) -> list[str]:
+    state = machine.states_map[phase]
+    return sorted({f"{t.event} -> {t.target.id}" for t in state.transitions if t.target.id != state.id})
+
+
+def _lines(path: Path, verdict: Verdict) -> Iterator[dict[str, Any]]:
+    """The trace's lines; a last line cut short (the daemon SIGKILLed while writing it) is left out."""
+    texts = [text for text in path.read_text(encoding="utf-8").splitlines() if text.strip()]
+    for n, text in enumerate(texts):
+        try:
+            yield json.loads(text)
+        except json.JSONDecodeError:
+            if n != len(texts) - 1:
+                yield {"seq": -1, "kind": "not JSON", "text": text[:200]}
+                return
+            verdict.cut_short = True
+
+
+def _started(line: dict[str, Any]) -> DaemonMachine:
+    """The machine of a daemon just loaded, as its start line says."""
+    rows = decode(line["rows"])
+    record = None if rows is None else LayoutRecord.initial(rows, line["num_logical"])
+    return DaemonMachine(record, auto_repair=line["auto_repair"])
+
+
+def _replay(machine: DaemonMachine, line: dict[str, Any], passed_checks: set[int], verdict: Verdict) -> str | None:
+    """Take one line on ``machine``; why it is no step of the protocol, or None."""
+    kind = line.get("kind")
+    if kind == "fetch_served":
+        if line.get("check_seq") not in passed_checks:
+            return "sglang's handles were served without a layout check that passed"
+        passed_checks.discard(line["check_seq"])
+        verdict.fetches_served += 1
+        return None
+    if kind != "step":
+        return f"a line of unknown kind {kind!r}"
+    event = line["event"]
+    try:
+        answer = machine.take(event, decode(line["payload"]))
+    except Exception as error:
+        return f"the machine cannot take {event}: {type(error).__name__}: {error}"
+    got = _json(answer.to_wire() if isinstance(answer, Reply) else encode(answer))
+    if got != line["answer"]:
+        return f"the daemon answered {json.dumps(line['answer'])}, the protocol answers {json.dumps(got)}"
+    after = _json(state_after(machine.view()))
+    if after != line["after"]:
+        return f"the record after it is {json.dumps(line['after'])}, the protocol's is {json.dumps(after)}"
+    if event == "fetch" and isinstance(answer, Reply) and answer.ok:
+        passed_checks.add(line["seq"])
+    verdict.steps += 1
+    verdict.events[event] = verdict.events.get(event, 0) + 1
+    return None
+
+
+def check_daemon_trace(path: Path) -> Verdict:
+    """Replay one daemon trace on the protocol's daemon machine."""
+    started = time.perf_counter()
+    verdict = Verdict(path)
+    lines = _lines(path, verdict)
+    first = next(lines, None)
+    if first is None or first.get("kind") != "start":
+        verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
+        return verdict
+    machine = _started(first)
+    passed_checks: set[int] = set()
+    for line in lines:
+        if line.get("kind") == "start":  # the daemon started again in this process (a file per process)
+            machine, passed_checks = _started(line), set()
+            continue
+        before, phase = state_after(machine.view()), machine.phase
+        why = _replay(machine, line, passed_checks, verdict)
+        if why is not None:
+            verdict.divergence = Divergence(line.get("seq", -1), line, why, before, _phase_changes(machine, phase))
+            break
+    verdict.seconds = time.perf_counter() - started
+    return verdict
+
+
+def trace_files(paths: Iterable[Path]) -> list[Path]:
+    """The daemon traces under ``paths`` (files, or folders searched recursively); a path that does not
+    exist holds none."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(path.rglob("daemon-*.ndjson")))
+        elif path.is_file():
+            found.append(path)
+    return found
+
+
+def check_all(paths: Iterable[Path]) -> list[Verdict]:
+    return [check_daemon_trace(path) for path in trace_files(paths)]
+
+
+def reports(verdicts: Iterable[Verdict]) -> str:
+    """Every divergence's report, one after the other."""
+    return "\n".join(v.divergence.report(v.path) for v in verdicts if v.divergence is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.trace_check", description=__doc__)
+    parser.add_argument("paths", nargs="+", type=Path, help="trace files, or folders of daemon-*.ndjson")
+    args = parser.parse_args(argv)
+    verdicts = check_all(args.paths)
+    if not verdicts:
+        print(f"trace_check: no daemon trace under {', '.join(map(str, args.paths))}")
+        return 1
+    if any(not v.ok for v in verdicts):
+        print(reports(verdicts))
+    steps = sum(v.steps for v in verdicts)
+    bad = [v for v in verdicts if not v.ok]
+    print(
+        f"trace_check: {len(verdicts)} daemon traces, {steps} steps and "
+        f"{sum(v.fetches_served for v in verdicts)} fetches served, in {sum(v.seconds for v in verdicts):.2f} s: "
+        + ("every trace is a behaviour of the protocol" if not bad else f"{len(bad)} NOT")
+    )
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
