@@ -53,11 +53,18 @@ def held_by_an_ancestor(path: str) -> bool:
     return False
 
 
+_HELD_HERE: set[str] = set()  # the locks this process holds through hold_lock
+
+
 @contextlib.contextmanager
 def hold_lock(path: str) -> Iterator[None]:
-    """The machine-wide server lock, for as long as the block runs. Already held by an ancestor
-    (``flock /tmp/realserver.lock pytest ...``): taking it again here would wait for that
-    ancestor forever (a second open file, a second flock), so the ancestor's hold is the hold."""
+    """The machine-wide server lock, for as long as the block runs. Already held by this process (the
+    session's hold, then a daemon-set test's) or by an ancestor (``flock /tmp/realserver.lock pytest
+    ...``): taking it again here would wait for that hold forever (a second open file, a second
+    flock), so that hold is the hold."""
+    if path in _HELD_HERE:
+        yield
+        return
     with open(path, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -66,9 +73,11 @@ def hold_lock(path: str) -> Iterator[None]:
                 yield
                 return
             fcntl.flock(lock, fcntl.LOCK_EX)
+        _HELD_HERE.add(path)
         try:
             yield
         finally:
+            _HELD_HERE.discard(path)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 

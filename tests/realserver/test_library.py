@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.processes import ProcessTree
 
-from tests.realserver.conftest import lock_holders
+from tests.realserver.conftest import hold_lock, lock_holders
 
 
 def test_stop_point_parses_and_refuses_bad_values() -> None:
@@ -183,3 +184,20 @@ def test_chunk_floor_asks_the_daemon_around_each_move_and_the_timer_writes_each_
         assert all(s >= after_s for s in written["chunk_s"]["after_s"]) and medians["after"] >= after_s * 1000
     else:  # a ping alone after the move: no all-gather's wait in it
         assert all(s < before_s for s in written["chunk_s"]["after_s"])
+
+
+def test_server_lock_taken_again_in_the_process_that_holds_it_is_not_waited_for(tmp_path: Path) -> None:
+    # The session's hold, then a daemon-set test's (tests/daemon_adapter/real_daemons.py): once a
+    # second flock on a second open file, which waited for the first for ever.
+    lock_path = str(tmp_path / "realserver.lock")
+    entered = threading.Event()
+
+    def nested() -> None:
+        with hold_lock(lock_path), hold_lock(lock_path):
+            entered.set()
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert entered.is_set(), "hold_lock waited for its own process's hold"
+    assert lock_holders(lock_path) == set(), "the lock is still held after the outer block"
