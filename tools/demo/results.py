@@ -37,6 +37,7 @@ class Results:
     started: float = field(default_factory=time.monotonic)
     meta: dict[str, Any] = field(default_factory=dict)
     intro: tuple[str, ...] = ()  # the Markdown's opening paragraph; the harness's when empty
+    expected_from: str = "docs/protocol.md"  # where the expected column comes from
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -108,7 +109,7 @@ def markdown(results: Results) -> str:
         "",
         *intro,
         "",
-        "| case | scenario | expected (docs/protocol.md) | observed | numbers | ok |",
+        f"| case | scenario | expected ({results.expected_from}) | observed | numbers | ok |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results.rows:
