@@ -7,7 +7,6 @@ client mode on each node's standalone layout-aware daemons (``python -m daemon_a
 
 - a rebalance recorded by every daemon of both nodes, adopted on both by the next server; an older
   engine (the plugin off) across the nodes is refused on each, with the reason on its screen;
-- TP4/EP4: a rebalance recorded alike by the four daemons, adopted on the four ranks;
 - SIGKILL on both nodes between chunks (the next server adopts the committed version) and mid-move
   (each node's daemons repair their torn move by themselves; the next server adopts);
 - a warm standby spanning both nodes takes over from a primary SIGKILLed on both;
@@ -21,6 +20,8 @@ client mode on each node's standalone layout-aware daemons (``python -m daemon_a
   engines' own rendezvous port, and node 0's scheduler then fails to bind it
   (docs/upstream-daemon-rendezvous.md); the plugin's spawn hook gives them a port of their own.
   With the hook's rule taken out, this case fails with EADDRINUSE.
+
+Every case runs on both topologies (``TOPOLOGIES``).
 """
 
 from __future__ import annotations
@@ -57,9 +58,16 @@ START_TIMEOUT_S = 600.0  # a server's start, at worst on a loaded machine
 REPAIR_TIMEOUT_S = 120.0  # a torn move's auto repair: well under a second on this tiny model
 EXIT_TIMEOUT_S = 120.0  # a node's ranks, once the other node's exited: far below the protocol's wait
 STARTUP_REFUSAL = "expert-layout startup check failed"
-RESULTS = REPO / "build" / "two-node-standby.json"  # the takeover's time, for the results
-# The rejoin's time and bytes, for the results, by TP size.
+# Every case on both: one rank per node, and two ranks (and two daemons) per node.
+TOPOLOGIES = pytest.mark.parametrize("tp", [2, 4], ids=["tp2-one-rank-per-node", "tp4-two-ranks-per-node"])
+# The takeover's time and the rejoin's time and bytes, for the results, by TP size.
+STANDBY_RESULTS = {tp: REPO / "build" / f"two-node-standby-tp{tp}.json" for tp in (2, 4)}
 REJOIN_RESULTS = {tp: REPO / "build" / f"two-node-rejoin-tp{tp}.json" for tp in (2, 4)}
+
+
+def _topology(tiny_model: Path, tp: int) -> Topology:
+    """TP2/EP2 (2 redundant experts), or TP4/EP4 with 4 redundant experts: 12 slots over 4 ranks."""
+    return Topology(tiny_model) if tp == 2 else Topology(tiny_model, tp_size=4, ep_size=4, redundant_experts=4)
 
 
 def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, rounds: int = 40) -> int:
@@ -128,12 +136,15 @@ def _left_running(server: RealServer) -> bool:
 
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
 @pytest.mark.usefixtures("realserver_lock")
-def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(tiny_model: Path, tmp_path: Path) -> None:
+@TOPOLOGIES
+def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(
+    tiny_model: Path, tmp_path: Path, tp: int
+) -> None:
     """A rebalances across the nodes: every daemon of both nodes records the same version and map. An
     older engine (the plugin off) across the nodes is refused on each node, the reason on its screen,
     no rank left running. B adopts the version and map on both ranks and answers like a disk server
     with that map."""
-    topology = Topology(tiny_model)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
     try:
@@ -168,11 +179,14 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(ti
 
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
-def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(tiny_model: Path, tmp_path: Path) -> None:
+@TOPOLOGIES
+def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(
+    tiny_model: Path, tmp_path: Path, tp: int
+) -> None:
     """A server across the nodes in ``--weight-cache-mode daemon``: the daemons each node spawns meet at a
     port of their own (the plugin's spawn hook), not the engines' (sglang's choice, which fails with
     EADDRINUSE); it serves at version 0 on both ranks."""
-    topology = Topology(tiny_model)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     servers = two.servers(ServerSpec("daemon-mode", weight_cache_mode="daemon", rebalance_iterations=QUIET))
     try:
@@ -190,14 +204,15 @@ def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(tiny_mode
 
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
+@TOPOLOGIES
 def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, tmp_path: Path, tp: int
 ) -> None:
     """A, killed on both nodes once its first chunk is committed: every daemon stays clean at that
     version and D adopts it on every rank. D, killed on both nodes once its first chunk moved before
     its commit: each node's daemons repair their torn move by themselves (auto repair), clean at
     the last committed version again, and F adopts it and answers like a disk server with that map."""
-    topology = Topology(tiny_model)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
     try:
@@ -238,14 +253,15 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
 
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
+@TOPOLOGIES
 def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_both(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, tmp_path: Path, tp: int
 ) -> None:
     """Primary A and warm standby S each span both nodes. S parks on every daemon of both nodes
     while A rebalances; A stops between chunks of its second rebalance and is SIGKILLed on both
     nodes. S must take over on every rank with the daemons' record, and answer like a disk server
     with that map."""
-    topology = Topology(tiny_model)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons()
     s: list = []
@@ -277,23 +293,26 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
     assert sorted(s_beliefs) == list(range(topology.tp_size)), s_beliefs
     for rank, belief in s_beliefs.items():
         assert (belief["version"], belief["map"]) == (version, record_map), f"S's rank {rank}: {belief}"
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    STANDBY_RESULTS[tp].parent.mkdir(parents=True, exist_ok=True)
     # Its time is a figure for the results, not a test's verdict.
-    RESULTS.write_text(json.dumps({"version": version, "first_token_after_sigkill_s": round(taken_over_s, 3)}) + "\n")
+    STANDBY_RESULTS[tp].write_text(
+        json.dumps({"version": version, "first_token_after_sigkill_s": round(taken_over_s, 3)}) + "\n"
+    )
     assert s_out == _disk_outputs(tmp_path, topology, record_map), "S's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
+@TOPOLOGIES
 def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_reason(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, tmp_path: Path, tp: int
 ) -> None:
     """A is SIGKILLed on both nodes mid-move in its second chunk. Node 0's daemons repair the torn move
     by themselves; node 1's run with auto repair off and stay dirty. B's ranks then find a clean record
     on node 0 and a dirty one on node 1: B must exit on both nodes by itself, each node's log naming
     the dirty daemons and what to do, no rank left waiting in a collective. After the operator's
     ``expert-layout repair`` on node 1, C adopts the committed version on both nodes."""
-    topology = Topology(tiny_model)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     daemons = two.daemons(extra_args={1: (NO_AUTO_REPAIR,)})
     try:
@@ -304,9 +323,13 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
             park(a, PARK_TIMEOUT_S)
         finally:
             cluster.kill(a)
-        apart = two.wait_states(lambda st: st[0].get("phase") == "clean" and bool(st[1].get("dirty")), REPAIR_TIMEOUT_S)
-        assert (apart[0].get("phase"), apart[0].get("version")) == ("clean", 1), apart
-        assert apart[1].get("dirty") and apart[1]["dirty"]["base_version"] == 1, apart
+        local = two.local_ranks  # daemon states come node by node: node 0's, then node 1's
+        apart = two.wait_states(
+            lambda st: all(s.get("phase") == "clean" for s in st[:local]) and all(s.get("dirty") for s in st[local:]),
+            REPAIR_TIMEOUT_S,
+        )
+        assert [(s.get("phase"), s.get("version")) for s in apart[:local]] == [("clean", 1)] * local, apart
+        assert all(s.get("dirty") and s["dirty"]["base_version"] == 1 for s in apart[local:]), apart
 
         b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
         try:
@@ -338,30 +361,7 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
 
 @pytest.mark.timeout(3600)
 @pytest.mark.usefixtures("realserver_lock")
-def test_tp4_with_two_ranks_per_node_records_a_rebalance_on_all_four_and_adopts_it(
-    tiny_model: Path, tmp_path: Path
-) -> None:
-    """TP4/EP4 over two nodes, two ranks and two daemons per node (4 redundant experts: 12 slots over 4
-    ranks): a rebalance is recorded alike by the four daemons, and the next server adopts it on the four
-    ranks and answers like a disk server with that map."""
-    topology = Topology(tiny_model, tp_size=4, ep_size=4, redundant_experts=4)
-    two = cluster.Nodes(tmp_path / "nodes", topology)
-    daemons = two.daemons()
-    try:
-        cluster.start_daemons(daemons)
-        version, moved_map = _rebalanced(two, at_least=1)
-        b_out, beliefs = _outputs_and_beliefs(two, "B")
-    finally:
-        cluster.stop(daemons)
-    assert sorted(beliefs) == [0, 1, 2, 3], beliefs
-    for rank, belief in beliefs.items():
-        assert (belief["startup"], belief["version"], belief["map"]) == ("adopt", version, moved_map), rank
-    assert b_out == _disk_outputs(tmp_path, topology, moved_map), "B's outputs differ from a disk server's"
-
-
-@pytest.mark.timeout(3600)
-@pytest.mark.usefixtures("realserver_lock")
-@pytest.mark.parametrize("tp", [2, 4], ids=["tp2-one-rank-per-node", "tp4-two-ranks-per-node"])
+@TOPOLOGIES
 def test_a_node_lost_whole_starts_alone_and_rejoins_at_the_other_nodes_version(
     tiny_model: Path, tmp_path: Path, tp: int
 ) -> None:
@@ -371,7 +371,7 @@ def test_a_node_lost_whole_starts_alone_and_rejoins_at_the_other_nodes_version(
     daemons rejoin (every layer reloaded there, nothing on node 0) and adopts A's version and map on
     every rank, answering like a disk server with that map. Then every daemon of both nodes is restarted
     from disk, for the comparison: that loses the record (version 0 everywhere)."""
-    topology = Topology(tiny_model) if tp == 2 else Topology(tiny_model, tp_size=4, ep_size=4, redundant_experts=4)
+    topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     local = two.local_ranks
     daemons = two.daemons()

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "realserver" / "test_two_nodes.py"
 # The figures the tests write for the results (tests/realserver/test_two_nodes.py).
 FIGURES = {
-    "standby": REPO / "build" / "two-node-standby.json",
+    **{f"standby_tp{tp}": REPO / "build" / f"two-node-standby-tp{tp}.json" for tp in (2, 4)},
     **{f"rejoin_tp{tp}": REPO / "build" / f"two-node-rejoin-tp{tp}.json" for tp in (2, 4)},
 }
 
@@ -59,7 +59,18 @@ class CaseCollector:
 
 
 def _title(nodeid: str) -> str:
-    return nodeid.rsplit("::", 1)[-1].removeprefix("test_").replace("_", " ")
+    """``test_a_case[tp4-two-ranks-per-node]`` as ``a case, tp4 two ranks per node``."""
+    name, _, param = nodeid.rsplit("::", 1)[-1].removeprefix("test_").partition("[")
+    words = name.replace("_", " ")
+    return f"{words}, {param.rstrip(']').replace('-', ' ')}" if param else words
+
+
+def _tp(nodeid: str) -> int | None:
+    """The TP size of a case's parameters (``[tp4-...]``), if it has them."""
+    for tp in (2, 4):
+        if f"[tp{tp}-" in nodeid:
+            return tp
+    return None
 
 
 def _figures(name: str) -> dict[str, Any]:
@@ -126,20 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     collector = CaseCollector()
     started = time.monotonic()
+    res = results.Results(intro=INTRO, expected_from="the test's docstring")  # its run time counts from here
     pytest_args = ["-v", "-p", "no:cacheprovider", str(CASES), *(["-k", args.select] if args.select else [])]
     code = pytest.main(pytest_args, plugins=[collector])
-    res = results.Results(intro=INTRO, expected_from="the test's docstring")
-    standby = _figures("standby")
     for number, (nodeid, outcome) in enumerate(collector.outcomes.items(), start=1):
         observed = "as designed" if outcome["passed"] else f"failed: {outcome['failure']}"
         numbers = {"seconds": round(outcome["seconds"], 1)}
-        if "standby" in nodeid and standby:
+        standby = _figures(f"standby_tp{_tp(nodeid)}") if "standby" in nodeid and _tp(nodeid) else {}
+        if standby:
             numbers["first_token_after_sigkill_s"] = standby["first_token_after_sigkill_s"]
         title, expected = _title(nodeid), collector.docs.get(nodeid, "")
         res.add(results.Row(f"N{number}", title, expected, observed, numbers, outcome["passed"]))
     figures = {name: _figures(name) for name in FIGURES}
     for tp in (2, 4):
-        case = [o["passed"] for nodeid, o in collector.outcomes.items() if "rejoins" in nodeid and f"tp{tp}" in nodeid]
+        case = [o["passed"] for nodeid, o in collector.outcomes.items() if "rejoins" in nodeid and _tp(nodeid) == tp]
         res.add(rejoin_row(tp, figures[f"rejoin_tp{tp}"], case == [True]))
     res.meta["figures"] = figures
     rejoin = figures["rejoin_tp2"]
