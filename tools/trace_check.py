@@ -6,6 +6,9 @@ loaded as the trace's ``start`` line says. For each step the machine must take t
 the logged payload, give the logged answer, and end in the logged record (phase, version, digest,
 pending move, attachments, parked standbys; the digest stands for the map). A ``fetch_served`` must
 name the step of a layout check that passed: handles sent without one are the fetch gate bypassed.
+A ``notice_sent`` must go to a parked standby that a step's answer named (``notified``): a notice the
+machine did not decide (an unparked engine still attached, or the daemon repairing) breaks the spec's
+``NoticeOnlyWhenFree``.
 Nothing is left to guess: every variable of the daemon's part of the spec is logged after each step.
 A last line cut short (the daemon SIGKILLed while writing it) is left out.
 
@@ -59,6 +62,7 @@ class Verdict:
     fetches_served: int = 0
     seconds: float = 0.0
     divergence: Divergence | None = None
+    notices_sent: int = 0
     events: dict[str, int] = field(default_factory=dict)
     cut_short: bool = False  # its last line was cut by a kill
 
@@ -96,13 +100,38 @@ def _started(line: dict[str, Any]) -> DaemonMachine:
     return DaemonMachine(record, auto_repair=line["auto_repair"])
 
 
-def _replay(machine: DaemonMachine, line: dict[str, Any], passed_checks: set[int], verdict: Verdict) -> str | None:
+@dataclass
+class _Owed:
+    """What the steps so far let the daemon send: handles, after each fetch check that passed (by its
+    ``seq``), and a notice to each parked standby a step's answer named."""
+
+    fetches: set[int] = field(default_factory=set)
+    notices: set[str] = field(default_factory=set)
+
+
+def _notified(answer: Any) -> tuple[str, ...]:
+    """The parked standbys an answer of the machine tells (a park's, a repair end's, a detach's)."""
+    if isinstance(answer, Reply):
+        return tuple(answer.data.get("notified", ()))
+    return tuple(getattr(answer, "notified", ()))
+
+
+def _replay(machine: DaemonMachine, line: dict[str, Any], owed: _Owed, verdict: Verdict) -> str | None:
     """Take one line on ``machine``; why it is no step of the protocol, or None."""
     kind = line.get("kind")
+    if kind == "notice_sent":
+        if line.get("engine") not in owed.notices:
+            return (
+                f"a notice went to parked standby {line.get('engine')!r}, which no step's answer named: "
+                "the primary role was not free (an unparked engine attached, or the daemon repairing)"
+            )
+        owed.notices.discard(line["engine"])
+        verdict.notices_sent += 1
+        return None
     if kind == "fetch_served":
-        if line.get("check_seq") not in passed_checks:
+        if line.get("check_seq") not in owed.fetches:
             return "sglang's handles were served without a layout check that passed"
-        passed_checks.discard(line["check_seq"])
+        owed.fetches.discard(line["check_seq"])
         verdict.fetches_served += 1
         return None
     if kind != "step":
@@ -119,7 +148,8 @@ def _replay(machine: DaemonMachine, line: dict[str, Any], passed_checks: set[int
     if after != line["after"]:
         return f"the record after it is {json.dumps(line['after'])}, the protocol's is {json.dumps(after)}"
     if event == "fetch" and isinstance(answer, Reply) and answer.ok:
-        passed_checks.add(line["seq"])
+        owed.fetches.add(line["seq"])
+    owed.notices.update(_notified(answer))
     verdict.steps += 1
     verdict.events[event] = verdict.events.get(event, 0) + 1
     return None
@@ -134,14 +164,13 @@ def check_daemon_trace(path: Path) -> Verdict:
     if first is None or first.get("kind") != "start":
         verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
         return verdict
-    machine = _started(first)
-    passed_checks: set[int] = set()
+    machine, owed = _started(first), _Owed()
     for line in lines:
         if line.get("kind") == "start":  # the daemon started again in this process (a file per process)
-            machine, passed_checks = _started(line), set()
+            machine, owed = _started(line), _Owed()
             continue
         before, phase = state_after(machine.view()), machine.phase
-        why = _replay(machine, line, passed_checks, verdict)
+        why = _replay(machine, line, owed, verdict)
         if why is not None:
             verdict.divergence = Divergence(line.get("seq", -1), line, why, before, _phase_changes(machine, phase))
             break
@@ -184,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [v for v in verdicts if not v.ok]
     print(
         f"trace_check: {len(verdicts)} daemon traces, {steps} steps and "
-        f"{sum(v.fetches_served for v in verdicts)} fetches served, in {sum(v.seconds for v in verdicts):.2f} s: "
+        f"{sum(v.fetches_served for v in verdicts)} fetches served and {sum(v.notices_sent for v in verdicts)} "
+        f"notices sent, in {sum(v.seconds for v in verdicts):.2f} s: "
         + ("every trace is a behaviour of the protocol" if not bad else f"{len(bad)} NOT")
     )
     return 0 if not bad else 1

@@ -805,6 +805,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 conn = self._attach_conns.get(engine_id)
                 if conn is None:
                     continue
+                if self._trace is not None:
+                    self._trace.notice_sent(engine_id)
                 try:
                     send_msg(conn, notice_message())
                 except OSError as error:

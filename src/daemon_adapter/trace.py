@@ -9,7 +9,10 @@ there (a daemon started again writes a new file):
   payload as the machine got it, the answer, and the record after (``expert_layout_query``'s state:
   phase, version, digest, pending move, attachments, parked standbys);
 - ``fetch_served``: sglang's ``fetch_state`` served its handles, with the ``seq`` of the layout
-  check that let it (the step of event ``fetch``, in this thread), or none.
+  check that let it (the step of event ``fetch``, in this thread), or none;
+- ``notice_sent``: the notice written to a parked standby (``engine``), which a step's answer must
+  have named (``notified``): a notice the machine did not decide tells a standby the primary role is
+  free while it is not.
 
 Every line has ``seq`` (its order in the file) and ``t_ns`` (``time.monotonic_ns()``: one machine's
 clock orders the processes of one machine). Payloads are the machine's own frozen dataclasses,
@@ -121,6 +124,9 @@ class DaemonTrace:
         seq = self._write("step", event=event, payload=encode(payload), answer=answer_data, after=state_after(view))
         if event == "fetch":
             self._last_check.seq = seq
+
+    def notice_sent(self, engine_id: str) -> None:
+        self._write("notice_sent", engine=engine_id)
 
     def fetch_served(self) -> None:
         """sglang's handler served a fetch: the check it acted on is this thread's last."""

@@ -3,8 +3,9 @@
 Real ``LayoutAwareDaemon`` serve loops on real Unix sockets, in this process (the model-based tests'
 in-process host), write their traces while samples of the TLC-derived suites drive them; every trace
 must replay on the protocol's daemon machine. Then the checker must be able to fail: a trace whose
-answer was changed is reported at that line, and a gate broken to serve what its check refused (a
-fetch served while a move is pending) is caught, while the same requests on the real gate pass.
+answer was changed is reported at that line, a gate broken to serve what its check refused (a
+fetch served while a move is pending) is caught while the same requests on the real gate pass, and
+so is a daemon broken to tell a parked standby that the primary role is free while it is not.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tools.trace_check import check_all
 from daemon_adapter import client
 from daemon_adapter import daemon as daemon_module
 from daemon_adapter.trace import TRACE_ENV
-from layout_sm.messages import FETCH_FIELD, begin_request
+from layout_sm.messages import FETCH_FIELD, NOTICE, begin_request, park_request
 from tests.model_based.daemon_hosts import InProcessHost
 from tests.model_based.suites import SPEC
 from tests.model_based.test_replay_adapters import replay_on_adapters, sample
@@ -123,6 +124,50 @@ def test_a_gate_that_serves_a_fetch_its_check_refused_is_caught(
     caught = [v for v in verdicts if v.divergence is not None]
     assert caught, "the checker passed a trace where handles went out on a refused check"
     assert "without a layout check that passed" in caught[0].divergence.why, caught[0].divergence.report(caught[0].path)
+
+
+def _standby_parked_then_primary_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+    """Primary e1 attaches; standby s1 attaches and parks beside it (no notice: e1 is unparked); e1's
+    connection closes. The frame s1 reads on its attach connection, and the daemon's trace verdicts."""
+    monkeypatch.setenv(TRACE_ENV, str(tmp_path / "traces"))
+    with tempfile.TemporaryDirectory(prefix="trace-", dir="/tmp") as tmp:
+        daemon = InProcessHost(Path(tmp)).start("d1", ROWS, 2)
+        try:
+            primary, _ = client.attach(daemon.socket_path, "e1")
+            standby, reply = client.attach(daemon.socket_path, "s1")
+            parked = client.request(daemon.socket_path, park_request("s1", reply["session"]))
+            assert parked["status"] == "ok", parked
+            primary.close()
+            standby.settimeout(30.0)
+            notice = client.recv_frame(standby)
+            standby.close()
+        finally:
+            daemon.stop()
+    return notice, check_all([tmp_path / "traces"])
+
+
+def test_a_parked_standby_is_told_once_the_primary_is_gone_and_its_trace_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notice, verdicts = _standby_parked_then_primary_gone(tmp_path, monkeypatch)
+    assert notice.get("type") == NOTICE, notice
+    assert verdicts and all(v.ok for v in verdicts), [v.divergence for v in verdicts]
+    assert sum(v.notices_sent for v in verdicts) == 1, verdicts
+
+
+def test_a_daemon_that_tells_a_standby_while_a_primary_is_attached_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def tells_every_attached_engine(self: Any, engines: Any) -> None:  # its own rule, not the machine's
+        list(engines)
+        tell(self, list(self._attach_conns))
+
+    tell = daemon_module.LayoutAwareDaemon._notify
+    monkeypatch.setattr(daemon_module.LayoutAwareDaemon, "_notify", tells_every_attached_engine)
+    _notice, verdicts = _standby_parked_then_primary_gone(tmp_path, monkeypatch)
+    caught = [v for v in verdicts if v.divergence is not None]
+    assert caught, "the checker passed a trace with a notice sent while the primary was attached"
+    assert "which no step's answer named" in caught[0].divergence.why, caught[0].divergence.report(caught[0].path)
 
 
 def test_a_last_line_cut_by_a_kill_is_left_out_and_a_cut_line_before_it_is_reported(

@@ -38,12 +38,13 @@ def trace_row(logs: Any) -> Any:
 
     verdicts = check_all([logs])
     steps, served = sum(v.steps for v in verdicts), sum(v.fetches_served for v in verdicts)
+    notices = sum(v.notices_sent for v in verdicts)
     bad = [v for v in verdicts if not v.ok]
-    observed = f"{len(verdicts)} daemon traces, {steps} steps, {served} fetches served: " + (
+    observed = f"{len(verdicts)} daemon traces, {steps} steps, {served} fetches served, {notices} notices: " + (
         "each replays on the protocol's daemon machine" if not bad else reports(bad)
     )
     expected = "every daemon's trace is a behaviour of the protocol (python -m tools.trace_check)"
-    numbers = {"traces": len(verdicts), "steps": steps, "fetches_served": served}
+    numbers = {"traces": len(verdicts), "steps": steps, "fetches_served": served, "notices_sent": notices}
     return results.Row("T", "daemon traces", expected, observed, numbers, bool(verdicts) and not bad)
 
 
