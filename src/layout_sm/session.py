@@ -39,7 +39,7 @@ rank hands its session the same gathered lists, so every rank takes the same ste
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from statemachine import StateMachine
@@ -76,6 +76,8 @@ class EngineSession:
     startup_machine: type[StateMachine] = StartupMachine
     rebalance_machine: type[StateMachine] = RebalanceMachine
     standby_machine: type[StateMachine] = StandbyMachine
+    # Told of every event taken (event, its arguments, its result, the view after): the engine's trace.
+    observer: Callable[[str, Mapping[str, Any], Any, EngineView], None] | None = None
 
     def __init__(
         self,
@@ -128,7 +130,18 @@ class EngineSession:
         return self.model.view.shares
 
     def _fire(self, table: Declared, event: str, **kwargs: Any) -> Any:
-        return table.fire(self.model, event, **kwargs)
+        result = table.fire(self.model, event, **kwargs)
+        if self.observer is not None:
+            self.observer(event, kwargs, result, self.model.view)
+        return result
+
+    def take(self, event: str, **arguments: Any) -> Any:
+        """Take ``event`` of whichever machine declares it, with its arguments (a trace checker
+        replays an engine rank's trace with it); every step method below is one such event."""
+        for table in (self._startup, self._rebalance, self._standby):
+            if event in table.events:
+                return self._fire(table, event, **arguments)
+        raise SessionError(f"no engine machine declares event {event!r}")
 
     def _token(self, rank: int) -> str:
         token = self.model.view.tokens[rank]
