@@ -521,7 +521,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         if traces is not None:
             name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
             self._trace = DaemonTrace(traces, name)
-            self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair)
+            socket = Path(getattr(self, "socket_path", "daemon")).name
+            self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair, socket)
             machine.observer = self._trace.step
         with self._layout_lock:
             self._layout_machine = machine

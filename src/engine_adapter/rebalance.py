@@ -34,6 +34,7 @@ from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
 from sglang.srt.runtime_context import get_device, get_exec
 
 from daemon_adapter import client
+from daemon_adapter.trace import trace_engine
 from engine_adapter import install_check, metrics, state
 from engine_adapter.startup import all_gather, world_cpu_group
 from layout_sm.engine import Go, Step
@@ -64,6 +65,7 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
     st = state.get()
     if st.session is None:  # no startup ran (no weight cache, no MoE metadata): never attached
         st.session = EngineSession.never_attached(dist.get_world_size(world_cpu_group()))
+        st.trace = trace_engine(st.session, dist.get_rank(world_cpu_group()), None)
     session = st.session
     session.install_checked(st.shared_moves_blocked)  # hooks sglang did not apply: rebalancing is off
     if not session.rebalance_started:
@@ -75,19 +77,27 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         _end(st, manager, step)
         return
     st.active_manager = manager if session.shares else None  # None: sglang's own rebalance, no protocol
+    stopped = False
     try:
         yield from original(manager, *args, **kwargs)
     except _StopRebalance:
-        return
+        stopped = True
     finally:
         st.active_manager = None
         take_commit_reply(st)
         metrics.rebalance_ended()
-    if session.owes_check:
+    if session.owes_check and not stopped:
         # The last chunk's commits were checked by no chunk's begin: this rebalance's one more all-gather.
         step = session.verify(all_gather(session.owed_answer(st.rank)))
         if step.go is not Go.PROCEED:
             _end(st, manager, step)
+    _trace_end(st)
+
+
+def _trace_end(st: state.EngineLayoutState) -> None:
+    """The trace's mark of a rebalance's end: no check of a commit may be owed past it."""
+    if st.trace is not None:
+        st.trace.rebalance_end()
 
 
 def ask_daemon(st: state.EngineLayoutState, request: LayoutRequest) -> Any:

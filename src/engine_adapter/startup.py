@@ -34,6 +34,7 @@ from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_e
 from sglang.srt.runtime_context import get_exec, get_model, get_parallel
 
 from daemon_adapter import client
+from daemon_adapter.trace import trace_engine
 from engine_adapter import install_check, metrics, roles, state
 from engine_adapter.collective import all_gather_small
 from layout_sm.engine import EngineLayout, Go, RankFinding, Step
@@ -199,6 +200,7 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     session = EngineSession(_engine_id(group), dist.get_world_size(group), _engine_layout(metadata), standby=standby)
     path = daemon_socket_path(gpu_id)
     st.session, st.rank, st.socket_path, st.model_config = session, rank, path, model_config
+    st.trace = trace_engine(session, rank, path, standby)
     attachment = None
     timeout_s, poll_s = DEFAULT_WAIT_TIMEOUT_S, DEFAULT_POLL_INTERVAL_S
     try:

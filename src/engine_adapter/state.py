@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import Attachment
+from daemon_adapter.trace import EngineTrace
 from layout_sm.messages import request_wire
 from layout_sm.session import EngineSession
 
@@ -59,6 +60,7 @@ class EngineLayoutState:
     # A warm standby's engine_adapter.standby.StandbyLink, once it parked (docs/protocol.md §10). Not named by its type:
     # standby imports the startup and rebalance hooks, which import this module.
     standby: Any = None
+    trace: EngineTrace | None = None  # this rank's protocol trace (daemon_adapter.trace), when asked for
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""
