@@ -1,4 +1,4 @@
-"""``python -m tools.trace_check PATH...``: is each daemon trace a behaviour of the protocol?
+"""``python -m tools.trace_check PATH...``: is each daemon and engine trace a behaviour of the protocol?
 
 A daemon trace (``daemon_adapter.trace``, written with ``SGLANG_EXPERT_LAYOUT_TRACE``) is replayed on
 a fresh ``layout_sm.daemon.DaemonMachine`` (the daemon part of the mirror, whose graphs equal TLC's),
@@ -12,9 +12,20 @@ machine did not decide (an unparked engine still attached, or the daemon repairi
 Nothing is left to guess: every variable of the daemon's part of the spec is logged after each step.
 A last line cut short (the daemon SIGKILLed while writing it) is left out.
 
-The first step that the machine does not explain is reported with the record before it, the machine's
-own answer, and the phase changes the machine declares from there. PATH: trace files or folders of them
-(``daemon-*.ndjson``). Exit status 0 when every trace is a behaviour, 1 otherwise.
+An engine rank's trace (``engine-*.ndjson``) is replayed on a fresh ``layout_sm.session.EngineSession``
+built as its start line says: each event must be enabled, give the logged result and end in the
+logged view. At each ``rebalance_end`` no check of a commit may be owed (the spec's
+``(reb[e].owed # "none") ~> (reb[e].owed = "none")``, which a finished rebalance must have met).
+
+Then the processes are checked together, per folder (one machine's run): every answer an engine rank
+took from its own daemon (begin, commit, claim) must be an answer that daemon's trace gave that
+engine, in the same order. Each rank sends its daemon one request at a time on its own connection,
+so the two orders are the same without any clock. A rank's answer that no daemon step gave (a grant
+the daemon never made, a commit the engine took as recorded) is reported with the daemon's answers.
+
+The first line that the protocol does not explain is reported with the state before it, the
+machine's own answer, and the phase changes the machine declares from there. PATH: trace files or
+folders of them. Exit status 0 when every trace is a behaviour, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -28,10 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon_adapter.trace import decode, encode, state_after
+from daemon_adapter.trace import decode, encode, engine_state_after, state_after
 from layout_sm.daemon import DaemonMachine
+from layout_sm.engine import RankAnswer
 from layout_sm.reasons import Reply
 from layout_sm.record import LayoutRecord
+from layout_sm.session import EngineSession
+
+# The engine events whose answer is its own rank's daemon's reply, and the argument that holds it.
+_ANSWERED = {"begin": "answer", "commit": "answer", "claim": "reply"}
 
 
 @dataclass
@@ -65,6 +81,9 @@ class Verdict:
     notices_sent: int = 0
     events: dict[str, int] = field(default_factory=dict)
     cut_short: bool = False  # its last line was cut by a kill
+
+    kind: str = "daemon"  # "daemon", "engine", or "answers" (a folder's engines against its daemons)
+    matched: int = 0  # answers matched with their daemon's step ("answers")
 
     @property
     def ok(self) -> bool:
@@ -178,20 +197,154 @@ def check_daemon_trace(path: Path) -> Verdict:
     return verdict
 
 
-def trace_files(paths: Iterable[Path]) -> list[Path]:
-    """The daemon traces under ``paths`` (files, or folders searched recursively); a path that does not
-    exist holds none."""
+def _engine_started(line: dict[str, Any]) -> EngineSession:
+    """The session of an engine rank just started, as its start line says."""
+    return EngineSession(line["engine_id"], line["num_ranks"], decode(line["layout"]), standby=line["standby"])
+
+
+def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdict) -> str | None:
+    kind = line.get("kind")
+    if kind == "rebalance_end":
+        owed = session.view().owed
+        if owed:
+            return (
+                f"the rebalance ended with the check of version {session.view().version}'s commits owed: no "
+                "all-gather verified that every daemon recorded the engine's map"
+            )
+        return None
+    if kind != "step":
+        return f"a line of unknown kind {kind!r}"
+    event = line["event"]
+    arguments = {k: decode(v) for k, v in line["arguments"].items()}
+    try:
+        result = session.take(event, **arguments)
+    except Exception as error:
+        return f"the engine's machines cannot take {event}: {type(error).__name__}: {error}"
+    got = _json(encode(result))
+    if got != line["result"]:
+        return f"the engine's step gave {json.dumps(line['result'])}, the protocol's gives {json.dumps(got)}"
+    after = _json(engine_state_after(session.view()))
+    if after != line["after"]:
+        return f"the view after it is {json.dumps(line['after'])}, the protocol's is {json.dumps(after)}"
+    verdict.steps += 1
+    verdict.events[event] = verdict.events.get(event, 0) + 1
+    return None
+
+
+def check_engine_trace(path: Path) -> Verdict:
+    """Replay one engine rank's trace on the protocol's engine machines."""
+    started = time.perf_counter()
+    verdict = Verdict(path, kind="engine")
+    lines = _lines(path, verdict)
+    first = next(lines, None)
+    if first is None or first.get("kind") != "start":
+        verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
+        return verdict
+    session = _engine_started(first)
+    for line in lines:
+        before, phase = _json(engine_state_after(session.view())), session.view().rebalance
+        why = _replay_engine(session, line, verdict)
+        if why is not None:
+            changes = sorted(
+                {f"{t.event} -> {t.target.id}" for t in session.rebalance_machine.states_map[phase].transitions}
+            )
+            verdict.divergence = Divergence(line.get("seq", -1), line, why, before, changes)
+            break
+    verdict.seconds = time.perf_counter() - started
+    return verdict
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return list(_lines(path, Verdict(path)))
+
+
+def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -> list[tuple[str, Any]]:
+    """What a daemon (its traces, one per process, in the order they started) answered ``engine_id``."""
+    answers = []
+    for lines in daemon_traces:
+        for line in lines:
+            if line.get("kind") != "step" or line["event"] not in _ANSWERED:
+                continue
+            if line["payload"].get("engine_id") != engine_id:
+                continue
+            answer = line["answer"]
+            if line["event"] != "claim":
+                answer = _json(encode(RankAnswer.of(answer)))
+            answers.append((line["event"], answer))
+    return answers
+
+
+def check_answers(folder: Path, engine_paths: list[Path], daemon_paths: list[Path]) -> Verdict:
+    """Every answer each engine rank took from its own daemon is one that daemon's trace gave it, in order."""
+    started = time.perf_counter()
+    verdict = Verdict(folder, kind="answers")
+    by_socket: dict[str, list[list[dict[str, Any]]]] = {}
+    for path in daemon_paths:
+        lines = _read(path)
+        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
+            by_socket.setdefault(lines[0]["socket"], []).append(lines)
+    for traces in by_socket.values():
+        traces.sort(key=lambda lines: lines[0]["t_ns"])
+    for path in engine_paths:
+        lines = _read(path)
+        if not lines or lines[0].get("kind") != "start" or lines[0].get("socket") not in by_socket:
+            continue  # no traced daemon behind this rank (a plain sglang daemon, an engine from disk)
+        start = lines[0]
+        rank, engine_id = start["rank"], start["engine_id"]
+        given = _daemon_answers(by_socket[start["socket"]], engine_id)
+        n = 0
+        for line in lines[1:]:
+            if line.get("kind") != "step" or line["event"] not in _ANSWERED:
+                continue
+            arguments = line["arguments"]
+            if arguments.get("rank") != rank:
+                continue  # another rank's answer, as gathered: that rank's own trace matches it
+            taken = arguments[_ANSWERED[line["event"]]]
+            if line["event"] != "claim" and taken.get("status") is None:
+                continue  # no reply (the daemon unreachable): nothing to match
+            while n < len(given) and given[n] != (line["event"], taken):
+                n += 1
+            if n == len(given):
+                why = (
+                    f"engine {engine_id} rank {rank} took a {line['event']} answer that its daemon "
+                    f"({start['socket']}) never gave it: {json.dumps(taken)}"
+                )
+                shown = [answer for event, answer in given if event == line["event"]]
+                verdict.divergence = Divergence(
+                    line.get("seq", -1), {**line, "trace": str(path)}, why, {"the daemon's answers": shown}, []
+                )
+                verdict.seconds = time.perf_counter() - started
+                return verdict
+            n += 1
+            verdict.matched += 1
+    verdict.seconds = time.perf_counter() - started
+    return verdict
+
+
+def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list[Path]:
+    """The traces under ``paths`` named as ``pattern`` (files, or folders searched recursively); a path
+    that does not exist holds none."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(path.rglob("daemon-*.ndjson")))
-        elif path.is_file():
+            found.extend(sorted(path.rglob(pattern)))
+        elif path.is_file() and path.match(pattern):
             found.append(path)
     return found
 
 
 def check_all(paths: Iterable[Path]) -> list[Verdict]:
-    return [check_daemon_trace(path) for path in trace_files(paths)]
+    """Every daemon and engine trace under ``paths``, then each folder's engines against its daemons."""
+    paths = list(paths)
+    daemons, engines = trace_files(paths), trace_files(paths, "engine-*.ndjson")
+    verdicts = [check_daemon_trace(path) for path in daemons] + [check_engine_trace(path) for path in engines]
+    for folder in sorted({path.parent for path in engines}):
+        verdicts.append(
+            check_answers(
+                folder, [p for p in engines if p.parent == folder], [p for p in daemons if p.parent == folder]
+            )
+        )
+    return verdicts
 
 
 def reports(verdicts: Iterable[Verdict]) -> str:
@@ -201,23 +354,33 @@ def reports(verdicts: Iterable[Verdict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.trace_check", description=__doc__)
-    parser.add_argument("paths", nargs="+", type=Path, help="trace files, or folders of daemon-*.ndjson")
+    parser.add_argument(
+        "paths", nargs="+", type=Path, help="trace files, or folders of daemon-*.ndjson and engine-*.ndjson"
+    )
     args = parser.parse_args(argv)
     verdicts = check_all(args.paths)
     if not verdicts:
-        print(f"trace_check: no daemon trace under {', '.join(map(str, args.paths))}")
+        print(f"trace_check: no trace under {', '.join(map(str, args.paths))}")
         return 1
     if any(not v.ok for v in verdicts):
         print(reports(verdicts))
-    steps = sum(v.steps for v in verdicts)
+    print(f"trace_check: {summary(verdicts)}")
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+def summary(verdicts: list[Verdict]) -> str:
+    """One line: what was checked, how long it took, and the verdict."""
+    daemons = [v for v in verdicts if v.kind == "daemon"]
+    engines = [v for v in verdicts if v.kind == "engine"]
     bad = [v for v in verdicts if not v.ok]
-    print(
-        f"trace_check: {len(verdicts)} daemon traces, {steps} steps and "
-        f"{sum(v.fetches_served for v in verdicts)} fetches served and {sum(v.notices_sent for v in verdicts)} "
-        f"notices sent, in {sum(v.seconds for v in verdicts):.2f} s: "
+    return (
+        f"{len(daemons)} daemon traces ({sum(v.steps for v in daemons)} steps, "
+        f"{sum(v.fetches_served for v in daemons)} fetches served, {sum(v.notices_sent for v in daemons)} notices "
+        f"sent), {len(engines)} engine rank traces ({sum(v.steps for v in engines)} steps), "
+        f"{sum(v.matched for v in verdicts)} engine answers matched with their daemon's, in "
+        f"{sum(v.seconds for v in verdicts):.2f} s: "
         + ("every trace is a behaviour of the protocol" if not bad else f"{len(bad)} NOT")
     )
-    return 0 if not bad else 1
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """Fixtures: one pool of 2 real engine rank processes (gloo) for the whole session, and real
-layout-aware daemon processes, one per rank, started per test."""
+layout-aware daemon processes, one per rank, started per test. Every rank and daemon writes its
+protocol trace, and after each test the traces it wrote must be behaviours of the protocol."""
 
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +18,39 @@ sys.path.insert(0, os.path.dirname(__file__))  # the rank scripts must import by
 
 from ea_helpers import Daemons
 from tools.harness.engine_ranks import EngineRanks
+from tools.trace_check import check_all, reports
+
+from daemon_adapter.trace import TRACE_ENV
 
 
 @pytest.fixture(scope="session")
-def ranks() -> Iterator[EngineRanks]:
+def traces() -> Iterator[Path]:
+    """The folder every rank and daemon of the session writes its trace to (set before any starts)."""
+    folder = Path(tempfile.mkdtemp(prefix="ea-traces-", dir="/tmp"))
+    before = os.environ.get(TRACE_ENV)
+    os.environ[TRACE_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(TRACE_ENV, None)
+    else:
+        os.environ[TRACE_ENV] = before
+
+
+@pytest.fixture(scope="session")
+def ranks(traces: Path) -> Iterator[EngineRanks]:
     pool = EngineRanks(world_size=2)
     yield pool
     pool.close()
+
+
+@pytest.fixture(autouse=True)
+def traces_are_behaviours(traces: Path) -> Iterator[None]:
+    """The traces a test wrote to (ranks' and daemons'), checked after it: a divergence fails it."""
+    started = time.time()
+    yield
+    written = [path for path in traces.glob("*.ndjson") if path.stat().st_mtime >= started]
+    verdicts = check_all(written)
+    assert all(v.ok for v in verdicts), "a trace is not a behaviour of the protocol:\n" + reports(verdicts)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,98 @@
+"""Engine rank traces (``daemon_adapter.trace.EngineTrace``) and the checks that take them
+(``tools.trace_check``): each rank's trace replays on the protocol's engine machines, and each answer a
+rank took from its daemon is one that daemon's trace gave it.
+
+Real rank processes over gloo run sglang's EPLB rebalance against real daemon processes; then the
+checker must be able to fail on what a broken engine would write: a rebalance that ends with its
+last commits unverified, and an answer that its daemon never gave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import ea_scripts
+from tools.trace_check import check_all
+
+from daemon_adapter.trace import TRACE_ENV
+
+
+def _rebalanced(ranks: Any, daemons: Any, traces: Path, copy_to: Path | None = None) -> list[Path]:
+    """One engine, one rank per daemon, rebalancing one layer a chunk: the traces it wrote (copied to
+    ``copy_to``, to be broken there: the originals are checked after the test)."""
+    started = time.time()
+    d = daemons()
+    results = ranks.run(ea_scripts.start_load, ea_scripts.spec(d.sockets, layers_per_chunk=1))
+    assert all(r.ok for r in results), [r.trace for r in results]
+    results = ranks.run(ea_scripts.rebalance, 1)
+    assert all(r.ok for r in results), [r.trace for r in results]
+    ranks.run(ea_scripts.stop)
+    written = [path for path in traces.glob("*.ndjson") if path.stat().st_mtime >= started]
+    if copy_to is None:
+        return written
+    copy_to.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy(path, copy_to / path.name)) for path in written]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(text) for text in path.read_text().splitlines()]
+
+
+def _write(path: Path, lines: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_each_ranks_trace_replays_and_its_answers_are_its_daemons(ranks, daemons, traces: Path) -> None:
+    assert os.environ[TRACE_ENV] == str(traces)
+    written = _rebalanced(ranks, daemons, traces)
+    engines = [path for path in written if path.name.startswith("engine-")]
+    assert len(engines) == 2, written
+    verdicts = check_all(written)
+    assert all(v.ok for v in verdicts), [v.divergence for v in verdicts if v.divergence]
+    (answers,) = [v for v in verdicts if v.kind == "answers"]
+    events = [line.get("event") for line in _lines(engines[0])]
+    chunks = events.count("chunk")
+    # Every rank's begin answers (gathered); its own commit answer only (the others' come as owed).
+    assert chunks >= 2 and events.count("begin") == 2 * chunks and events.count("commit") == chunks, events
+    # Each rank's own begin and commit of every chunk was matched with its daemon's step.
+    assert answers.matched == 2 * 2 * chunks, answers
+    assert "rebalance_end" in [line["kind"] for line in _lines(engines[0])]
+
+
+def test_a_rebalance_that_ends_with_its_commits_unverified_is_reported(
+    ranks, daemons, traces: Path, tmp_path: Path
+) -> None:
+    written = _rebalanced(ranks, daemons, traces, tmp_path)
+    engine = sorted(path for path in written if path.name.startswith("engine-"))[0]
+    lines = _lines(engine)
+    # What a build that skips the rebalance's last all-gather writes: its verify steps are missing.
+    kept = [line for line in lines if line.get("event") not in ("owed_gathered", "verify")]
+    assert len(kept) < len(lines), "the rebalance ended with no check owed"
+    _write(engine, kept)
+    (verdict,) = [v for v in check_all([engine]) if v.kind == "engine"]
+    assert verdict.divergence is not None, verdict
+    assert verdict.divergence.line["kind"] == "rebalance_end"
+    assert "commits owed" in verdict.divergence.report(engine)
+
+
+def test_an_answer_the_daemon_never_gave_is_reported(ranks, daemons, traces: Path, tmp_path: Path) -> None:
+    written = _rebalanced(ranks, daemons, traces, tmp_path)
+    engine = next(path for path in sorted(written) if path.name.startswith("engine-") and "-r1-" in path.name)
+    socket = _lines(engine)[0]["socket"]
+    daemon = next(path for path in written if path.name.startswith("daemon-") and _lines(path)[0]["socket"] == socket)
+    # Rank 1's daemon never recorded the last chunk: its commit step is gone from the daemon's trace.
+    lines = _lines(daemon)
+    last_commit = max(n for n, line in enumerate(lines) if line.get("event") == "commit")
+    _write(daemon, lines[:last_commit])
+    verdicts = check_all(written)
+    (answers,) = [v for v in verdicts if v.kind == "answers"]
+    assert answers.divergence is not None, answers
+    report = answers.divergence.report(answers.path)
+    assert "rank 1 took a commit answer that its daemon" in report and "never gave it" in report, report
+    # The engine's own trace is still a behaviour: only the daemon's word is missing.
+    assert all(v.ok for v in verdicts if v.kind == "engine")
