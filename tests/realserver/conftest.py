@@ -81,13 +81,23 @@ def hold_lock(path: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# Each trace file as last checked (its size): a folder is checked again when one of its files grew.
+_CHECKED: dict[Path, int] = {}
+
+
 @pytest.fixture(autouse=True)
-def daemon_traces_are_behaviours(tmp_path: Path) -> Iterator[None]:
-    """After each test, every daemon trace its run folders hold (``RunDir``: each daemon writes one) must
-    replay on the protocol's daemon machine (``tools.trace_check``): a divergence fails the test."""
+def traces_are_behaviours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After each test, every trace folder of the session (``RunDir``: each daemon and engine rank writes
+    one) that has a trace new or grown since the last check must be a behaviour of the protocol
+    (``tools.trace_check``): a divergence fails the test. The whole session's folders, not the test's
+    own: a module's fixture runs its servers in a folder of its own, before the test."""
     yield
-    verdicts = check_all([tmp_path])
-    assert all(v.ok for v in verdicts), "a daemon's trace is not a behaviour of the protocol:\n" + reports(verdicts)
+    base = tmp_path_factory.getbasetemp()
+    files = {path: path.stat().st_size for path in base.rglob("*.ndjson")}
+    folders = sorted({path.parent for path, size in files.items() if _CHECKED.get(path) != size})
+    verdicts = check_all(folders)
+    _CHECKED.update(files)
+    assert all(v.ok for v in verdicts), "a trace is not a behaviour of the protocol:\n" + reports(verdicts)
 
 
 @pytest.fixture(scope="session")
