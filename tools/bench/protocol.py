@@ -426,7 +426,58 @@ def bench_trace(n: int, workdir: str) -> dict[str, Any]:
         "ratio_on_to_off": round(on_us / off_us, 2),
         "off_check_ns_per_chunk": round(2 * 1e9 * statistics.median(check_s), 1),
         "trace_bytes_per_chunk": round(trace.path.stat().st_size / (2 * n + 1)) * 2,
+        **bench_engine_trace(n, Path(workdir) / "traces"),
         "repetitions": n,
+    }
+
+
+def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
+    """A one-layer chunk through one rank's ``EngineSession`` (its six events; a daemon machine in this
+    process answers), tracing off and on, alternated: what an engine rank's trace adds to a chunk."""
+    from daemon_adapter.trace import EngineTrace
+    from layout_sm.daemon import DaemonMachine
+    from layout_sm.engine import EngineLayout
+    from layout_sm.messages import parse_request
+    from layout_sm.record import LayoutRecord, layout_digest
+    from layout_sm.session import EngineSession
+
+    rows = deepseek_map()
+    layout = EngineLayout(LAYERS, PHYSICAL, LOGICAL, layout_digest(rows), True)
+    trace = EngineTrace(folder, "bench", 0)
+    sessions, daemons = {}, {}
+    for side in ("off", "on"):
+        session = EngineSession(f"bench-{side}", 1, layout)
+        daemons[side] = daemon = DaemonMachine(LayoutRecord.initial(rows, LOGICAL))  # answers, in this process
+        attach = parse_request({"type": "expert_layout_attach", "engine_id": f"bench-{side}"})
+        session.attached(0, daemon.handle(attach, session="s" * 32).to_wire())  # type: ignore[arg-type]
+        session.gathered([session.finding(0)])
+        session.agree()
+        session.fetched(0, {"status": "ok"})
+        session.start_rebalance(["daemon"])
+        sessions[side] = session
+    trace.start(sessions["on"], 0, "bench.sock", False)
+    sessions["on"].observer = trace.step
+    size_before = trace.path.stat().st_size
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    for version in range(n):
+        for side in ("off", "on") if version % 2 else ("on", "off"):
+            session, daemon = sessions[side], daemons[side]
+            t0 = time.perf_counter()
+            session.begin_chunk([version % LAYERS])
+            decision = session.begun_all([daemon.handle(session.begin_request(0))])  # type: ignore[arg-type]
+            assert decision.go == "proceed", decision.message
+            commit = session.commit_request(0, rows)
+            session.moved(rows)
+            session.committed(0, daemon.handle(commit))  # type: ignore[arg-type]
+            session.chunk_committed()
+            samples[side].append(time.perf_counter() - t0)
+    off_us, on_us = _median_us(samples["off"]), _median_us(samples["on"])
+    return {
+        "engine_chunk_off_us": off_us,
+        "engine_chunk_on_us": on_us,
+        "engine_tracing_us_per_chunk": round(on_us - off_us, 2),
+        "engine_ratio_on_to_off": round(on_us / off_us, 2),
+        "engine_trace_bytes_per_chunk": round((trace.path.stat().st_size - size_before) / n),
     }
 
 
@@ -715,6 +766,15 @@ def markdown(data: dict[str, Any]) -> str:
             f"off, the machine's test of its observer: {tr['off_check_ns_per_chunk']} ns a chunk, "
             f"{100 * tr['off_check_share_of_chunk']:.4f}% of a 2-rank chunk | reported |"
         )
+        if "engine_chunk_on_us" in tr:
+            lines.append(
+                f"| an engine rank's protocol trace per one-layer chunk (its session's six events, a daemon machine "
+                f"answering in-process, 61x288; "
+                f"about {tr['engine_trace_bytes_per_chunk']} bytes written, the moved map once) | "
+                f"{tr['engine_chunk_on_us']} µs on | {tr['engine_chunk_off_us']} µs off | "
+                f"{tr['engine_ratio_on_to_off']}x: +{tr['engine_tracing_us_per_chunk']} µs a chunk, on; off, one "
+                f"test of the observer a step | reported |"
+            )
     if data.get("real_servers"):
         from tools.bench.real import markdown_rows
 

@@ -31,21 +31,28 @@ INTRO = (
 
 
 def trace_row(logs: Any) -> Any:
-    """Every daemon of the run wrote its protocol trace (``RunDir``); each must replay on the protocol's
-    daemon machine (``tools.trace_check``)."""
+    """Every daemon and engine rank of the run wrote its protocol trace (``RunDir``); each must replay on
+    the protocol's machines, and every answer a rank took must be its daemon's (``tools.trace_check``)."""
     from tools.demo import results
-    from tools.trace_check import check_all, reports
+    from tools.trace_check import check_all, reports, summary
 
     verdicts = check_all([logs])
-    steps, served = sum(v.steps for v in verdicts), sum(v.fetches_served for v in verdicts)
-    notices = sum(v.notices_sent for v in verdicts)
+    daemons = [v for v in verdicts if v.kind == "daemon"]
+    engines = [v for v in verdicts if v.kind == "engine"]
     bad = [v for v in verdicts if not v.ok]
-    observed = f"{len(verdicts)} daemon traces, {steps} steps, {served} fetches served, {notices} notices: " + (
-        "each replays on the protocol's daemon machine" if not bad else reports(bad)
-    )
-    expected = "every daemon's trace is a behaviour of the protocol (python -m tools.trace_check)"
-    numbers = {"traces": len(verdicts), "steps": steps, "fetches_served": served, "notices_sent": notices}
-    return results.Row("T", "daemon traces", expected, observed, numbers, bool(verdicts) and not bad)
+    observed = summary(verdicts) + ("" if not bad else "\n" + reports(bad))
+    expected = "every trace is a behaviour of the protocol (python -m tools.trace_check)"
+    numbers = {
+        "traces": len(daemons),
+        "steps": sum(v.steps for v in daemons),
+        "fetches_served": sum(v.fetches_served for v in daemons),
+        "notices_sent": sum(v.notices_sent for v in daemons),
+        "engine_traces": len(engines),
+        "engine_steps": sum(v.steps for v in engines),
+        "answers_matched": sum(v.matched for v in verdicts),
+        "check_s": round(sum(v.seconds for v in verdicts), 3),
+    }
+    return results.Row("T", "protocol traces", expected, observed, numbers, bool(daemons) and not bad)
 
 
 def main(argv: list[str] | None = None) -> int:
