@@ -84,6 +84,7 @@ class Verdict:
 
     kind: str = "daemon"  # "daemon", "engine", or "answers" (a folder's engines against its daemons)
     matched: int = 0  # answers matched with their daemon's step ("answers")
+    truths: int = 0  # readings of the daemon's memory checked against its record
 
     @property
     def ok(self) -> bool:
@@ -174,8 +175,30 @@ def _replay(machine: DaemonMachine, line: dict[str, Any], owed: _Owed, verdict: 
     return None
 
 
-def check_daemon_trace(path: Path) -> Verdict:
-    """Replay one daemon trace on the protocol's daemon machine."""
+def _truth_differs(machine: DaemonMachine, truth: dict[str, Any]) -> str | None:
+    """The spec's ``CleanRecordIsTruth`` at a test's reading of the daemon's memory: a clean record's
+    rows (the slots read) are what the memory holds. None when it holds, or when the record is not
+    clean (a move pending, a repair, dirty: the memory may differ)."""
+    view = machine.view()
+    if view.record is None or view.phase != "clean":
+        return None
+    first = truth["first_slot"]
+    held = [list(row) for row in truth["slots"]]
+    recorded = [list(row[first : first + len(held[0])]) for row in view.record.rows] if held else []
+    for layer, (want, got) in enumerate(zip(recorded, held, strict=False)):
+        if want != got:
+            return (
+                f"the daemon's record is clean at version {view.record.version}, but its memory holds another "
+                f"layout: layer {layer}, slots {first}.. hold {got}, the record says {want} (an expert moved "
+                "with no begin and commit)"
+            )
+    return None
+
+
+def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Verdict:
+    """Replay one daemon trace on the protocol's daemon machine; ``truths``: what tests read from this
+    daemon's memory (``truth`` lines of its ranks' traces), each checked against the record of the
+    moment it was read, where no step of the daemon fell within the read."""
     started = time.perf_counter()
     verdict = Verdict(path)
     lines = _lines(path, verdict)
@@ -184,7 +207,25 @@ def check_daemon_trace(path: Path) -> Verdict:
         verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
         return verdict
     machine, owed = _started(first), _Owed()
+    pending = sorted(truths, key=lambda truth: truth["read_ns"])
+    last_ns = first["t_ns"]
+
+    def read_truths(until_ns: int) -> str | None:
+        """Check each truth read before ``until_ns``; one read while the daemon took a step is left."""
+        while pending and pending[0]["done_ns"] < until_ns:
+            truth = pending.pop(0)
+            if truth["read_ns"] <= last_ns:
+                continue
+            verdict.truths += 1
+            why = _truth_differs(machine, truth)
+            if why is not None:
+                verdict.divergence = Divergence(truth["seq"], truth, why, state_after(machine.view()), [])
+                return why
+        return None
+
     for line in lines:
+        if read_truths(line.get("t_ns", 0)) is not None:
+            break
         if line.get("kind") == "start":  # the daemon started again in this process (a file per process)
             machine, owed = _started(line), _Owed()
             continue
@@ -193,6 +234,9 @@ def check_daemon_trace(path: Path) -> Verdict:
         if why is not None:
             verdict.divergence = Divergence(line.get("seq", -1), line, why, before, _phase_changes(machine, phase))
             break
+        last_ns = line.get("t_ns", last_ns)
+    else:
+        read_truths(pending[-1]["done_ns"] + 1 if pending else 0)
     verdict.seconds = time.perf_counter() - started
     return verdict
 
@@ -211,6 +255,8 @@ def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdic
                 f"the rebalance ended with the check of version {session.view().version}'s commits owed: no "
                 "all-gather verified that every daemon recorded the engine's map"
             )
+        return None
+    if kind == "truth":  # checked against the daemon's record (check_daemon_trace)
         return None
     if kind != "step":
         return f"a line of unknown kind {kind!r}"
@@ -333,11 +379,37 @@ def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list
     return found
 
 
+def _truths(engine_paths: list[Path], daemon_paths: list[Path]) -> dict[Path, list[dict[str, Any]]]:
+    """Each daemon trace's truths: the ``truth`` lines of the ranks on its socket, read while that
+    daemon process ran (from its start to the next start of a daemon on the same socket)."""
+    by_socket: dict[str, list[dict[str, Any]]] = {}
+    for path in engine_paths:
+        lines = _read(path)
+        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
+            by_socket.setdefault(lines[0]["socket"], []).extend(line for line in lines if line.get("kind") == "truth")
+    starts: dict[str, list[tuple[int, Path]]] = {}
+    for path in daemon_paths:
+        lines = _read(path)
+        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
+            starts.setdefault(lines[0]["socket"], []).append((lines[0]["t_ns"], path))
+    truths: dict[Path, list[dict[str, Any]]] = {}
+    for socket, runs in starts.items():
+        runs.sort()
+        for n, (begun, path) in enumerate(runs):
+            ended = runs[n + 1][0] if n + 1 < len(runs) else None
+            truths[path] = [
+                t for t in by_socket.get(socket, ()) if t["read_ns"] > begun and (ended is None or t["done_ns"] < ended)
+            ]
+    return truths
+
+
 def check_all(paths: Iterable[Path]) -> list[Verdict]:
     """Every daemon and engine trace under ``paths``, then each folder's engines against its daemons."""
     paths = list(paths)
     daemons, engines = trace_files(paths), trace_files(paths, "engine-*.ndjson")
-    verdicts = [check_daemon_trace(path) for path in daemons] + [check_engine_trace(path) for path in engines]
+    truths = _truths(engines, daemons)
+    verdicts = [check_daemon_trace(path, truths.get(path, ())) for path in daemons]
+    verdicts += [check_engine_trace(path) for path in engines]
     for folder in sorted({path.parent for path in engines}):
         verdicts.append(
             check_answers(
@@ -377,7 +449,8 @@ def summary(verdicts: list[Verdict]) -> str:
         f"{len(daemons)} daemon traces ({sum(v.steps for v in daemons)} steps, "
         f"{sum(v.fetches_served for v in daemons)} fetches served, {sum(v.notices_sent for v in daemons)} notices "
         f"sent), {len(engines)} engine rank traces ({sum(v.steps for v in engines)} steps), "
-        f"{sum(v.matched for v in verdicts)} engine answers matched with their daemon's, in "
+        f"{sum(v.matched for v in verdicts)} engine answers matched with their daemon's, "
+        f"{sum(v.truths for v in verdicts)} readings of a daemon's memory matched with its record, in "
         f"{sum(v.seconds for v in verdicts):.2f} s: "
         + ("every trace is a behaviour of the protocol" if not bad else f"{len(bad)} NOT")
     )

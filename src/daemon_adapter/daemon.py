@@ -521,7 +521,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         if traces is not None:
             name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
             self._trace = DaemonTrace(traces, name)
-            socket = Path(getattr(self, "socket_path", "daemon")).name
+            socket = str(getattr(self, "socket_path", ""))
             self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair, socket)
             machine.observer = self._trace.step
         with self._layout_lock:

@@ -4,7 +4,7 @@ With ``TRACE_ENV`` set to a folder, each daemon appends to ``daemon-<socket name
 there (a daemon started again writes a new file):
 
 - ``start``: the record it loaded (the initial map and the number of logical experts, or none),
-  whether it repairs by itself, and its socket's file name (what its engines' ranks name);
+  whether it repairs by itself, and its socket's path (what its engines' ranks name);
 - ``step``: each event its ``DaemonMachine`` took (``DaemonMachine.observer``): the event, its
   payload as the machine got it, the answer, and the record after (``expert_layout_query``'s state:
   phase, version, digest, pending move, attachments, parked standbys);
@@ -17,11 +17,13 @@ there (a daemon started again writes a new file):
 Each rank process of an engine appends to ``engine-<engine id>-r<rank>-<pid>.ndjson`` (``EngineTrace``):
 
 - ``start``: the engine id, its ranks, its own layout, whether it started as a warm standby, and the
-  file name of its rank's daemon socket;
+  path of its rank's daemon socket;
 - ``step``: each event its ``EngineSession`` took (``EngineSession.observer``): the event, its
   arguments (what every rank found and every daemon answered, as gathered), the result, and the
   view after; every rank logs every rank's answers, each rank's own are its daemon's replies;
-- ``rebalance_end``: one EPLB rebalance ended (sglang's generator ran out, or the protocol stopped it).
+- ``rebalance_end``: one EPLB rebalance ended (sglang's generator ran out, or the protocol stopped it);
+- ``truth``, written by tests: the logical expert each of this rank's slots held in its daemon's memory,
+  read slot by slot between ``read_ns`` and ``done_ns`` (the spec's ``truth``).
 
 Every line has ``seq`` (its order in the file) and ``t_ns`` (``time.monotonic_ns()``: one machine's
 clock orders the processes of one machine). Payloads are the machine's own frozen dataclasses,
@@ -199,6 +201,11 @@ class EngineTrace(TraceFile):
     def rebalance_end(self) -> None:
         self._write("rebalance_end")
 
+    def truth(self, read_ns: int, first_slot: int, slots: Any) -> None:
+        """What a test read from the daemon's memory (``[L][slots]`` logical experts from ``first_slot``),
+        having started to read at ``read_ns``."""
+        self._write("truth", read_ns=read_ns, done_ns=time.monotonic_ns(), first_slot=first_slot, slots=encode(slots))
+
 
 def trace_engine(
     session: EngineSession, rank: int, socket_path: str | None, standby: bool = False
@@ -208,6 +215,6 @@ def trace_engine(
     if traces is None:
         return None
     trace = EngineTrace(traces, session.view().engine_id, rank)
-    trace.start(session, rank, Path(socket_path).name if socket_path else "", standby)
+    trace.start(session, rank, socket_path or "", standby)
     session.observer = trace.step
     return trace

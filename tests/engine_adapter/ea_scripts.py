@@ -123,6 +123,7 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
     """
     import os
     import signal
+    import time
 
     from tools.harness import toy_moe
 
@@ -151,10 +152,14 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
     st = _adapter_state()
     out = summary(rank)
     lo = rank.rank * rank.spec.cfg.num_local
+    read_ns = time.monotonic_ns()
+    slots = rank.slots()
+    if st.trace is not None:  # the spec's truth: what this rank's daemon's memory holds, read slot by slot
+        st.trace.truth(read_ns, lo, slots)
     out.update(
         before=before,
         steps=steps,
-        slots=rank.slots(),
+        slots=slots,
         believed=[row[lo : lo + rank.spec.cfg.num_local] for row in rank.map()],
         disabled=rank.manager._rebalance_disabled_reason,
         phase=None if st.session is None or st.session.view().mode is None else st.session.view().rebalance,
