@@ -4,7 +4,8 @@ rank took from its daemon is one that daemon's trace gave it.
 
 Real rank processes over gloo run sglang's EPLB rebalance against real daemon processes; then the
 checker must be able to fail on what a broken engine would write: a rebalance that ends with its
-last commits unverified, and an answer that its daemon never gave.
+last commits unverified, an answer that its daemon never gave, and memory that a clean record does
+not name.
 """
 
 from __future__ import annotations
@@ -96,3 +97,18 @@ def test_an_answer_the_daemon_never_gave_is_reported(ranks, daemons, traces: Pat
     assert "rank 1 took a commit answer that its daemon" in report and "never gave it" in report, report
     # The engine's own trace is still a behaviour: only the daemon's word is missing.
     assert all(v.ok for v in verdicts if v.kind == "engine")
+
+
+def test_memory_that_differs_from_a_clean_record_is_reported(ranks, daemons, traces: Path, tmp_path: Path) -> None:
+    written = _rebalanced(ranks, daemons, traces, tmp_path)
+    verdicts = check_all(written)
+    assert sum(v.truths for v in verdicts) == 2, verdicts  # each rank read its daemon's memory once
+    engine = next(path for path in sorted(written) if path.name.startswith("engine-") and "-r0-" in path.name)
+    lines = _lines(engine)
+    (truth,) = [line for line in lines if line["kind"] == "truth"]
+    # What a rank reads where an expert moved with no begin and commit: layer 0's first slot holds another.
+    truth["slots"][0][0] += 1
+    _write(engine, lines)
+    (daemon,) = [v for v in check_all(written) if v.kind == "daemon" and not v.ok]
+    report = daemon.divergence.report(daemon.path)
+    assert "memory holds another layout: layer 0" in report, report
