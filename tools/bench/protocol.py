@@ -418,16 +418,23 @@ def bench_trace(n: int, workdir: str) -> dict[str, Any]:
             samples[side].append(time.perf_counter() - t0)
     off = machines["off"]
     check_s = _timeit(lambda: off.observer is not None, n)  # what the off path adds, once a step
-    off_us, on_us = _median_us(samples["off"]), _median_us(samples["on"])
     return {
-        "chunk_off_us": off_us,
-        "chunk_on_us": on_us,
-        "tracing_us_per_chunk": round(on_us - off_us, 2),
-        "ratio_on_to_off": round(on_us / off_us, 2),
+        **_on_against_off(samples),
         "off_check_ns_per_chunk": round(2 * 1e9 * statistics.median(check_s), 1),
         "trace_bytes_per_chunk": round(trace.path.stat().st_size / (2 * n + 1)) * 2,
         **bench_engine_trace(n, Path(workdir) / "traces"),
         "repetitions": n,
+    }
+
+
+def _on_against_off(samples: dict[str, list[float]], prefix: str = "") -> dict[str, float]:
+    """A chunk's median with tracing off and on, what tracing adds, and the ratio."""
+    off_us, on_us = _median_us(samples["off"]), _median_us(samples["on"])
+    return {
+        f"{prefix}chunk_off_us": off_us,
+        f"{prefix}chunk_on_us": on_us,
+        f"{prefix}tracing_us_per_chunk": round(on_us - off_us, 2),
+        f"{prefix}ratio_on_to_off": round(on_us / off_us, 2),
     }
 
 
@@ -471,12 +478,8 @@ def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
             session.committed(0, daemon.handle(commit))  # type: ignore[arg-type]
             session.chunk_committed()
             samples[side].append(time.perf_counter() - t0)
-    off_us, on_us = _median_us(samples["off"]), _median_us(samples["on"])
     return {
-        "engine_chunk_off_us": off_us,
-        "engine_chunk_on_us": on_us,
-        "engine_tracing_us_per_chunk": round(on_us - off_us, 2),
-        "engine_ratio_on_to_off": round(on_us / off_us, 2),
+        **_on_against_off(samples, "engine_"),
         "engine_trace_bytes_per_chunk": round((trace.path.stat().st_size - size_before) / n),
     }
 
