@@ -246,7 +246,18 @@ def _engine_started(line: dict[str, Any]) -> EngineSession:
     return EngineSession(line["engine_id"], line["num_ranks"], decode(line["layout"]), standby=line["standby"])
 
 
-def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdict) -> str | None:
+def _moved_rows(session: EngineSession, initial: Any, chunk_rows: dict[str, Any]) -> list[list[int]]:
+    """A move's whole map, as the trace gives it: the map the engine routed with (its own initial one when
+    it adopted none), with the chunk's rows moved. Rows that changed outside the chunk make another
+    digest than the engine's, and the view after the move differs."""
+    base = session.view().rows or initial
+    rows = [list(row) for row in base]
+    for layer, row in chunk_rows.items():
+        rows[int(layer)] = list(row)
+    return rows
+
+
+def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdict, initial: Any = None) -> str | None:
     kind = line.get("kind")
     if kind == "rebalance_end":
         owed = session.view().owed
@@ -262,6 +273,10 @@ def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdic
         return f"a line of unknown kind {kind!r}"
     event = line["event"]
     arguments = {k: decode(v) for k, v in line["arguments"].items()}
+    if event == "move" and "chunk_rows" in arguments:
+        if session.view().rows is None and initial is None:
+            return "a move of the engine's own map, whose rows the start line does not give"
+        arguments = {"rows": _moved_rows(session, initial, line["arguments"]["chunk_rows"])}
     try:
         result = session.take(event, **arguments)
     except Exception as error:
@@ -286,10 +301,10 @@ def check_engine_trace(path: Path) -> Verdict:
     if first is None or first.get("kind") != "start":
         verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
         return verdict
-    session = _engine_started(first)
+    session, initial = _engine_started(first), first.get("initial_rows")
     for line in lines:
         before, phase = _json(engine_state_after(session.view())), session.view().rebalance
-        why = _replay_engine(session, line, verdict)
+        why = _replay_engine(session, line, verdict, initial)
         if why is not None:
             changes = sorted(
                 {f"{t.event} -> {t.target.id}" for t in session.rebalance_machine.states_map[phase].transitions}

@@ -16,11 +16,12 @@ there (a daemon started again writes a new file):
 
 Each rank process of an engine appends to ``engine-<engine id>-r<rank>-<pid>.ndjson`` (``EngineTrace``):
 
-- ``start``: the engine id, its ranks, its own layout, whether it started as a warm standby, and the
-  path of its rank's daemon socket;
+- ``start``: the engine id, its ranks, its own layout and initial map, whether it started as a warm
+  standby, and the path of its rank's daemon socket;
 - ``step``: each event its ``EngineSession`` took (``EngineSession.observer``): the event, its
-  arguments (what every rank found and every daemon answered, as gathered), the result, and the
-  view after; every rank logs every rank's answers, each rank's own are its daemon's replies;
+  arguments (what every rank found and every daemon answered, as gathered; a move's, the rows of the
+  chunk's layers), the result, and the view after; every rank logs every rank's answers, each rank's
+  own are its daemon's replies;
 - ``rebalance_end``: one EPLB rebalance ended (sglang's generator ran out, or the protocol stopped it);
 - ``truth``, written by tests: the logical expert each of this rank's slots held in its daemon's memory,
   read slot by slot between ``read_ns`` and ``done_ns`` (the spec's ``truth``).
@@ -136,8 +137,8 @@ class TraceFile:
 
 def engine_state_after(view: EngineView) -> dict[str, Any]:
     """An engine's view after a step, as the trace writes it: digests stand for maps (the one it routes
-    with, the one it moved to, and the records it found or adopted, as stamps); the ``attach``,
-    ``gather`` and ``move`` steps' arguments carry the maps themselves, once."""
+    with, the one it moved to, and the records it found or adopted, as stamps); the start line, the
+    ``attach`` and ``gather`` steps and each ``move``'s chunk rows carry the maps themselves."""
     findings = tuple(
         f if f is None or f.record is None else dataclasses.replace(f, record=RecordStamp.of_any(f.record))
         for f in view.findings
@@ -182,7 +183,7 @@ class EngineTrace(TraceFile):
     def __init__(self, directory: Path, engine_id: str, rank: int) -> None:
         super().__init__(directory, f"engine-{engine_id or 'unattached'}-r{rank}")
 
-    def start(self, session: EngineSession, rank: int, socket: str, standby: bool) -> None:
+    def start(self, session: EngineSession, rank: int, socket: str, standby: bool, initial_rows: Any = None) -> None:
         view = session.view()
         self._write(
             "start",
@@ -192,9 +193,13 @@ class EngineTrace(TraceFile):
             layout=encode(session.layout),
             standby=standby,
             socket=socket,
+            initial_rows=encode(initial_rows),
         )
 
     def step(self, event: str, arguments: Mapping[str, Any], result: Any, view: EngineView) -> None:
+        if event == "move":  # sglang moved the chunk's layers only: their rows stand for the whole map
+            rows = arguments["rows"]
+            arguments = {"chunk_rows": {str(layer): list(rows[layer]) for layer in view.chunk}}
         after = engine_state_after(view)
         self._write("step", event=event, arguments=encode(dict(arguments)), result=encode(result), after=after)
 
@@ -208,13 +213,14 @@ class EngineTrace(TraceFile):
 
 
 def trace_engine(
-    session: EngineSession, rank: int, socket_path: str | None, standby: bool = False
+    session: EngineSession, rank: int, socket_path: str | None, standby: bool = False, initial_rows: Any = None
 ) -> EngineTrace | None:
-    """With ``TRACE_ENV`` set, write this rank's trace of ``session`` from now on (its observer)."""
+    """With ``TRACE_ENV`` set, write this rank's trace of ``session`` from now on (its observer);
+    ``initial_rows``: the engine's own initial map, the one each move changes when nothing was adopted."""
     traces = trace_dir()
     if traces is None:
         return None
     trace = EngineTrace(traces, session.view().engine_id, rank)
-    trace.start(session, rank, socket_path or "", standby)
+    trace.start(session, rank, socket_path or "", standby, initial_rows)
     session.observer = trace.step
     return trace

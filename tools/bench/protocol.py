@@ -462,7 +462,7 @@ def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
         session.fetched(0, {"status": "ok"})
         session.start_rebalance(["daemon"])
         sessions[side] = session
-    trace.start(sessions["on"], 0, "bench.sock", False)
+    trace.start(sessions["on"], 0, "bench.sock", False, rows)
     sessions["on"].observer = trace.step
     size_before = trace.path.stat().st_size
     samples: dict[str, list[float]] = {"off": [], "on": []}
@@ -773,7 +773,7 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(
                 f"| an engine rank's protocol trace per one-layer chunk (its session's six events, a daemon machine "
                 f"answering in-process, 61x288; "
-                f"about {tr['engine_trace_bytes_per_chunk']} bytes written, the moved map once) | "
+                f"about {tr['engine_trace_bytes_per_chunk']} bytes written, the chunk's rows once) | "
                 f"{tr['engine_chunk_on_us']} µs on | {tr['engine_chunk_off_us']} µs off | "
                 f"{tr['engine_ratio_on_to_off']}x: +{tr['engine_tracing_us_per_chunk']} µs a chunk, on; off, one "
                 f"test of the observer a step | reported |"
