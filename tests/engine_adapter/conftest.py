@@ -24,28 +24,23 @@ from daemon_adapter.trace import TRACE_ENV
 
 
 @pytest.fixture(scope="session")
-def traces() -> Iterator[Path]:
-    """The folder every rank and daemon of the session writes its trace to (set before any starts)."""
-    folder = Path(tempfile.mkdtemp(prefix="ea-traces-", dir="/tmp"))
-    before = os.environ.get(TRACE_ENV)
-    os.environ[TRACE_ENV] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop(TRACE_ENV, None)
-    else:
-        os.environ[TRACE_ENV] = before
+def traces() -> Path:
+    """The folder every rank and daemon of these tests writes its trace to."""
+    return Path(tempfile.mkdtemp(prefix="ea-traces-", dir="/tmp"))
 
 
 @pytest.fixture(scope="session")
-def ranks(traces: Path) -> Iterator[EngineRanks]:
-    pool = EngineRanks(world_size=2)
+def ranks() -> Iterator[EngineRanks]:
+    pool = EngineRanks(world_size=2)  # the ranks start at their first script, in a test: traced
     yield pool
     pool.close()
 
 
 @pytest.fixture(autouse=True)
-def traces_are_behaviours(traces: Path) -> Iterator[None]:
-    """The traces a test wrote to (ranks' and daemons'), checked after it: a divergence fails it."""
+def traces_are_behaviours(traces: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tracing on for the processes a test starts (ranks and daemons), and the traces it wrote checked
+    after it: a divergence fails it. Only during these tests: others start processes of their own."""
+    monkeypatch.setenv(TRACE_ENV, str(traces))
     started = time.time()
     yield
     written = [path for path in traces.glob("*.ndjson") if path.stat().st_mtime >= started]

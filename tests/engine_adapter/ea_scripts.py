@@ -10,7 +10,16 @@ from tools.harness.engine_ranks import EngineRank, EngineSpec
 
 
 def spec(sockets: tuple[str | None, ...], **kwargs: Any) -> EngineSpec:
-    return EngineSpec(sockets=tuple(sockets), **kwargs)
+    """An engine of these sockets; it writes its protocol trace where this test process says
+    (``TRACE_ENV``): the ranks are processes of the whole session, each engine is a test's."""
+    import os
+
+    from daemon_adapter.trace import TRACE_ENV
+
+    env = tuple(kwargs.pop("env", ()))
+    if os.environ.get(TRACE_ENV):
+        env += ((TRACE_ENV, os.environ[TRACE_ENV]),)
+    return EngineSpec(sockets=tuple(sockets), env=env, **kwargs)
 
 
 def _adapter_state() -> Any:

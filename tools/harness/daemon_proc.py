@@ -46,6 +46,7 @@ from typing import Any
 
 from daemon_adapter.client import FRAME_HEADER as _FRAME_HEADER
 from daemon_adapter.client import attach, connect, recv_frame, request, send_frame
+from daemon_adapter.trace import TRACE_ENV
 from tools import with_project_path
 
 # sglang's own transport (what a daemon picks for tensors it cannot serve through VMM fds).
@@ -100,6 +101,9 @@ class DaemonSpec:
     log_path: str | None = None
     gpu_id: int = 0
     transport_backend: str = SGLANG_TORCH_IPC
+    # The protocol trace's folder (daemon_adapter.trace), from the caller's environment when it started
+    # the daemon: the zygote's own environment is the one of the first daemon's start.
+    trace_dir: str | None = None
 
 
 def _run_daemon(spec: DaemonSpec) -> None:
@@ -111,6 +115,10 @@ def _run_daemon(spec: DaemonSpec) -> None:
     from tools.harness.loaded_daemon import FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+    if spec.trace_dir:
+        os.environ[TRACE_ENV] = spec.trace_dir
+    else:
+        os.environ.pop(TRACE_ENV, None)
     # sglang's torch_ipc transport shares CPU tensors between unrelated processes only with
     # the file_system strategy (docs/protocol.md §9); clients must set it too.
     torch.multiprocessing.set_sharing_strategy("file_system")
@@ -343,6 +351,7 @@ def start_daemon(
         plain_sglang=plain_sglang,
         log_path=log_path,
         transport_backend=transport_backend,
+        trace_dir=os.environ.get(TRACE_ENV) or None,
     )
     return DaemonProcess(spec).start(wait, timeout)
 
