@@ -42,7 +42,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,14 +213,19 @@ class EngineTrace(TraceFile):
 
 
 def trace_engine(
-    session: EngineSession, rank: int, socket_path: str | None, standby: bool = False, initial_rows: Any = None
+    session: EngineSession,
+    rank: int,
+    socket_path: str | None,
+    standby: bool = False,
+    initial_rows: Callable[[], Any] | None = None,
 ) -> EngineTrace | None:
     """With ``TRACE_ENV`` set, write this rank's trace of ``session`` from now on (its observer);
-    ``initial_rows``: the engine's own initial map, the one each move changes when nothing was adopted."""
+    ``initial_rows``: reads the engine's own initial map, the one each move changes when nothing was
+    adopted (read only when tracing: a startup without it does not copy the map)."""
     traces = trace_dir()
     if traces is None:
         return None
     trace = EngineTrace(traces, session.view().engine_id, rank)
-    trace.start(session, rank, socket_path or "", standby, initial_rows)
+    trace.start(session, rank, socket_path or "", standby, None if initial_rows is None else initial_rows())
     session.observer = trace.step
     return trace

@@ -200,7 +200,7 @@ def agree(model_config: Any, gpu_id: int, metadata: ExpertLocationMetadata) -> S
     session = EngineSession(_engine_id(group), dist.get_world_size(group), _engine_layout(metadata), standby=standby)
     path = daemon_socket_path(gpu_id)
     st.session, st.rank, st.socket_path, st.model_config = session, rank, path, model_config
-    st.trace = trace_engine(session, rank, path, standby, metadata.physical_to_logical_map_cpu.tolist())
+    st.trace = trace_engine(session, rank, path, standby, metadata.physical_to_logical_map_cpu.tolist)
     attachment = None
     timeout_s, poll_s = DEFAULT_WAIT_TIMEOUT_S, DEFAULT_POLL_INTERVAL_S
     try:
