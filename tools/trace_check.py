@@ -34,7 +34,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,8 +315,22 @@ def check_engine_trace(path: Path) -> Verdict:
     return verdict
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+Lines = list[dict[str, Any]]
+
+
+def _read(path: Path) -> Lines:
     return list(_lines(path, Verdict(path)))
+
+
+def _by_socket(traces: Mapping[Path, Lines]) -> dict[str, list[tuple[Path, Lines]]]:
+    """Traces by the socket their start line names, each socket's in the order they started."""
+    found: dict[str, list[tuple[Path, Lines]]] = {}
+    for path, lines in traces.items():
+        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
+            found.setdefault(lines[0]["socket"], []).append((path, lines))
+    for runs in found.values():
+        runs.sort(key=lambda run: run[1][0]["t_ns"])
+    return found
 
 
 def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -> list[tuple[str, Any]]:
@@ -335,24 +349,18 @@ def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -
     return answers
 
 
-def check_answers(folder: Path, engine_paths: list[Path], daemon_paths: list[Path]) -> Verdict:
-    """Every answer each engine rank took from its own daemon is one that daemon's trace gave it, in order."""
+def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> Verdict:
+    """Every answer each engine rank took from its own daemon is one that daemon's trace gave it, in order
+    (``engines`` and ``daemons``: one folder's traces, read)."""
     started = time.perf_counter()
     verdict = Verdict(folder, kind="answers")
-    by_socket: dict[str, list[list[dict[str, Any]]]] = {}
-    for path in daemon_paths:
-        lines = _read(path)
-        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
-            by_socket.setdefault(lines[0]["socket"], []).append(lines)
-    for traces in by_socket.values():
-        traces.sort(key=lambda lines: lines[0]["t_ns"])
-    for path in engine_paths:
-        lines = _read(path)
-        if not lines or lines[0].get("kind") != "start" or lines[0].get("socket") not in by_socket:
+    daemons_of = _by_socket(daemons)
+    for path, lines in engines.items():
+        start = lines[0] if lines else {}
+        if start.get("kind") != "start" or start.get("socket") not in daemons_of:
             continue  # no traced daemon behind this rank (a plain sglang daemon, an engine from disk)
-        start = lines[0]
         rank, engine_id = start["rank"], start["engine_id"]
-        given = _daemon_answers(by_socket[start["socket"]], engine_id)
+        given = _daemon_answers([daemon for _, daemon in daemons_of[start["socket"]]], engine_id)
         n = 0
         for line in lines[1:]:
             if line.get("kind") != "step" or line["event"] not in _ANSWERED:
@@ -394,27 +402,17 @@ def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list
     return found
 
 
-def _truths(engine_paths: list[Path], daemon_paths: list[Path]) -> dict[Path, list[dict[str, Any]]]:
+def _truths(engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> dict[Path, Lines]:
     """Each daemon trace's truths: the ``truth`` lines of the ranks on its socket, read while that
     daemon process ran (from its start to the next start of a daemon on the same socket)."""
-    by_socket: dict[str, list[dict[str, Any]]] = {}
-    for path in engine_paths:
-        lines = _read(path)
-        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
-            by_socket.setdefault(lines[0]["socket"], []).extend(line for line in lines if line.get("kind") == "truth")
-    starts: dict[str, list[tuple[int, Path]]] = {}
-    for path in daemon_paths:
-        lines = _read(path)
-        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
-            starts.setdefault(lines[0]["socket"], []).append((lines[0]["t_ns"], path))
-    truths: dict[Path, list[dict[str, Any]]] = {}
-    for socket, runs in starts.items():
-        runs.sort()
-        for n, (begun, path) in enumerate(runs):
-            ended = runs[n + 1][0] if n + 1 < len(runs) else None
-            truths[path] = [
-                t for t in by_socket.get(socket, ()) if t["read_ns"] > begun and (ended is None or t["done_ns"] < ended)
-            ]
+    ranks_of = _by_socket(engines)
+    truths: dict[Path, Lines] = {}
+    for socket, runs in _by_socket(daemons).items():
+        read = [line for _, lines in ranks_of.get(socket, ()) for line in lines if line.get("kind") == "truth"]
+        for n, (path, lines) in enumerate(runs):
+            begun = lines[0]["t_ns"]
+            ended = runs[n + 1][1][0]["t_ns"] if n + 1 < len(runs) else None
+            truths[path] = [t for t in read if t["read_ns"] > begun and (ended is None or t["done_ns"] < ended)]
     return truths
 
 
@@ -422,15 +420,13 @@ def check_all(paths: Iterable[Path]) -> list[Verdict]:
     """Every daemon and engine trace under ``paths``, then each folder's engines against its daemons."""
     paths = list(paths)
     daemons, engines = trace_files(paths), trace_files(paths, "engine-*.ndjson")
-    truths = _truths(engines, daemons)
+    read = {path: _read(path) for path in daemons + engines}  # once, for the checks across processes
+    truths = _truths({p: read[p] for p in engines}, {p: read[p] for p in daemons})
     verdicts = [check_daemon_trace(path, truths.get(path, ())) for path in daemons]
     verdicts += [check_engine_trace(path) for path in engines]
     for folder in sorted({path.parent for path in engines}):
-        verdicts.append(
-            check_answers(
-                folder, [p for p in engines if p.parent == folder], [p for p in daemons if p.parent == folder]
-            )
-        )
+        ranks = {p: read[p] for p in engines if p.parent == folder}
+        verdicts.append(check_answers(folder, ranks, {p: read[p] for p in daemons if p.parent == folder}))
     return verdicts
 
 
