@@ -19,7 +19,7 @@ API (small on purpose; the demo reuses it)::
     with EngineRanks(world_size=2) as ranks:            # processes start once, reused across engines
         results = ranks.run(script, arg, timeout=60)    # script(rank: EngineRank, arg) on every rank
         results = ranks.run_each([(s0, args0), (s1, args1)])  # a different script per rank
-    results[r].ok / .value / .error / .trace / .kind    # RankResult per rank; kind "hung" on timeout
+    results[r].ok / .value / .error / .trace / .kind    # RankResult per rank; kind "hung" on timeout, "died"
     ranks.pids                                          # the rank processes (SIGKILL them at will)
 
 Scripts are module-level functions (they pickle by name into the ranks); their module must be
@@ -44,7 +44,8 @@ zero-copy (sglang's ``torch_ipc`` with the ``file_system`` strategy), so every m
 updater lands in the daemon's memory.
 
 A script that raises is reported as ``RankResult(ok=False, error=...)``; a rank that does not
-answer within ``timeout`` is ``kind="hung"`` and the pool is killed (the next ``run`` restarts it).
+answer within ``timeout`` is ``kind="hung"``, one whose process died ``kind="died"`` (the others then
+``"killed"``: an engine whose rank died is dead), and the pool is killed (the next ``run`` restarts it).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import socket
 import tempfile
@@ -102,7 +104,7 @@ class RankResult:
     ok: bool
     value: Any = None
     error: str = ""  # "ExceptionType: message" when the script raised
-    kind: str = "ok"  # "ok", "error" or "hung"
+    kind: str = "ok"  # "ok", "error", "hung", "died" or "killed"
     seconds: float = 0.0
     trace: str = ""  # the traceback when the script raised
 
@@ -463,10 +465,20 @@ def _rank_main(rank: int, world_size: int, init_method: str, workdir: str, conn:
 class EngineRanks:
     """A pool of ``world_size`` engine rank processes, started on first use and reused."""
 
-    def __init__(self, world_size: int = 2, start_timeout: float = 120.0, workdir: str | None = None) -> None:
+    def __init__(
+        self,
+        world_size: int = 2,
+        start_timeout: float = 120.0,
+        workdir: str | None = None,
+        start_method: str = "spawn",
+    ) -> None:
         """``workdir`` holds the toy model's config: pools that share it send the same
-        ``CacheConfig`` (its ``model_path``), so one daemon serves engines of every pool."""
+        ``CacheConfig`` (its ``model_path``), so one daemon serves engines of every pool.
+        ``start_method="fork"``: the ranks are forked from the caller, which has imported sglang
+        and run no torch op (its thread pools would not survive the fork), so a rank starts in
+        a fraction of a second instead of the seconds of sglang's imports."""
         self.world_size = world_size
+        self.start_method = start_method
         self.start_timeout = start_timeout
         self._procs: list[Any] = []
         self._conns: list[Any] = []
@@ -483,7 +495,7 @@ class EngineRanks:
         return [p.pid for p in self._procs]
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(self.start_method)
         # A file rendezvous, fresh for each start: a TCP port picked free and then released can be
         # taken by another pool starting at the same moment (suspected in one hung demo start).
         init_method = f"file://{tempfile.mkdtemp(prefix='engine-ranks-rdzv-')}/store"
@@ -525,20 +537,43 @@ class EngineRanks:
 
     def _collect(self, timeout: float) -> list[RankResult]:
         deadline = time.monotonic() + timeout
-        results: list[RankResult] = []
-        hung = False
-        for rank, conn in enumerate(self._conns):
-            if conn.poll(max(0.0, deadline - time.monotonic())):
-                try:
-                    results.append(conn.recv())
-                    continue
-                except EOFError:
-                    pass
-            results.append(RankResult(rank, False, error=f"no answer within {timeout}s", kind="hung"))
-            hung = True
-        if hung:
-            self.close()
-        return results
+        results: dict[int, RankResult] = {}
+        while len(results) < self.world_size:
+            waiting = [rank for rank in range(self.world_size) if rank not in results]
+            mp.connection.wait([self._conns[r] for r in waiting], max(0.0, min(0.05, deadline - time.monotonic())))
+            for rank in waiting:
+                alive = self._procs[rank].is_alive()  # before the poll: a rank that answered and exited is read
+                if self._conns[rank].poll(0):
+                    try:
+                        results[rank] = self._conns[rank].recv()
+                        continue
+                    except EOFError:
+                        alive = False
+                if not alive:
+                    results[rank] = RankResult(rank, False, error="the rank process died", kind="died")
+            died = [r for r in results.values() if r.kind == "died"]
+            if died or time.monotonic() >= deadline:
+                # An engine whose rank died is dead (sglang's launcher takes every rank down with it), and the
+                # others would wait in a collective for a rank that never comes.
+                for rank in range(self.world_size):
+                    if rank not in results:
+                        kind = "killed" if died else "hung"
+                        why = f"rank {died[0].rank} died" if died else f"no answer within {timeout}s"
+                        results[rank] = RankResult(rank, False, error=why, kind=kind)
+                self.kill()
+                break
+        return [results[rank] for rank in range(self.world_size)]
+
+    def kill(self) -> None:
+        """SIGKILL every rank process (an engine that dies); the next ``run`` starts new ones."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in self._procs:
+            proc.join(timeout=5)
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
 
     def close(self) -> None:
         for conn in self._conns:
