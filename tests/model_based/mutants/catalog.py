@@ -481,6 +481,20 @@ def _(mod: ModuleType) -> None:
     mod.Attachment._drop_in_child = lambda self: None
 
 
+RB = "engine_adapter.rebalance"
+
+
+@mutant(
+    "engine_skips_commit_verification",
+    RB,
+    "a rebalance ends only after an all-gather verified every daemon's commit of its last chunk",
+    tests=("tests/engine_adapter/test_rebalance.py", "tests/chaos/test_chaos.py"),
+)
+def _(mod: ModuleType) -> None:
+    # The adapter asks whether a check is owed; answered "no", it skips the rebalance's last all-gather.
+    mod.EngineSession.owes_check = property(lambda self: False)
+
+
 def apply(mod: ModuleType, name: str) -> None:
     m = MUTANTS[name]
     m.patch(mod)

@@ -1,0 +1,1 @@
+"""``make chaos``: seeded fault schedules on the harness, every trace checked against the protocol."""

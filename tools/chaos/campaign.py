@@ -1,0 +1,393 @@
+"""Seeded fault schedules on the in-process harness: real daemon processes, engines of two rank
+processes over gloo running sglang's own startup, loader and EPLB code with the plugin, SIGKILLed
+at points drawn from the seed.
+
+A schedule is drawn from its seed alone (``draw``), before it runs, so the printed seed replays it.
+Its operations name engines by age (the newest, the oldest live one), and one whose engine is
+gone is skipped. After every operation each live engine must route with the memory it maps
+(its map's expert in every slot). At the end every engine is killed, and a new engine must
+start on the daemons as they are left, or, where they refuse it (a torn move, records that
+differ), on daemons restarted from disk; it must route with their memory. Then every trace the
+schedule wrote must be a behaviour of the protocol (``tools.trace_check``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon_adapter.trace import TRACE_ENV
+from layout_sm.messages import query_request
+from tools.chaos import rank_scripts
+from tools.chaos.rank_scripts import KillPoint
+from tools.harness import toy_moe
+from tools.harness.daemon_proc import DaemonProcess, default_cache_config, request, start_daemon
+from tools.harness.engine_ranks import RANK_LOG_DIR_ENV, EngineRanks, EngineSpec, RankResult, write_model_dir
+from tools.trace_check import check_all, reports, summary
+
+WORLD = 2
+CPU_TRANSPORT = "tools.harness.cpu_transport:CpuShmTransportBackend"  # any number of engines map it
+RUN_TIMEOUT_S = 60.0
+WAIT_TIMEOUT_S = 1.0  # an engine's startup wait for a daemon with a move pending (the plugin's timeout)
+
+# The events a kill may follow, by operation: the startup's (attach, the findings' all-gather,
+# agreement, polls of a daemon with a move pending, the fetch) and the rebalance's (a chunk's
+# begin answered, the decision on the gathered replies, the move, the commit answered, the
+# all-gather of commits, the verification at the end).
+STARTUP_EVENTS = ("attach", "gather", "agree", "poll", "fetch", "install_checked", "start")
+REBALANCE_EVENTS = ("chunk", "begin", "decide", "move", "commit", "committed", "owed_gathered", "verify", "abort")
+CHUNK_EVENTS = ("chunk", "begin", "decide", "move", "commit", "committed")
+
+
+@dataclass(frozen=True)
+class Operation:
+    kind: str  # engine, rebalance, kill_engine, stop_engine, kill_daemon, restart_daemons
+    rank: int = 0  # the rank that kills (kill points) or the daemon killed
+    kill: tuple[str, int, str] | None = None  # (event, count, "rank" or "daemon")
+    alongside: bool = False  # an engine started while another one is live (a warm standby's start)
+
+    def describe(self) -> str:
+        if self.kind == "kill_daemon":
+            return f"kill_daemon(rank {self.rank}, restart)"
+        kind = "engine alongside" if self.alongside else self.kind
+        if self.kill is None:
+            return kind
+        event, count, what = self.kill
+        return f"{kind}(rank {self.rank} kills its {what} after {event} #{count})"
+
+
+def draw(seed: int) -> list[Operation]:
+    """The schedule of ``seed``: an engine first, then 2 to 6 operations."""
+    rng = random.Random(seed)
+    kinds = ("engine", "rebalance", "kill_engine", "stop_engine", "kill_daemon", "restart_daemons")
+    weights = (5, 6, 1, 1, 1.5, 0.5)
+    ops = [_with_kill(rng, "engine")]
+    for _ in range(rng.randint(2, 6)):
+        ops.append(_with_kill(rng, rng.choices(kinds, weights)[0]))
+    return ops
+
+
+def _with_kill(rng: random.Random, kind: str) -> Operation:
+    if kind == "kill_daemon":
+        return Operation(kind, rank=rng.randrange(WORLD))
+    alongside = kind == "engine" and rng.random() < 0.25
+    if kind not in ("engine", "rebalance") or rng.random() < 0.4:
+        return Operation(kind, alongside=alongside)
+    event = rng.choice(STARTUP_EVENTS if kind == "engine" else REBALANCE_EVENTS)
+    # A rebalance takes a chunk's events once per layer; its end (owed_gathered, verify) once.
+    count = rng.randint(1, toy_moe.ToyMoEConfig().num_layers) if event in CHUNK_EVENTS else 1
+    kill = (event, count, rng.choice(("rank", "daemon")))
+    return Operation(kind, rank=rng.randrange(WORLD), kill=kill, alongside=alongside)
+
+
+@dataclass
+class Engine:
+    name: str
+    pool: EngineRanks
+    daemon_pids: tuple[int | None, ...]  # the daemons it loaded from
+    source: str | None
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.pool.pids)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    ops: list[str]
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what happened, operation by operation
+    kills: int = 0  # kill points that fired
+    traces: str = ""  # the trace check's summary line
+    timings: dict[str, float] = field(default_factory=dict)  # seconds by operation
+    seconds: float = 0.0
+
+    def fail(self, problem: str) -> None:
+        self.ok = False
+        self.problems.append(problem)
+
+
+class World:
+    """One schedule's daemons (one per rank) and engines, in a folder of its own."""
+
+    def __init__(self, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig) -> None:
+        import torch
+
+        self.root = root
+        self.cfg = cfg
+        self.traces = root / "traces"
+        self.traces.mkdir(parents=True)
+        os.environ[TRACE_ENV] = str(self.traces)
+        os.environ[RANK_LOG_DIR_ENV] = str(root)  # sglang's and the plugin's logs, per rank
+        initial = toy_moe.trivial_map(cfg)
+        self.daemons: list[DaemonProcess] = []
+        for rank in range(WORLD):
+            config = default_cache_config(
+                model_path=model_dir,
+                model_arch="Qwen3MoeForCausalLM",
+                tp_size=WORLD,
+                tp_rank=rank,
+                ep_size=WORLD,
+                moe_ep_rank=rank,
+                torch_version=str(torch.__version__),
+            )
+            self.daemons.append(
+                start_daemon(
+                    str(root / f"rank{rank}.sock"),
+                    physical_to_logical_map=initial,
+                    num_logical=cfg.num_logical,
+                    tensors=toy_moe.rank_state(cfg, rank, initial),
+                    config=config,
+                    transport_backend=CPU_TRANSPORT,
+                    log_path=str(root / f"daemon-rank{rank}.log"),
+                    wait=False,
+                )
+            )
+        for daemon in self.daemons:
+            daemon.wait_ready()
+        self.engines: list[Engine] = []
+        self.phase = 0
+        self.made = 0
+
+    def spec(self) -> EngineSpec:
+        return EngineSpec(
+            sockets=tuple(d.socket_path for d in self.daemons),
+            cfg=self.cfg,
+            layers_per_chunk=1,
+            wait_timeout=WAIT_TIMEOUT_S,
+        )
+
+    def daemon_pids(self) -> tuple[int | None, ...]:
+        return tuple(d.pid if d.alive else None for d in self.daemons)
+
+    def live(self) -> list[Engine]:
+        self.engines = [e for e in self.engines if e.alive]
+        return self.engines
+
+    def kill_point(self, op: Operation, rank: int, pool_pids: list[int]) -> KillPoint | None:
+        if op.kill is None or rank != op.rank:
+            return None
+        event, count, what = op.kill
+        pid = pool_pids[rank] if what == "rank" else self.daemons[rank].pid
+        return None if pid is None else KillPoint(event, count, pid, what)
+
+    def run_each(
+        self, pool: EngineRanks, script: Callable[..., Any], args: Callable[[int], tuple[Any, ...]]
+    ) -> list[RankResult]:
+        return pool.run_each([(script, args(rank)) for rank in range(WORLD)], timeout=RUN_TIMEOUT_S)
+
+    def start_engine(self, op: Operation, out: Outcome) -> Engine | None:
+        self.made += 1
+        pool = EngineRanks(WORLD, workdir=str(self.root.parent), start_method="fork")
+        pool.run(rank_scripts.stop, timeout=RUN_TIMEOUT_S)  # the ranks exist: their pids are known
+        pids = pool.pids
+        spec = self.spec()
+        loaded_from = self.daemon_pids()
+        results = self.run_each(pool, rank_scripts.start, lambda r: (spec, self.kill_point(op, r, pids)))
+        self._count_kill(op, results, out)
+        name = f"E{self.made}"
+        # A rank whose weights did not load fails sglang's startup: that engine never serves.
+        if not all(r.ok and r.value["started"] and r.value.get("source") for r in results):
+            out.notes.append(f"{name} did not start: {_why(results)}")
+            _hung(results, out, f"engine {name}'s startup")
+            pool.kill()
+            return None
+        sources = {r.value.get("source") for r in results}
+        engine = Engine(name, pool, loaded_from, sources.pop() if len(sources) == 1 else "mixed")
+        out.notes.append(f"{name} started ({engine.source})")
+        self.engines.append(engine)
+        return engine
+
+    def rebalance(self, engine: Engine, op: Operation, out: Outcome) -> None:
+        pids = engine.pool.pids
+        self.phase += 1
+        phase = self.phase
+        results = self.run_each(engine.pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r, pids)))
+        self._count_kill(op, results, out)
+        _hung(results, out, f"engine {engine.name}'s rebalance")
+        moved = [r.value.get("moved") for r in results if r.ok]
+        out.notes.append(f"{engine.name} rebalanced: {_why(results) if not all(r.ok for r in results) else moved}")
+
+    def _count_kill(self, op: Operation, results: list[RankResult], out: Outcome) -> None:
+        if op.kill is None:
+            return
+        event, count, what = op.kill
+        fired = results[op.rank].kind == "died" if what == "rank" else not self.daemons[op.rank].alive
+        if fired:
+            out.kills += 1
+            out.notes.append(f"rank {op.rank} killed its {what} after {event} #{count}")
+
+    def settle(self, out: Outcome, timeout: float = 10.0) -> None:
+        """A daemon that a kill point killed is restarted (its supervisor would); then wait until each
+        daemon counts no more than the live engines attached (an engine's death is a detach the
+        daemon's watcher notices a moment later)."""
+        for rank, daemon in enumerate(self.daemons):
+            if not daemon.alive:
+                daemon.restart()
+                out.notes.append(f"daemon {rank} restarted after its kill")
+        names = sorted(e.name for e in self.live())
+        deadline = time.monotonic() + timeout
+        for daemon in self.daemons:
+            while daemon.alive and time.monotonic() < deadline:
+                with contextlib.suppress(OSError):
+                    attached = request(daemon.socket_path, query_request()).get("attached") or []
+                    if len(attached) <= len(names):
+                        break
+                time.sleep(0.02)
+
+    def check_routing(self, out: Outcome, when: str) -> None:
+        """Every live engine routes with the memory it maps; readings of a daemon's memory go into
+        the traces as truth."""
+        for engine in self.live():
+            truth = engine.source == "daemon" and engine.daemon_pids == self.daemon_pids()
+            results = engine.pool.run(rank_scripts.report, truth, timeout=RUN_TIMEOUT_S)
+            if not all(r.ok for r in results):
+                out.fail(f"{when}: engine {engine.name} did not report: {_why(results)}")
+                engine.pool.kill()
+                continue
+            believed = results[0].value["map"]
+            held = toy_moe.join_rank_slots([r.value["slots"] for r in results])
+            if any(r.value["map"] != believed for r in results):
+                out.fail(f"{when}: engine {engine.name}'s ranks route with different maps")
+            wrong = toy_moe.count_mismatches(believed, held)
+            if wrong:
+                out.fail(f"{when}: engine {engine.name} routes to the wrong expert in {wrong} slots")
+
+    def restart_daemons(self) -> None:
+        for daemon in self.daemons:
+            daemon.kill()
+        for daemon in self.daemons:
+            daemon.start(wait=False)
+        for daemon in self.daemons:
+            daemon.wait_ready()
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.pool.kill()
+        for daemon in self.daemons:
+            daemon.kill()
+
+
+def _why(results: list[RankResult]) -> str:
+    return "; ".join(
+        f"rank {r.rank}: {r.error or r.value.get('error') or r.value.get('load_error')}"
+        for r in results
+        if not r.ok or (isinstance(r.value, dict) and (r.value.get("error") or r.value.get("load_error")))
+    )
+
+
+def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
+    if any(r.kind == "hung" for r in results):
+        out.fail(f"{what} hung: {_why(results)}")
+
+
+def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig) -> Outcome:
+    ops = draw(seed)
+    out = Outcome(seed, [op.describe() for op in ops])
+    started = time.monotonic()
+    world = World(root, model_dir, cfg)
+    out.timings["daemons"] = time.monotonic() - started
+    try:
+        for n, op in enumerate(ops):
+            live = world.live()
+            op_started = time.monotonic()
+            if op.kind == "engine" and (not live or (op.alongside and len(live) < 2)):
+                world.start_engine(op, out)
+            elif op.kind == "rebalance" and live:
+                world.rebalance(live[-1], op, out)
+            elif op.kind == "kill_engine" and live:
+                live[-1].pool.kill()
+                out.notes.append(f"{live[-1].name} killed")
+            elif op.kind == "stop_engine" and live:
+                live[0].pool.run(rank_scripts.stop, timeout=RUN_TIMEOUT_S)
+                live[0].pool.close()
+                out.notes.append(f"{live[0].name} stopped")
+            elif op.kind == "kill_daemon":
+                world.daemons[op.rank].restart()
+                out.notes.append(f"daemon {op.rank} killed and restarted")
+            elif op.kind == "restart_daemons":
+                world.restart_daemons()
+                out.notes.append("daemons restarted")
+            world.settle(out)
+            out.timings[op.kind] = out.timings.get(op.kind, 0.0) + time.monotonic() - op_started
+            checked = time.monotonic()
+            world.check_routing(out, f"after operation {n + 1} ({op.describe()})")
+            out.timings["check"] = out.timings.get("check", 0.0) + time.monotonic() - checked
+        recovered = time.monotonic()
+        _recover(world, out)
+        out.timings["last engine"] = time.monotonic() - recovered
+    except Exception:  # the harness itself broke: the schedule fails with its words
+        out.fail(f"the harness broke: {traceback.format_exc()}")
+    finally:
+        world.close()
+        os.environ.pop(TRACE_ENV, None)
+        os.environ.pop(RANK_LOG_DIR_ENV, None)
+    checked = time.monotonic()
+    verdicts = check_all([world.traces])
+    out.timings["trace check"] = time.monotonic() - checked
+    out.traces = summary(verdicts)
+    if not all(v.ok for v in verdicts):
+        out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def _recover(world: World, out: Outcome) -> None:
+    """Every engine killed; a new engine starts on the daemons as left, or on daemons restarted from
+    disk where they refuse it, and routes with their memory."""
+    for engine in world.live():
+        engine.pool.kill()
+    world.settle(out)
+    engine = world.start_engine(Operation("engine"), out)
+    if engine is None or engine.source != "daemon":
+        if engine is not None:
+            engine.pool.kill()
+            world.settle(out)
+        world.restart_daemons()
+        out.notes.append("daemons restarted for the last engine")
+        engine = world.start_engine(Operation("engine"), out)
+    if engine is None or engine.source != "daemon":
+        out.fail("no engine could start from the daemons, even restarted from disk")
+        return
+    world.check_routing(out, "the last engine")
+    engine.pool.run(rank_scripts.stop, timeout=RUN_TIMEOUT_S)
+    engine.pool.close()
+
+
+def warm_imports() -> None:
+    """Import what a rank imports, so that each forked rank starts without sglang's seconds of imports;
+    no torch op runs here (a forked child cannot use its parent's thread pools)."""
+    import sglang.srt.configs.model_config
+    import sglang.srt.distributed.parallel_state
+    import sglang.srt.eplb.eplb_manager
+    import sglang.srt.eplb.expert_location_updater
+    import sglang.srt.model_executor.model_runner
+    import sglang.srt.plugins
+    import sglang.srt.server_args
+    import sglang.srt.weight_cache.ipc_loader  # noqa: F401
+    from sglang.srt.models.registry import import_model_classes
+
+    import engine_adapter.plugin  # noqa: F401
+
+    import_model_classes("sglang.srt.models")  # cached: a rank resolving the toy's architecture reuses it
+
+
+def workdir() -> tuple[Path, str, toy_moe.ToyMoEConfig]:
+    cfg = toy_moe.ToyMoEConfig()
+    root = Path(tempfile.mkdtemp(prefix="expert-layout-chaos-"))
+    return root, write_model_dir(cfg, str(root)), cfg
+
+
+def cleanup(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)

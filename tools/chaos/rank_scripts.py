@@ -1,0 +1,90 @@
+"""What each engine rank process runs in a chaos schedule (``EngineRanks.run_each`` scripts).
+
+A script may carry a ``KillPoint``: the rank SIGKILLs itself or its daemon right after its
+``EngineSession`` took the named event for the ``count``-th time in that script, so a kill lands
+inside a protocol step (after a begin's answer, after a move, after a commit, in a startup wait)
+rather than between the schedule's operations.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tools.demo.harness import rank_scripts
+from tools.harness.engine_ranks import EngineRank, EngineSpec
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """SIGKILL ``pid`` (this rank process itself, or its daemon) after the ``count``-th ``event``."""
+
+    event: str
+    count: int
+    pid: int
+    what: str  # "rank" or "daemon", for the report
+
+    def describe(self) -> str:
+        return f"SIGKILL its {self.what} after {self.event} #{self.count}"
+
+
+_armed: dict[str, Any] = {}
+
+
+def _arm(kill: KillPoint | None) -> None:
+    """Arm ``kill`` for the script about to run (the session's events pass through here)."""
+    from layout_sm.session import EngineSession
+
+    if "fire" not in _armed:
+        fire = EngineSession._fire
+
+        def fire_then_kill(session: Any, table: Any, event: str, **arguments: Any) -> Any:
+            result = fire(session, table, event, **arguments)
+            point = _armed.get("kill")
+            if point is not None and event == point.event:
+                _armed["seen"] += 1
+                if _armed["seen"] == point.count:
+                    os.kill(point.pid, signal.SIGKILL)
+            return result
+
+        EngineSession._fire = fire_then_kill
+        _armed["fire"] = fire
+    _armed.update(kill=kill, seen=0)
+
+
+def start(rank: EngineRank, spec: EngineSpec, kill: KillPoint | None) -> dict[str, Any]:
+    _arm(kill)
+    try:
+        return rank_scripts.start(rank, spec)
+    finally:
+        _arm(None)
+
+
+def rebalance(rank: EngineRank, phase: int, kill: KillPoint | None) -> dict[str, Any]:
+    _arm(kill)
+    try:
+        return rank_scripts.rebalance(rank, phase)
+    finally:
+        _arm(None)
+
+
+def report(rank: EngineRank, truth: bool) -> dict[str, Any]:
+    """What the engine routes with and what its memory holds; with ``truth`` (its memory is its
+    daemon's, that daemon still the one it loaded from) the reading goes into its trace as the spec's
+    truth, which the checker compares with that daemon's record where it is clean."""
+    from engine_adapter import state
+
+    read_ns = time.monotonic_ns()
+    out = rank_scripts.report(rank)
+    st = state.get()
+    if truth and st.trace is not None and out["slots"]:
+        assert rank.spec is not None
+        st.trace.truth(read_ns, rank.rank * rank.spec.cfg.num_local, out["slots"])
+    return out
+
+
+def stop(rank: EngineRank) -> bool:
+    return rank_scripts.stop(rank)
