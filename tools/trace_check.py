@@ -17,6 +17,12 @@ built as its start line says: each event must be enabled, give the logged result
 logged view. At each ``rebalance_end`` no check of a commit may be owed (the spec's
 ``(reb[e].owed # "none") ~> (reb[e].owed = "none")``, which a finished rebalance must have met).
 
+A ``truth`` line is a reading of a daemon's memory slot by slot, written by a rank (the harness) or by a
+memory probe (``probe-*.ndjson``: the demo, the real-server chaos schedules), with the times it began
+and ended. It is taken into the replay of the daemon on that socket at that moment: where the record
+is clean, its rows for those slots must be what the memory holds (the spec's ``CleanRecordIsTruth``).
+A reading during which the daemon took a step is left out.
+
 Then the processes are checked together, per folder (one machine's run): every answer an engine rank
 took from its own daemon (begin, commit, claim) must be an answer that daemon's trace gave that
 engine, in the same order. Each rank sends its daemon one request at a time on its own connection,
@@ -403,8 +409,8 @@ def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list
 
 
 def _truths(engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> dict[Path, Lines]:
-    """Each daemon trace's truths: the ``truth`` lines of the ranks on its socket, read while that
-    daemon process ran (from its start to the next start of a daemon on the same socket)."""
+    """Each daemon trace's truths: the ``truth`` lines of the ranks (and memory probes) on its socket, read
+    while that daemon process ran (from its start to the next start of a daemon on the same socket)."""
     ranks_of = _by_socket(engines)
     truths: dict[Path, Lines] = {}
     for socket, runs in _by_socket(daemons).items():
@@ -420,8 +426,9 @@ def check_all(paths: Iterable[Path]) -> list[Verdict]:
     """Every daemon and engine trace under ``paths``, then each folder's engines against its daemons."""
     paths = list(paths)
     daemons, engines = trace_files(paths), trace_files(paths, "engine-*.ndjson")
-    read = {path: _read(path) for path in daemons + engines}  # once, for the checks across processes
-    truths = _truths({p: read[p] for p in engines}, {p: read[p] for p in daemons})
+    probes = trace_files(paths, "probe-*.ndjson")  # a memory probe's readings (tools.demo.memory_probe)
+    read = {path: _read(path) for path in daemons + engines + probes}  # once, for the checks across processes
+    truths = _truths({p: read[p] for p in engines + probes}, {p: read[p] for p in daemons})
     verdicts = [check_daemon_trace(path, truths.get(path, ())) for path in daemons]
     verdicts += [check_engine_trace(path) for path in engines]
     for folder in sorted({path.parent for path in engines}):

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from daemon_adapter import client
+from daemon_adapter.trace import TraceFile
 
 PROBE_ENGINE_ID = "demo-memory-probe"
 UNKNOWN = -1  # a slot whose weights match no expert of the checkpoint
@@ -81,8 +84,11 @@ def _fetch_request(socket_path: str, config: dict[str, Any]) -> tuple[dict[str, 
     return {"type": "fetch_state", "config": config, "expert_layout": field}, conn
 
 
-def rank_slots(socket_path: str, gates: dict[int, list[Any]]) -> list[list[int]]:
-    """[layer][local slot] -> logical expert, read from one daemon's memory."""
+def rank_slots(socket_path: str, gates: dict[int, list[Any]], truth: tuple[Path, int] | None = None) -> list[list[int]]:
+    """[layer][local slot] -> logical expert, read from one daemon's memory.
+
+    ``truth``: (a run's trace folder, the rank's first global slot): the reading is written there as the
+    spec's truth (``ProbeTrace``), which ``tools.trace_check`` compares with the daemon's record."""
     import torch
     from sglang.srt.weight_cache.transport import get_client_transport_backend
 
@@ -92,19 +98,36 @@ def rank_slots(socket_path: str, gates: dict[int, list[Any]]) -> list[list[int]]
     msg, attachment = _fetch_request(socket_path, config)
     try:
         reply = client.request(socket_path, msg, timeout=60.0, plain=True)
+        if reply.get("status") != "ok":
+            raise ProbeRefused(f"{socket_path}: fetch_state {reply.get('status')}: {reply.get('message') or reply}")
+        # The reading starts once the fetch is answered and ends before the detach: the daemon takes no step
+        # of the probe's own while it runs.
+        read_ns = time.monotonic_ns()
+        transport = get_client_transport_backend(reply.get("transport_backend"))
+        entries = reply["entries"]
+        out = []
+        for layer in sorted(gates):
+            w13 = transport.import_tensor(entries[f"model.layers.{layer}.mlp.experts.w13_weight"])
+            out.append(identify_slots(w13, gates[layer]))
+            _KEPT_MAPPINGS.append(w13)
+        if truth is not None:
+            ProbeTrace(truth[0], socket_path).truth(read_ns, truth[1], out)
     finally:
         if attachment is not None:
             attachment.close()
-    if reply.get("status") != "ok":
-        raise ProbeRefused(f"{socket_path}: fetch_state {reply.get('status')}: {reply.get('message') or reply}")
-    transport = get_client_transport_backend(reply.get("transport_backend"))
-    entries = reply["entries"]
-    out = []
-    for layer in sorted(gates):
-        w13 = transport.import_tensor(entries[f"model.layers.{layer}.mlp.experts.w13_weight"])
-        out.append(identify_slots(w13, gates[layer]))
-        _KEPT_MAPPINGS.append(w13)
     return out
+
+
+class ProbeTrace(TraceFile):
+    """A probe's reading of one daemon's memory, as the spec's truth: a start line naming the daemon's
+    socket, then ``truth`` lines as an engine rank's trace writes them."""
+
+    def __init__(self, directory: Path, socket_path: str) -> None:
+        super().__init__(directory, "probe")
+        self._write("start", socket=socket_path)
+
+    def truth(self, read_ns: int, first_slot: int, slots: Any) -> None:
+        self._write("truth", read_ns=read_ns, done_ns=time.monotonic_ns(), first_slot=first_slot, slots=slots)
 
 
 # Every mapping a probe made, kept for the life of the process, as an engine keeps its own. With
@@ -117,10 +140,14 @@ def rank_slots(socket_path: str, gates: dict[int, list[Any]]) -> list[list[int]]
 _KEPT_MAPPINGS: list[Any] = []
 
 
-def held_map(socket_paths: Sequence[str], model_dir: str) -> list[list[int]]:
-    """[layer][physical slot] -> logical expert held in memory, ranks' slots side by side (EP order)."""
-    gates = checkpoint_gates(model_dir)
-    per_rank = [rank_slots(path, gates) for path in socket_paths]
+def held_map(socket_paths: Sequence[str], model_dir: str | Path, traces: Path | None = None) -> list[list[int]]:
+    """[layer][physical slot] -> logical expert held in memory, ranks' slots side by side (EP order);
+    ``traces``: each rank's reading is written there as the spec's truth (``rank_slots``)."""
+    gates = checkpoint_gates(str(model_dir))
+    per_rank: list[list[list[int]]] = []
+    for path in socket_paths:
+        first_slot = sum(len(slots[0]) for slots in per_rank)
+        per_rank.append(rank_slots(path, gates, None if traces is None else (traces, first_slot)))
     return [[e for rank in per_rank for e in rank[layer]] for layer in range(len(gates))]
 
 

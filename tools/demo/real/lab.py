@@ -182,7 +182,6 @@ class Lab:
         shutil.rmtree(self.logs, ignore_errors=True)  # this run's logs only: the cases read them
         self.logs.mkdir(parents=True, exist_ok=True)
         self.model = build_tiny_qwen3_moe().resolve()
-        self._gates: dict[int, list[Any]] | None = None
 
     def topology(self, enable_eplb: bool = True) -> rs.Topology:
         return rs.Topology(self.model, tp_size=WORLD, ep_size=WORLD, redundant_experts=2, enable_eplb=enable_eplb)
@@ -369,11 +368,9 @@ class Lab:
             time.sleep(0.01)
 
     def held(self, chain: Chain) -> list[list[int]]:
-        """What the chain's daemons' memory holds, slot by slot (``memory_probe``)."""
-        if self._gates is None:
-            self._gates = memory_probe.checkpoint_gates(str(self.model))
-        per_rank = [memory_probe.rank_slots(path, self._gates) for path in chain.sockets()]
-        return [[e for rank in per_rank for e in rank[layer]] for layer in range(len(self._gates))]
+        """What the chain's daemons' memory holds, slot by slot (``memory_probe``); each reading goes into
+        the run's traces as the spec's truth."""
+        return memory_probe.held_map(chain.sockets(), str(self.model), chain.run.root / "traces")
 
     def close(self) -> None:
         self._background.shutdown(wait=True)
