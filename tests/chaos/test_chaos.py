@@ -32,8 +32,8 @@ def test_the_campaign_runs_schedules_and_checks_their_traces(tmp_path: Path) -> 
             "200",
             "--schedules",
             "6",
-            "--jobs",
-            "1",
+            "--real",
+            "0",
             "--out",
             str(tmp_path),
         ],
@@ -48,7 +48,7 @@ def test_the_campaign_runs_schedules_and_checks_their_traces(tmp_path: Path) -> 
     assert sorted(o["seed"] for o in outcomes) == list(range(200, 206))
     assert all(o["ok"] and "every trace is a behaviour of the protocol" in o["traces"] for o in outcomes)
     assert sum(o["kills"] for o in outcomes) > 0  # seeds 200..205 fire kill points inside protocol steps
-    assert "6 schedules" in (tmp_path / "summary.md").read_text()
+    assert "6 harness schedules" in (tmp_path / "summary.md").read_text()
 
 
 def test_the_campaign_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path) -> None:
@@ -56,7 +56,21 @@ def test_the_campaign_catches_an_engine_that_skips_the_commit_verification(tmp_p
     # checker replays the traces on layout_sm's own session, which the mutant leaves alone.
     site = ROOT / "tests" / "model_based" / "mutants" / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "tools.chaos", "--seed", "1", "--schedules", "2", "--jobs", "1", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "tools.chaos",
+            "--seed",
+            "1",
+            "--schedules",
+            "2",
+            "--jobs",
+            "1",
+            "--real",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         env={
             **os.environ,

@@ -1,8 +1,9 @@
-"""``python -m tools.chaos``: run seeded fault schedules (``tools.chaos.campaign``) and report them.
+"""``python -m tools.chaos``: seeded fault schedules on the harness (``tools.chaos.campaign``), then on
+real servers (``tools.chaos.real``), every trace checked against the protocol.
 
-Each schedule's seed is ``--seed`` plus its index; a failing one is printed with the command that
-replays it alone. Results: ``<out>/schedules.ndjson`` (one line per schedule) and ``<out>/summary.md``.
-The exit status says whether every schedule held; the time limit is reported beside it.
+Schedule n's seed is ``--seed`` plus n; a failing one is printed with the command that replays it
+alone. Results: ``<out>/schedules.ndjson`` (one line per schedule) and ``<out>/summary.md``. The exit
+status says whether every schedule held; the time budget is reported beside it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import multiprocessing
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tools.chaos import campaign
+from tools.chaos.campaign import Outcome
 
 LIMIT_S = 20 * 60  # the campaign's time budget on this machine, reported (not enforced)
 
@@ -31,76 +34,98 @@ def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, 
         queue.put(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__)
-    parser.add_argument("--seed", type=int, default=1, help="the first schedule's seed (default 1)")
-    parser.add_argument("--schedules", type=int, default=500, help="how many schedules (default 500)")
-    parser.add_argument("--out", type=Path, default=Path("chaos-results"), help="results folder")
-    parser.add_argument("--jobs", type=int, default=2, help="schedules run at once (default 2)")
-    parser.add_argument("--keep", action="store_true", help="keep each schedule's folder (traces, daemon logs)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    campaign.warm_imports()
-    root, model_dir, cfg = campaign.workdir()
-    started = time.monotonic()
-    failed: list[campaign.Outcome] = []
-    kills = 0
-    notes: collections.Counter[str] = collections.Counter()
-    timings: collections.Counter[str] = collections.Counter()
-    seeds = [args.seed + n for n in range(args.schedules)]
-    queue: Any = multiprocessing.get_context("fork").SimpleQueue()
+def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool) -> Iterator[Outcome]:
+    """Each schedule's outcome as it ends, ``jobs`` workers at once."""
+    model_dir, cfg = campaign.model(root)
+    fork = multiprocessing.get_context("fork")
+    queue: Any = fork.SimpleQueue()
     workers = [
-        multiprocessing.get_context("fork").Process(
-            target=_worker, args=(seeds[k :: args.jobs], root, model_dir, cfg, args.keep, queue)
-        )
-        for k in range(args.jobs)
+        fork.Process(target=_worker, args=(seeds[k::jobs], root, model_dir, cfg, keep, queue)) for k in range(jobs)
     ]
     for worker in workers:
         worker.start()
-    with open(args.out / "schedules.ndjson", "w") as log:
-        for n in range(args.schedules):
-            out = queue.get()
-            kills += out.kills
-            for what, seconds in out.timings.items():
-                timings[what] += seconds
-            notes.update(re.sub(r"^E\d+ ", "an engine ", note).split(":")[0] for note in out.notes)
-            log.write(json.dumps(out.__dict__) + "\n")
-            log.flush()
-            verdict = "ok" if out.ok else "FAILED"
-            print(
-                f"[{time.monotonic() - started:7.1f}s] {n + 1}/{args.schedules} seed {out.seed}: {verdict} "
-                f"({len(out.ops)} operations, {out.kills} kill points fired, {out.seconds:.1f} s)",
-                flush=True,
-            )
-            if not out.ok:
-                failed.append(out)
-                print("  " + "\n  ".join(out.ops + out.notes + out.problems), flush=True)
+    for _ in seeds:
+        yield queue.get()
     for worker in workers:
         worker.join()
+
+
+def real_schedules(seeds: list[int], root: Path, keep: bool) -> Iterator[Outcome]:
+    from tools.chaos import real
+
+    for seed in seeds:
+        out = real.run_real_schedule(seed, root / f"real{seed}")
+        if out.ok and not keep:
+            campaign.cleanup(root / f"real{seed}")
+        yield out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__)
+    parser.add_argument("--seed", type=int, default=1, help="the first schedule's seed (default 1)")
+    parser.add_argument("--schedules", type=int, default=500, help="harness schedules (default 500)")
+    parser.add_argument("--real", type=int, default=5, help="schedules on real servers after them (default 5)")
+    parser.add_argument("--out", type=Path, default=Path("chaos-results"), help="results folder")
+    parser.add_argument("--jobs", type=int, default=3, help="harness schedules run at once (default 3)")
+    parser.add_argument("--keep", action="store_true", help="keep each schedule's folder (traces, logs)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    campaign.warm_imports()
+    root = campaign.workdir()
+    started = time.monotonic()
+    failed: list[tuple[str, Outcome]] = []
+    kills: collections.Counter[str] = collections.Counter()
+    notes: collections.Counter[str] = collections.Counter()
+    timings: collections.Counter[str] = collections.Counter()
+    seconds: collections.Counter[str] = collections.Counter()
+    runs = [
+        ("harness", "--schedules 1 --real 0", args.schedules, harness_schedules, (args.jobs, root, args.keep)),
+        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep)),
+    ]
+    with open(args.out / "schedules.ndjson", "w") as log:
+        for kind, replay, count, schedules, extra in runs:
+            part_started = time.monotonic()
+            for n, out in enumerate(schedules([args.seed + n for n in range(count)], *extra)):
+                kills[kind] += out.kills
+                timings.update(out.timings)
+                notes.update(re.sub(r"^E\d+ ", "an engine ", note).split(":")[0] for note in out.notes)
+                log.write(json.dumps({"kind": kind, **out.__dict__}) + "\n")
+                log.flush()
+                print(
+                    f"[{time.monotonic() - started:7.1f}s] {kind} {n + 1}/{count} seed {out.seed}: "
+                    f"{'ok' if out.ok else 'FAILED'} ({len(out.ops)} operations, {out.kills} kills inside "
+                    f"protocol steps, {out.seconds:.1f} s)",
+                    flush=True,
+                )
+                if not out.ok:
+                    failed.append((f"--seed {out.seed} {replay}", out))
+                    print("  " + "\n  ".join(out.ops + out.notes + out.problems), flush=True)
+            seconds[kind] = time.monotonic() - part_started
     elapsed = time.monotonic() - started
     lines = [
         "# make chaos",
         "",
-        f"{args.schedules} schedules (seeds {args.seed}..{args.seed + args.schedules - 1}) in {elapsed:.0f} s "
-        f"({'within' if elapsed <= LIMIT_S else 'OVER'} the {LIMIT_S // 60}-minute budget); "
-        f"{kills} kill points fired inside protocol steps; {len(failed)} failed.",
+        f"{args.schedules} harness schedules in {seconds['harness']:.0f} s ({kills['harness']} kills inside protocol "
+        f"steps) and {args.real} on real servers in {seconds['real']:.0f} s ({kills['real']} kills), seeds from "
+        f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
+        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.",
         "",
         "| what happened | times |",
         "| --- | ---: |",
         *(f"| {what} | {count} |" for what, count in notes.most_common()),
         "",
-        "| where the time went | seconds |",
+        "| where the harness's time went (summed over its workers) | seconds |",
         "| --- | ---: |",
-        *(f"| {what} | {seconds:.1f} |" for what, seconds in timings.most_common()),
+        *(f"| {what} | {s:.1f} |" for what, s in timings.most_common()),
     ]
-    for out in failed:
-        lines += ["", f'## seed {out.seed}: replay with `make chaos CHAOS_ARGS="--seed {out.seed} --schedules 1"`', ""]
+    for replay, out in failed:
+        lines += ["", f'## seed {out.seed}: replay with `make chaos CHAOS_ARGS="{replay} --keep"`', ""]
         lines += [f"- {p}" for p in out.problems]
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[2:3]))
-    for out in failed:
-        print(f'seed {out.seed} failed; replay: make chaos CHAOS_ARGS="--seed {out.seed} --schedules 1 --keep"')
-    if not failed:
+    print(lines[2])
+    for replay, out in failed:
+        print(f'seed {out.seed} failed; replay: make chaos CHAOS_ARGS="{replay} --keep"')
+    if not failed and not args.keep:
         campaign.cleanup(root)
     return 1 if failed else 0
 

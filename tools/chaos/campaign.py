@@ -383,10 +383,14 @@ def warm_imports() -> None:
     import_model_classes("sglang.srt.models")  # cached: a rank resolving the toy's architecture reuses it
 
 
-def workdir() -> tuple[Path, str, toy_moe.ToyMoEConfig]:
+def workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="expert-layout-chaos-"))
+
+
+def model(root: Path) -> tuple[str, toy_moe.ToyMoEConfig]:
+    """The toy model's folder under ``root`` (where the ranks look for it) and its shape."""
     cfg = toy_moe.ToyMoEConfig()
-    root = Path(tempfile.mkdtemp(prefix="expert-layout-chaos-"))
-    return root, write_model_dir(cfg, str(root)), cfg
+    return write_model_dir(cfg, str(root)), cfg
 
 
 def cleanup(root: Path) -> None:
