@@ -30,7 +30,7 @@ from layout_sm.messages import query_request
 from tools.chaos import rank_scripts
 from tools.chaos.rank_scripts import KillPoint
 from tools.harness import toy_moe
-from tools.harness.daemon_proc import DaemonProcess, default_cache_config, request, start_daemon
+from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
 from tools.harness.engine_ranks import RANK_LOG_DIR_ENV, EngineRanks, EngineSpec, RankResult, write_model_dir
 from tools.trace_check import check_all, reports, summary
 
@@ -122,8 +122,6 @@ class World:
     """One schedule's daemons (one per rank) and engines, in a folder of its own."""
 
     def __init__(self, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig) -> None:
-        import torch
-
         self.root = root
         self.cfg = cfg
         self.traces = root / "traces"
@@ -133,15 +131,7 @@ class World:
         initial = toy_moe.trivial_map(cfg)
         self.daemons: list[DaemonProcess] = []
         for rank in range(WORLD):
-            config = default_cache_config(
-                model_path=model_dir,
-                model_arch="Qwen3MoeForCausalLM",
-                tp_size=WORLD,
-                tp_rank=rank,
-                ep_size=WORLD,
-                moe_ep_rank=rank,
-                torch_version=str(torch.__version__),
-            )
+            config = rank_cache_config(model_dir, rank, WORLD)
             self.daemons.append(
                 start_daemon(
                     str(root / f"rank{rank}.sock"),

@@ -8,9 +8,11 @@ rather than between the schedule's operations.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,44 +33,47 @@ class KillPoint:
         return f"SIGKILL its {self.what} after {self.event} #{self.count}"
 
 
-_armed: dict[str, Any] = {}
+_trigger: dict[str, Any] = {}  # the kill point armed now, and how often its event was seen
 
 
 def _arm(kill: KillPoint | None) -> None:
     """Arm ``kill`` for the script about to run (the session's events pass through here)."""
     from layout_sm.session import EngineSession
 
-    if "fire" not in _armed:
+    if "fire" not in _trigger:
         fire = EngineSession._fire
 
         def fire_then_kill(session: Any, table: Any, event: str, **arguments: Any) -> Any:
             result = fire(session, table, event, **arguments)
-            point = _armed.get("kill")
+            point = _trigger.get("kill")
             if point is not None and event == point.event:
-                _armed["seen"] += 1
-                if _armed["seen"] == point.count:
+                _trigger["seen"] += 1
+                if _trigger["seen"] == point.count:
                     os.kill(point.pid, signal.SIGKILL)
             return result
 
         EngineSession._fire = fire_then_kill
-        _armed["fire"] = fire
-    _armed.update(kill=kill, seen=0)
+        _trigger["fire"] = fire
+    _trigger.update(kill=kill, seen=0)
+
+
+@contextlib.contextmanager
+def _armed(kill: KillPoint | None) -> Iterator[None]:
+    _arm(kill)
+    try:
+        yield
+    finally:
+        _arm(None)
 
 
 def start(rank: EngineRank, spec: EngineSpec, kill: KillPoint | None) -> dict[str, Any]:
-    _arm(kill)
-    try:
+    with _armed(kill):
         return rank_scripts.start(rank, spec)
-    finally:
-        _arm(None)
 
 
 def rebalance(rank: EngineRank, phase: int, kill: KillPoint | None) -> dict[str, Any]:
-    _arm(kill)
-    try:
+    with _armed(kill):
         return rank_scripts.rebalance(rank, phase)
-    finally:
-        _arm(None)
 
 
 def report(rank: EngineRank, truth: bool) -> dict[str, Any]:

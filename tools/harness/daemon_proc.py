@@ -86,6 +86,22 @@ def default_cache_config(**overrides: Any) -> dict[str, Any]:
     return config
 
 
+def rank_cache_config(model_dir: str, rank: int, world_size: int) -> dict[str, Any]:
+    """Exactly what sglang's ``IpcModelLoader`` sends for one rank of an EP engine of the toy MoE in
+    ``model_dir`` (``tools.harness.engine_ranks``): a daemon serving it serves those ranks."""
+    import torch
+
+    return default_cache_config(
+        model_path=model_dir,
+        model_arch="Qwen3MoeForCausalLM",
+        tp_size=world_size,
+        tp_rank=rank,
+        ep_size=world_size,
+        moe_ep_rank=rank,
+        torch_version=str(torch.__version__),
+    )
+
+
 @dataclass(frozen=True)
 class DaemonSpec:
     """Everything a daemon process needs; plain values, so it pickles into the child."""

@@ -31,7 +31,7 @@ from layout_sm.messages import query_request
 from tools.demo.harness import rank_scripts
 from tools.demo.results import Results
 from tools.harness import toy_moe
-from tools.harness.daemon_proc import DaemonProcess, default_cache_config, request, start_daemon
+from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
 from tools.harness.engine_ranks import RANK_LOG_DIR_ENV, EngineRanks, EngineSpec, write_model_dir
 
 WORLD = 2
@@ -125,18 +125,7 @@ class Demo:
         self._warming[id(pool)] = self._executor.submit(pool.run, rank_scripts.stop, timeout=self.opt.timeout)
 
     def _daemon_config(self, rank: int) -> dict[str, Any]:
-        import torch
-
-        # Exactly what sglang's IpcModelLoader sends for a rank of a 2-rank EP engine of the toy.
-        return default_cache_config(
-            model_path=self.model_dir,
-            model_arch="Qwen3MoeForCausalLM",
-            tp_size=WORLD,
-            tp_rank=rank,
-            ep_size=WORLD,
-            moe_ep_rank=rank,
-            torch_version=str(torch.__version__),
-        )
+        return rank_cache_config(self.model_dir, rank, WORLD)
 
     def start_pair(self, name: str, kind: str) -> None:
         """Start two daemons (not waiting): ``protocol``, ``plain`` (older daemon) or ``no_record``."""
