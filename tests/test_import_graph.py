@@ -25,6 +25,7 @@ LAYERS: tuple[str, ...] = (
     "tools.realserver",
     "tools.demo",
     "tools.bench",
+    "tools.chaos",  # the fault campaign: the harness, the demo's probes and real servers
 )
 PRODUCT = ("layout_sm", "daemon_adapter", "engine_adapter")
 
