@@ -165,11 +165,13 @@ class World:
         self.engines = [e for e in self.engines if e.alive]
         return self.engines
 
-    def kill_point(self, op: Operation, rank: int, pool_pids: list[int]) -> KillPoint | None:
+    def kill_point(self, op: Operation, rank: int) -> KillPoint | None:
         if op.kill is None or rank != op.rank:
             return None
         event, count, what = op.kill
-        pid = pool_pids[rank] if what == "rank" else self.daemons[rank].pid
+        if what == "rank":
+            return KillPoint(event, count, None, what)
+        pid = self.daemons[rank].pid
         return None if pid is None else KillPoint(event, count, pid, what)
 
     def run_each(
@@ -180,11 +182,9 @@ class World:
     def start_engine(self, op: Operation, out: Outcome) -> Engine | None:
         self.made += 1
         pool = EngineRanks(WORLD, workdir=str(self.root.parent), start_method="fork")
-        pool.run(rank_scripts.stop, timeout=RUN_TIMEOUT_S)  # the ranks exist: their pids are known
-        pids = pool.pids
         spec = self.spec()
         loaded_from = self.daemon_pids()
-        results = self.run_each(pool, rank_scripts.start, lambda r: (spec, self.kill_point(op, r, pids)))
+        results = self.run_each(pool, rank_scripts.start, lambda r: (spec, self.kill_point(op, r)))
         self._count_kill(op, results, out)
         name = f"E{self.made}"
         # A rank whose weights did not load fails sglang's startup: that engine never serves.
@@ -200,10 +200,9 @@ class World:
         return engine
 
     def rebalance(self, engine: Engine, op: Operation, out: Outcome) -> None:
-        pids = engine.pool.pids
         self.phase += 1
         phase = self.phase
-        results = self.run_each(engine.pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r, pids)))
+        results = self.run_each(engine.pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r)))
         self._count_kill(op, results, out)
         _hung(results, out, f"engine {engine.name}'s rebalance")
         moved = [r.value.get("moved") for r in results if r.ok]
@@ -226,13 +225,13 @@ class World:
             if not daemon.alive:
                 daemon.restart()
                 out.notes.append(f"daemon {rank} restarted after its kill")
-        names = sorted(e.name for e in self.live())
+        live = len(self.live())
         deadline = time.monotonic() + timeout
         for daemon in self.daemons:
             while daemon.alive and time.monotonic() < deadline:
                 with contextlib.suppress(OSError):
                     attached = request(daemon.socket_path, query_request()).get("attached") or []
-                    if len(attached) <= len(names):
+                    if len(attached) <= live:
                         break
                 time.sleep(0.02)
 

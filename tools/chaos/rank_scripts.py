@@ -22,11 +22,11 @@ from tools.harness.engine_ranks import EngineRank, EngineSpec
 
 @dataclass(frozen=True)
 class KillPoint:
-    """SIGKILL ``pid`` (this rank process itself, or its daemon) after the ``count``-th ``event``."""
+    """SIGKILL this rank process (``pid`` None) or its daemon (``pid``) after the ``count``-th ``event``."""
 
     event: str
     count: int
-    pid: int
+    pid: int | None
     what: str  # "rank" or "daemon", for the report
 
     def describe(self) -> str:
@@ -49,7 +49,7 @@ def _arm(kill: KillPoint | None) -> None:
             if point is not None and event == point.event:
                 _trigger["seen"] += 1
                 if _trigger["seen"] == point.count:
-                    os.kill(point.pid, signal.SIGKILL)
+                    os.kill(os.getpid() if point.pid is None else point.pid, signal.SIGKILL)
             return result
 
         EngineSession._fire = fire_then_kill

@@ -576,14 +576,10 @@ class EngineRanks:
         self._procs, self._conns = [], []
 
     def close(self) -> None:
+        """Ask every rank to stop (detach) and exit; one still running after 5 s is SIGKILLed."""
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send(None)
         for proc in self._procs:
             proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
-        for conn in self._conns:
-            conn.close()
-        self._procs, self._conns = [], []
+        self.kill()
