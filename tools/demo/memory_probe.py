@@ -120,11 +120,12 @@ def rank_slots(socket_path: str, gates: dict[int, list[Any]], truth: tuple[Path,
 
 class ProbeTrace(TraceFile):
     """A probe's reading of one daemon's memory, as the spec's truth: a start line naming the daemon's
-    socket, then ``truth`` lines as an engine rank's trace writes them."""
+    socket and the probe's engine id (its steps on the daemon are an instrument's, not the protocol's),
+    then ``truth`` lines as an engine rank's trace writes them."""
 
     def __init__(self, directory: Path, socket_path: str) -> None:
         super().__init__(directory, "probe")
-        self._write("start", socket=socket_path)
+        self._write("start", socket=socket_path, engine_id=PROBE_ENGINE_ID)
 
     def truth(self, read_ns: int, first_slot: int, slots: Any) -> None:
         self._write("truth", read_ns=read_ns, done_ns=time.monotonic_ns(), first_slot=first_slot, slots=slots)
