@@ -44,6 +44,7 @@ CONSTANTS
     MaxMoves,        \* bound on the chunks begun in a behaviour
     DaemonRestarts,  \* whether an operator may restart a dirty daemon
     Repairs,         \* the daemons repair a torn move (started with auto repair on)
+    OperatorRepairs, \* an operator may ask a dirty daemon to repair (auto repair on or off)
     RepairMayFail,   \* a repair can fail (a read error, a missing file)
     Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
     Rejoins,         \* a daemon may be lost and start again from disk; engines have it rejoin
@@ -57,10 +58,15 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ MaxMoves \in Nat
        /\ DaemonRestarts \in BOOLEAN
        /\ Repairs \in BOOLEAN
+       /\ OperatorRepairs \in BOOLEAN
        /\ RepairMayFail \in BOOLEAN
        /\ Standbys \subseteq Engines \ Older
        /\ Rejoins \in BOOLEAN
-       /\ Rejoins => Repairs   \* a rejoin is the repair's reload, for every layer
+       /\ Rejoins => Repairs \/ OperatorRepairs   \* a rejoin is the repair's reload, for every layer
+
+(* The daemons can repair: by themselves, or when an operator asks.  A     *)
+(* constant, so that TLC evaluates it once and takes no branch on it.     *)
+CanRepair == Repairs \/ OperatorRepairs
 
 Ranks == 1..NumRanks
 Layers == 1..NumLayers
@@ -583,7 +589,7 @@ RepairedTruth(r) ==
 (* The repair's end tells the parked standbys, when no unparked engine is  *)
 (* attached (Notify): they claim, and adopt the repaired version.           *)
 RepairDone(r) ==
-    /\ Repairs
+    /\ CanRepair
     /\ dphase[r] = "repairing"
     /\ truth' = [truth EXCEPT ![r] = RepairedTruth(r)]
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
@@ -595,7 +601,7 @@ RepairDone(r) ==
 (* and keeps the torn move's information for the message.  The parked      *)
 (* standbys are told: their claim meets the dirty daemon and they fail.     *)
 RepairFails(r) ==
-    /\ Repairs
+    /\ CanRepair
     /\ RepairMayFail
     /\ dphase[r] = "repairing"
     /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
@@ -603,9 +609,10 @@ RepairFails(r) ==
     /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, reb,
                    moves, dpark>>
 
-(* The operator's `expert-layout repair` on a dirty daemon.                  *)
+(* The operator's `expert-layout repair` on a dirty daemon.  The daemon    *)
+(* takes it whether it was started with auto repair or not.               *)
 RepairAgain(r) ==
-    /\ Repairs
+    /\ OperatorRepairs
     /\ dphase[r] = "dirty"
     /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
     /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>

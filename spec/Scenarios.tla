@@ -17,7 +17,7 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, RepairMayFail, Standbys, Rejoins, NONE
+          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
           eserv, eshare, reb, moves, dpark, eclaim,

@@ -121,6 +121,7 @@ class Model:
     daemon_restarts: bool
     repairs: bool = False  # Repairs: the daemons start with auto repair
     repair_may_fail: bool = False  # RepairMayFail
+    operator_repairs: bool = False  # OperatorRepairs: an operator may ask a dirty daemon to repair
     standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
     rejoins: bool = False  # Rejoins: a daemon may be lost; engines have fresh daemons rejoin
     invariants: tuple[str, ...] = ()
@@ -177,6 +178,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         daemon_restarts=const("DaemonRestarts") == "TRUE",
         repairs=const("Repairs") == "TRUE",
         repair_may_fail=const("RepairMayFail") == "TRUE",
+        operator_repairs=const("OperatorRepairs") == "TRUE",
         standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
         rejoins=consts.get("Rejoins") == "TRUE",
         invariants=block("INVARIANT"),
@@ -563,7 +565,8 @@ class System:
     def RepairDone(self, s: SysState, r: int) -> SysState | None:
         """The reload of the torn move's layers ended: their truth is the record's rows again."""
         view = s.daemons[r - 1]
-        if not self.model.repairs or view.phase != "repairing" or view.dirty is None or view.record is None:
+        repairs = self.model.repairs or self.model.operator_repairs
+        if not repairs or view.phase != "repairing" or view.dirty is None or view.record is None:
             return None
         layers = view.dirty.layers
         reply, view2 = self._call(r, view, "repair_done", layers)
@@ -576,15 +579,16 @@ class System:
 
     def RepairFails(self, s: SysState, r: int) -> SysState | None:
         view = s.daemons[r - 1]
-        if not (self.model.repairs and self.model.repair_may_fail) or view.phase != "repairing":
+        repairs = self.model.repairs or self.model.operator_repairs
+        if not (repairs and self.model.repair_may_fail) or view.phase != "repairing":
             return None
         reply, view2 = self._call(r, view, "repair_failed", None)
         return self._notify(replace(s, daemons=self._set_daemon(s, r, view2)), r, tuple(reply.data.get("notified", ())))
 
     def RepairAgain(self, s: SysState, r: int) -> SysState | None:
-        """The operator's ``expert-layout repair`` on a dirty daemon."""
+        """The operator's ``expert-layout repair`` on a dirty daemon (auto repair on or off)."""
         view = s.daemons[r - 1]
-        if not self.model.repairs or view.phase != "dirty":
+        if not self.model.operator_repairs or view.phase != "dirty":
             return None
         reply, view2 = self._call(r, view, "repair", None)
         assert reply.ok, reply
