@@ -5,17 +5,24 @@
 #   make spec-mutants each named rule of the spec broken in a temporary copy, TLC on the small models;
 #                     the table goes to docs/spec-mutants.md (SPEC_MUTANTS=a,b runs some only)
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
+#   make check-traces TLC (spec/TraceLayoutProtocol.tla) and the Python checker on a run's daemon traces:
+#                     TRACES=folder... (the demo's by default); exit 2, saying so, without TLC
 #   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs: dumped here
 #                     when TLC runs here, else ../shared/tlc/<Model>.dot.gz (refused when stale)
 SPEC_MODELS := MCSmall MCFull MCChunks MCRepair MCRepairFails MCStandby MCTwoStandbys MCStandbyRepair MCRejoin
 TRACE_MODELS := MCSmall MCFull MCStandby MCRejoin  # the models with committed suites (tests/model_based/suites.py)
 SPEC_MUTANTS ?=
 
-.PHONY: check-spec check-model traces witnesses spec-mutants
+TRACES ?= demo-results/logs
+
+.PHONY: check-spec check-model check-traces traces witnesses spec-mutants
 
 check-spec: $(STAMP)  ## TLC on every model and witness (needs Java and TLA2TOOLS_JAR; says what is missing otherwise)
 	$(PY) -m tools.mirror.check_spec --spec-dir spec $(foreach m,$(SPEC_MODELS),--model $(m)) \
 	  --witnesses --traces build/witnesses
+
+check-traces: $(STAMP)  ## TLC and the Python checker on a run's traces, same verdict (TRACES=folder...; needs TLC)
+	$(PY) -m tools.mirror.trace_tla $(TRACES)
 
 witnesses: $(STAMP)  ## TLC's witnesses again, their traces written to tests/model_based/witnesses/
 	$(PY) -m tools.mirror.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses

@@ -32,8 +32,10 @@ INTRO = (
 
 def trace_row(logs: Any) -> Any:
     """Every daemon and engine rank of the run wrote its protocol trace (``RunDir``); each must replay on
-    the protocol's machines, and every answer a rank took must be its daemon's (``tools.trace_check``)."""
+    the protocol's machines, and every answer a rank took must be its daemon's (``tools.trace_check``).
+    Where TLC is here, it must give each run's daemon traces the same verdict (``tools.mirror.trace_tla``)."""
     from tools.demo import results
+    from tools.mirror.trace_tla import compare
     from tools.trace_check import check_all, reports, summary
 
     verdicts = check_all([logs])
@@ -41,7 +43,25 @@ def trace_row(logs: Any) -> Any:
     engines = [v for v in verdicts if v.kind == "engine"]
     bad = [v for v in verdicts if not v.ok]
     observed = summary(verdicts) + ("" if not bad else "\n" + reports(bad))
-    expected = "every trace is a behaviour of the protocol (python -m tools.trace_check)"
+    expected = (
+        "every trace is a behaviour of the protocol (python -m tools.trace_check), and TLC says so too "
+        "where it is here (make check-traces)"
+    )
+    runs, why = compare([logs])
+    checked = [c for c in runs if c.tlc is not None]
+    if checked:
+        observed += (
+            f"; TLC on the daemon traces of {len(checked)} runs: "
+            + ("the same verdict, a behaviour" if all(c.ok for c in checked) else "NOT all a behaviour")
+            + f" ({sum(c.tlc.distinct or 0 for c in checked if c.tlc)} distinct states, "
+            f"{sum(c.tlc.seconds for c in checked if c.tlc):.1f} s)"
+        )
+        for c in checked:
+            if c.tlc is not None and c.tlc.report:
+                observed += "\n" + c.tlc.report
+    else:
+        observed += f"; TLC not run here ({why.splitlines()[0]})"
+    disagree = [c for c in runs if not c.ok]
     numbers = {
         "traces": len(daemons),
         "steps": sum(v.steps for v in daemons),
@@ -51,8 +71,10 @@ def trace_row(logs: Any) -> Any:
         "engine_steps": sum(v.steps for v in engines),
         "answers_matched": sum(v.matched for v in verdicts),
         "check_s": round(sum(v.seconds for v in verdicts), 3),
+        "tlc_runs": len(checked),
+        "tlc_s": round(sum(c.tlc.seconds for c in checked if c.tlc), 1),
     }
-    return results.Row("T", "protocol traces", expected, observed, numbers, bool(daemons) and not bad)
+    return results.Row("T", "protocol traces", expected, observed, numbers, bool(daemons) and not bad and not disagree)
 
 
 def main(argv: list[str] | None = None) -> int:

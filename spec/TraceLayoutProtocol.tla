@@ -1,0 +1,109 @@
+------------------------- MODULE TraceLayoutProtocol -------------------------
+(***************************************************************************)
+(* Trace validation: are the daemons' traces of a real run a behaviour of *)
+(* LayoutProtocol?  In the style of etcd's Traceetcdraft.tla, after        *)
+(* Cirstea, Kuppe, Loillier and Merz, "Validating Traces of Distributed    *)
+(* Programs Against TLA+ Specifications" (2024).                           *)
+(*                                                                         *)
+(* Log[r] is daemon r's steps in the order it took them, written by        *)
+(* tools.mirror.trace_tla as a generated module (standard modules only).  Each   *)
+(* logged step is the spec's action of the same name on that daemon, with *)
+(* the engine the trace names, and every variable of that daemon that the *)
+(* trace logs must equal the spec's after it: phase, version, pending      *)
+(* move, attachments, parked standbys and the non-following flag.  The    *)
+(* daemons' logs interleave as TLC finds: no clock orders them.  The       *)
+(* engines' own steps (agreement, decisions, moves, crashes) are not       *)
+(* logged here: they are left to the spec and interleave freely.           *)
+(*                                                                         *)
+(* Why no clock: the spec takes an engine's per-rank steps in rank order, *)
+(* a reduction (the ranks are symmetric), while real ranks send them at    *)
+(* once and rank 2's may land first.  Requests to different daemons with   *)
+(* no collective between them commute, so the check asks for some order   *)
+(* of the daemons' steps, each daemon's own order kept.                    *)
+(*                                                                         *)
+(* One more step than the spec's: a request from an engine that the spec *)
+(* has already ended, which changes none of the daemon's variables (a      *)
+(* refusal, or a fetch served to an attached engine).  The spec ends an    *)
+(* engine at once (its other rank refused first, or the daemon it maps     *)
+(* lost), while its other real ranks may still send what they had begun.  *)
+(* It is a stuttering step of the spec.                                    *)
+(*                                                                         *)
+(* What is not logged here: the map (the spec's two permutations per       *)
+(* layer are not a real EPLB map; tools.trace_check holds the digests),   *)
+(* and the notices, fetches served and memory readings, which are not     *)
+(* steps of the spec (a notice is part of the step that decided it).       *)
+(*                                                                         *)
+(* TraceAccepted is an invariant that fails exactly when every log was     *)
+(* matched: TLC's "violated" is the verdict "a behaviour".                *)
+(***************************************************************************)
+EXTENDS LayoutProtocol
+
+CONSTANT Log  \* Log[r]: daemon r's steps, a sequence of records (see Logged)
+
+VARIABLE pos  \* pos[r]: how many steps of Log[r] the behaviour has taken
+
+traceVars == <<vars, pos>>
+
+(* A logged step's record: ev, the event; eng, the engine it names;       *)
+(* cands, the engines that may have sent a fetch without a claim (an older *)
+(* engine, or an engine whose fetch hook is missing); ans, the answer in   *)
+(* the spec's words; then the daemon's variables after the step.          *)
+Matches(r, l) ==
+    /\ dphase'[r] = l.ph
+    /\ dver'[r] = l.ver
+    /\ dpend'[r] = l.pend
+    /\ datt'[r] = l.att
+    /\ dpark'[r] = l.park
+    /\ dnf'[r] = l.nf
+
+Logged(r, l) ==
+    CASE l.ev = "attach"      -> Attach(l.eng, r)
+      [] l.ev = "fetch"       -> \E e \in l.cands :
+                                    /\ Fetch(e, r)
+                                    /\ (r \in eserv'[e]) = (l.ans = "served")
+      [] l.ev = "begin"       -> Begin(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+      [] l.ev = "abort"       -> Abort(l.eng, r)
+      [] l.ev = "commit"      -> Commit(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+      [] l.ev = "detach"      -> Detach(r, l.eng)
+      [] l.ev = "park"        -> Park(l.eng, r)
+      [] l.ev = "claim"       -> Claim(l.eng, r) /\ eclaim'[l.eng][r] = l.ans
+      [] l.ev = "rejoin"      -> /\ AskRejoin(l.eng, r)
+                                 /\ efind'[l.eng][r].found = IF l.ans = "granted" THEN "wait" ELSE "refused"
+      [] l.ev = "repair"      -> RepairAgain(r)
+      [] l.ev = "repair_done" -> RepairDone(r)
+      [] l.ev = "repair_failed" -> RepairFails(r)
+      [] l.ev = "restart"     -> Lose(r) \/ Restart(r)
+
+(* A request of an engine the spec has ended, changing nothing.           *)
+LateRequest(l) ==
+    /\ l.ev \in {"fetch", "begin", "commit", "claim"}
+    /\ \E e \in l.cands : Gone(e)
+    /\ UNCHANGED vars
+
+(* Every step of the protocol that is not a daemon's request.  A poll is a *)
+(* read of the daemon and changes none of its variables.                   *)
+Unlogged ==
+    \/ \E e \in Engines, r \in Ranks : Poll(e, r) \/ Timeout(e, r)
+    \/ \E e \in Engines : Agree(e) \/ Decide(e) \/ Committed(e) \/ Verify(e) \/ Promote(e) \/ Crash(e)
+    \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
+    \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
+
+TraceInit ==
+    /\ Init
+    /\ pos = [r \in Ranks |-> 0]
+
+TraceNext ==
+    \/ \E r \in Ranks :
+          /\ pos[r] < Len(Log[r])
+          /\ LET l == Log[r][pos[r] + 1] IN
+                /\ Logged(r, l) \/ LateRequest(l)
+                /\ Matches(r, l)
+          /\ pos' = [pos EXCEPT ![r] = @ + 1]
+    \/ /\ Unlogged
+       /\ UNCHANGED pos
+
+TraceSpec == TraceInit /\ [][TraceNext]_traceVars
+
+(* Violated exactly when every log was taken: the verdict "a behaviour".   *)
+TraceAccepted == \E r \in Ranks : pos[r] < Len(Log[r])
+=============================================================================

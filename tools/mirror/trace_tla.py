@@ -1,0 +1,429 @@
+"""``python -m tools.mirror.trace_tla PATH...``: TLC on the daemons' traces, beside ``tools.trace_check``.
+
+For each daemon socket of a run (its traces, one per process, in the order they started), a TLA+
+module is generated that holds the daemon's steps as a sequence of records, and TLC checks
+``spec/TraceLayoutProtocol.tla`` on it: some behaviour of the whole protocol takes exactly those
+steps on that daemon, in that order, each ending in the logged phase, version, pending move,
+attachments, parked standbys and non-following flag. The engines' own steps and the other daemons'
+are left to the spec. Only the standard modules are needed.
+
+How a real trace becomes the spec's (``spec/README.md``, "Traces of real runs"):
+- ranks: a socket's rank is the one the engine ranks' start lines give it (else its name's order);
+- layers: real layer ``l`` is the spec's ``l + 1``; a begin's layers are its chunk;
+- a daemon started again on the same socket is the spec's ``Lose`` (or ``Restart`` of a dirty
+  daemon nobody uses): its record is back at version 0 with no attachment;
+- a fetch without a claim (sglang without the plugin, or a plugin whose fetch hook is missing) is a
+  fetch by an older engine of its own, or by an engine attached at the time: TLC chooses;
+- the memory probe (its ``probe-*.ndjson`` names its engine) reads the spec's ``truth``: its
+  attach, fetch and detach are an instrument's, not the protocol's, and are left out with its
+  attachment; ``tools.trace_check`` holds its readings against the record;
+- ``fetch_served`` and ``notice_sent`` lines are no steps of the spec (``tools.trace_check`` checks
+  that each was owed);
+- the maps are not logged: the spec's maps are two permutations a layer, a real map is what EPLB
+  chose, and ``tools.trace_check`` holds the digests.
+
+The constants come from the run: its engines (the standbys from their start lines or their parks),
+the chunks and the number of begins, auto repair, and whether a daemon restarted or a repair failed;
+``OperatorRepairs`` is TRUE, as every real daemon takes an operator's repair.
+
+TLC's "invariant TraceAccepted is violated" is the verdict "a behaviour". Otherwise every state TLC
+reached is dumped, and the report gives one that took the most logged steps with the step each
+daemon had next: none of them is a step of the spec from there. Exit status 0 when both checkers
+accept every trace, 1 when either rejects one or they disagree, 2 when TLC is missing (the Python
+checker's verdict is still printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools import REPO_DIR
+from tools.mirror.check_spec import find_jar, parse_stdout
+from tools.trace_check import _by_socket, _read, check_all, trace_files
+
+SPEC = REPO_DIR / "spec"
+# Answers in the spec's words, by event and the daemon's status.
+_BEGIN = {"ok": "ok", "busy": "busy"}
+_CLAIM = {"ok": "granted", "busy": "taken"}
+
+
+@dataclass
+class DaemonLog:
+    """One socket's steps in the spec's terms, with where each came from."""
+
+    socket: str
+    rank: int  # the spec's rank, from 1
+    records: list[str] = field(default_factory=list)  # TLA+ record literals
+    origins: list[str] = field(default_factory=list)  # "file:seq event" of each record
+    engines: set[str] = field(default_factory=set)
+    older: list[str] = field(default_factory=list)
+    standbys: set[str] = field(default_factory=set)
+    chunks: set[frozenset[int]] = field(default_factory=set)
+    begins: int = 0
+    auto_repair: bool = True
+    lacks_record: bool = False
+    restarted: bool = False
+    repair_failed: bool = False
+    num_layers: int = 0
+
+
+def _string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a TLA+ string for the characters ids use
+
+
+def _set(values: Iterable[Any]) -> str:
+    return "{" + ", ".join(sorted(_string(v) if isinstance(v, str) else str(v) for v in values)) + "}"
+
+
+def _move(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "NONE"
+    layers = _set(layer + 1 for layer in info["layers"])
+    return f"[mover |-> {_string(info['engine_id'])}, layers |-> {layers}, base |-> {info['base_version']}]"
+
+
+def _record(event: str, engine: str, cands: Iterable[str], answer: str, after: dict[str, Any], probes: set[str]) -> str:
+    phase = after["phase"]
+    info = {"pending": after.get("pending"), "dirty": after.get("dirty"), "repairing": after.get("repairing")}.get(
+        phase
+    )
+    attached = set(after.get("attached", ())) - probes
+    return (
+        f'[ev |-> "{event}", eng |-> {_string(engine)}, cands |-> {_set(cands)}, ans |-> "{answer}", '
+        f'ph |-> "{phase}", ver |-> {after.get("version") or 0}, pend |-> {_move(info)}, '
+        f"att |-> {_set(attached)}, park |-> {_set(after.get('parked', ()))}, "
+        f"nf |-> {'TRUE' if after.get('non_following_seen') else 'FALSE'}]"
+    )
+
+
+def _engine_of(line: dict[str, Any]) -> str:
+    payload = line.get("payload") or {}
+    if line["event"] == "fetch":
+        return (payload.get("claim") or {}).get("engine_id", "")
+    return payload.get("engine_id", "")
+
+
+def _answer(event: str, answer: Any) -> str:
+    status = answer.get("status") if isinstance(answer, dict) else None
+    if event == "begin":
+        return _BEGIN.get(status, "refused")
+    if event == "commit":
+        return "committed" if status == "ok" else "commit_refused"
+    if event == "claim":
+        return _CLAIM.get(status, "refused")
+    if event in ("fetch",):
+        return "served" if status == "ok" else "refused"
+    if event == "rejoin":
+        return "granted" if status == "ok" else "refused"
+    return ""
+
+
+def daemon_log(
+    socket: str, rank: int, runs: Sequence[tuple[Path, list[dict[str, Any]]]], probes: set[str]
+) -> DaemonLog:
+    """One socket's daemon traces as the spec's steps. The k-th fetch without a claim on each daemon is
+    older engine k's (its ranks fetch at once, one from each daemon), or an attached engine's."""
+    log = DaemonLog(socket, rank)
+    first = runs[0][1][0]
+    log.auto_repair = bool(first.get("auto_repair", True))
+    log.lacks_record = first.get("rows") is None
+    attached: set[str] = set()
+    for n, (path, lines) in enumerate(runs):
+        for line in lines:
+            kind = line.get("kind")
+            if kind == "start":
+                if line.get("rows") is not None:
+                    log.num_layers = len(line["rows"])
+                if n == 0 and line is lines[0]:
+                    continue
+                log.restarted = True
+                after = {"phase": "clean" if line.get("rows") is not None else "no_record", "version": 0}
+                log.records.append(_record("restart", "", (), "", after, probes))
+                log.origins.append(f"{path.name}:{line['seq']} start")
+                attached = set()
+                continue
+            if kind != "step":
+                continue  # fetch_served, notice_sent: checked by tools.trace_check, no step of the spec
+            event, engine = line["event"], _engine_of(line)
+            if engine in probes:
+                continue
+            cands: set[str] = {engine} if engine else set()
+            if event == "fetch" and not engine:
+                older = f"older-{len(log.older) + 1}"
+                log.older.append(older)
+                cands = {older} | attached
+            if event == "begin":
+                log.begins += 1
+                log.chunks.add(frozenset(layer + 1 for layer in line["payload"]["layers"]))
+            if event == "park":
+                log.standbys.add(engine)
+            if event == "repair_failed":
+                log.repair_failed = True
+            if engine:
+                log.engines.add(engine)
+            log.records.append(_record(event, engine, cands, _answer(event, line["answer"]), line["after"], probes))
+            log.origins.append(f"{path.name}:{line['seq']} {event}")
+            attached = set(line["after"].get("attached", ())) - probes
+    return log
+
+
+@dataclass
+class Run:
+    """One run's daemons (a folder of traces): their logs, by rank, and what their check shares."""
+
+    folder: Path
+    logs: list[DaemonLog]
+    num_layers: int
+    engines: set[str]
+    older: set[str]
+    standbys: set[str]
+    lacking: set[int]
+    restarts: bool
+    repair_may_fail: bool
+    auto_repair: bool
+    rejoins: bool
+
+    @property
+    def steps(self) -> int:
+        return sum(len(log.records) for log in self.logs)
+
+
+def _flag(value: bool) -> str:
+    return "TRUE" if value else "FALSE"
+
+
+def module(run: Run) -> tuple[str, str]:
+    """The generated root module and its configuration."""
+    logs = []
+    for log in run.logs:
+        records = log.records
+        logs.append("<<\n      " + ",\n      ".join(records) + "\n    >>" if records else "<<>>")
+    chunks = {c for log in run.logs for c in log.chunks}
+    tla = (
+        "---- MODULE TraceRun ----\n"
+        f"\\* Generated by tools.mirror.trace_tla from the daemon traces in {run.folder}.\n"
+        "EXTENDS TraceLayoutProtocol\n"
+        f"RunEngines == {_set(run.engines)}\n"
+        f"RunOlder == {_set(run.older)}\n"
+        f"RunStandbys == {_set(run.standbys)}\n"
+        f"RunLacking == {_set(run.lacking)}\n"
+        "RunChunks == {" + ", ".join(_set(c) for c in sorted(chunks, key=sorted)) + "}\n"
+        "RunLog == <<\n    " + ",\n    ".join(logs) + "\n  >>\n"
+        "====\n"
+    )
+    cfg = (
+        "CONSTANTS\n"
+        f"    NumRanks = {len(run.logs)}\n    NumLayers = {run.num_layers}\n"
+        "    Engines <- RunEngines\n    Older <- RunOlder\n    MayLackRecord <- RunLacking\n"
+        f"    Chunks <- RunChunks\n    MaxMoves = {max((log.begins for log in run.logs), default=0)}\n"
+        f"    DaemonRestarts = {_flag(run.restarts)}\n    Repairs = {_flag(run.auto_repair)}\n"
+        "    OperatorRepairs = TRUE\n"
+        f"    RepairMayFail = {_flag(run.repair_may_fail)}\n    Standbys <- RunStandbys\n"
+        f"    Rejoins = {_flag(run.rejoins)}\n    NONE = NONE\n    Log <- RunLog\n"
+        "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
+    )
+    return tla, cfg
+
+
+def runs(paths: Sequence[Path]) -> list[Run]:
+    """Each folder's run: its daemons' logs (one per socket, by rank) and the constants of its check."""
+    found = []
+    for folder in sorted({p.parent for p in trace_files(paths)}):
+        daemons = {p: _read(p) for p in trace_files([folder]) if p.parent == folder}
+        engines = {p: _read(p) for p in trace_files([folder], "engine-*.ndjson") if p.parent == folder}
+        probes = {p: _read(p) for p in trace_files([folder], "probe-*.ndjson") if p.parent == folder}
+        probe_ids = {lines[0].get("engine_id", "") for lines in probes.values() if lines} - {""}
+        ranks: dict[str, int] = {}
+        standbys: set[str] = set()
+        rejoins = True
+        for lines in engines.values():
+            start = lines[0] if lines else {}
+            if start.get("kind") == "start":
+                ranks.setdefault(start["socket"], start["rank"] + 1)
+                if start.get("standby"):
+                    standbys.add(start["engine_id"])
+                rejoins = rejoins and bool((start.get("layout") or {}).get("rejoins", True))
+        sockets = _by_socket(daemons)
+        for n, socket in enumerate(sorted(sockets)):
+            ranks.setdefault(socket, n + 1)
+        logs = sorted((daemon_log(s, ranks[s], r, probe_ids) for s, r in sockets.items()), key=lambda log: log.rank)
+        if [log.rank for log in logs] != list(range(1, len(logs) + 1)):
+            raise ValueError(
+                f"{folder}: the daemons' ranks are {[log.rank for log in logs]}: a rank's trace is missing"
+            )
+        auto = all(log.auto_repair for log in logs)
+        restarted = any(log.restarted for log in logs)
+        found.append(
+            Run(
+                folder=folder,
+                logs=logs,
+                num_layers=max((log.num_layers for log in logs), default=1) or 1,
+                engines=set().union(*(log.engines | set(log.older) for log in logs)),
+                older=set().union(*(set(log.older) for log in logs)),
+                standbys=standbys | set().union(*(log.standbys for log in logs)),
+                lacking={log.rank for log in logs if log.lacks_record},
+                restarts=restarted,
+                repair_may_fail=any(log.repair_failed for log in logs),
+                auto_repair=auto,
+                rejoins=rejoins and restarted,
+            )
+        )
+    return found
+
+
+@dataclass
+class TlcVerdict:
+    folder: Path
+    steps: int
+    accepted: bool
+    distinct: int | None
+    seconds: float
+    report: str = ""
+
+
+_STATE = re.compile(r"^State \d+:\n(.*?)(?:\n\n|\Z)", re.M | re.S)
+# The variables a report shows of the state TLC got furthest in: the daemons' and the engines' phases.
+_SHOWN = ("pos", "dphase", "dver", "dpend", "datt", "dpark", "dnf", "ephase")
+
+
+def _values(state: str) -> dict[str, str]:
+    """One state of TLC's dump: each variable's value, on one line."""
+    return {
+        name: " ".join(value.split())
+        for name, value in (part.split(" = ", 1) for part in ("\n" + state.strip()).split("\n/\\ ")[1:])
+    }
+
+
+def _tlc(jar: Path, run: Run, work: Path) -> tuple[bool, str]:
+    """TLC on the run's logs, every state it reached dumped: (accepted, TLC's stdout)."""
+    tla, cfg = module(run)
+    (work / "TraceRun.tla").write_text(tla)
+    (work / "TraceRun.cfg").write_text(cfg)
+    cmd = ["java", "-XX:+UseParallelGC", "-cp", str(jar), "tlc2.TLC", "-workers", "1", "-deadlock"]
+    cmd += ["-config", "TraceRun.cfg", "-metadir", str(work / "states"), "-noGenerateSpecTE"]
+    cmd += ["-dump", str(work / "reached"), "TraceRun.tla"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    if "Invariant TraceAccepted is violated" in text:
+        return True, text
+    if "Model checking completed. No error has been found." not in text:
+        raise RuntimeError(f"TLC did not run the traces of {run.folder}:\n" + "\n".join(text.splitlines()[-30:]))
+    return False, text
+
+
+def _furthest(run: Run, dump: Path) -> str:
+    """Where no behaviour goes on: a reached state that took the most logged steps, and the step of each
+    daemon that was due there (none of them is enabled from any state with those positions)."""
+    best: tuple[int, dict[str, str]] = (-1, {})
+    for match in _STATE.finditer(dump.read_text()):
+        values = _values(match.group(1))
+        taken = sum(int(n) for n in re.findall(r"\d+", values.get("pos", "")))
+        if taken > best[0]:
+            best = (taken, values)
+    taken, values = best
+    positions = [int(n) for n in re.findall(r"\d+", values.get("pos", ""))]
+    due = [
+        f"  rank {log.rank}'s step {n + 1} ({log.origins[n]}): {log.records[n]}"
+        for log, n in zip(run.logs, positions, strict=False)
+        if n < len(log.records)
+    ]
+    shown = "\n    ".join(f"{name} = {values[name]}" for name in _SHOWN if name in values)
+    return (
+        f"{run.folder}: no behaviour of the spec takes more than {taken} of the {run.steps} logged steps; "
+        f"from every state that took these, none takes the step each daemon had next:\n"
+        + "\n".join(due)
+        + f"\n  a state TLC reached there:\n    {shown}"
+    )
+
+
+def check_with_tlc(jar: Path, run: Run) -> TlcVerdict:
+    """TLC's verdict on one run's daemon logs; on a rejection, the steps due where it got furthest."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trace-tla-") as tmp:
+        work = Path(tmp)
+        for name in ("LayoutProtocol.tla", "TraceLayoutProtocol.tla"):
+            shutil.copy(SPEC / name, work / name)
+        accepted, text = _tlc(jar, run, work)
+        verdict = TlcVerdict(run.folder, run.steps, accepted, parse_stdout("TraceRun", text).distinct, 0.0)
+        if not accepted:
+            verdict.report = _furthest(run, work / "reached.dump")
+    verdict.seconds = time.monotonic() - started
+    return verdict
+
+
+@dataclass
+class Comparison:
+    """One run: the Python checker's verdict on its daemon traces and their answers, and TLC's."""
+
+    run: Run
+    python_ok: bool
+    tlc: TlcVerdict | None  # None: TLC is not here
+
+    @property
+    def ok(self) -> bool:
+        """Both say "a behaviour" (the Python checker alone where TLC is not here)."""
+        return self.python_ok and (self.tlc is None or self.tlc.accepted)
+
+    def line(self) -> str:
+        said = f"{self.run.folder}: {len(self.run.logs)} daemons, {self.run.steps} steps; python: " + (
+            "behaviour" if self.python_ok else "NOT"
+        )
+        if self.tlc is None:
+            return said
+        same = self.tlc.accepted == self.python_ok
+        return (
+            f"{said}; TLC: {'behaviour' if self.tlc.accepted else 'NOT'} ({self.tlc.distinct} distinct states, "
+            f"{self.tlc.seconds:.1f} s)" + ("" if same else "  <- the checkers DISAGREE")
+        )
+
+
+def compare(paths: Sequence[Path], keep: Path | None = None) -> tuple[list[Comparison], str]:
+    """Both checkers on every run under ``paths``; ``keep``: write each generated module there. Also
+    returns where TLC came from, or what is missing."""
+    python = [v for v in check_all(paths) if v.kind != "engine"]
+    jar, why = find_jar()
+    found = []
+    for run in runs(paths):
+        python_ok = all(v.ok for v in python if v.path == run.folder or v.path.parent == run.folder)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            tla_text, cfg = module(run)
+            stem = "-".join(run.folder.parts[-2:])
+            (keep / f"{stem}.tla").write_text(tla_text)
+            (keep / f"{stem}.cfg").write_text(cfg)
+        found.append(Comparison(run, python_ok, None if jar is None else check_with_tlc(jar, run)))
+    return found, why
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.mirror.trace_tla", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="folders of a run's traces (daemon-*.ndjson ...)")
+    parser.add_argument("--keep", type=Path, help="write each run's generated module and .cfg into this folder")
+    args = parser.parse_args(argv)
+    found, why = compare(args.paths, args.keep)
+    if not found:
+        print(f"trace_tla: no daemon trace under {', '.join(map(str, args.paths))}")
+        return 1
+    for comparison in found:
+        print(comparison.line())
+        if comparison.tlc is not None and comparison.tlc.report:
+            print(comparison.tlc.report)
+    if any(c.tlc is None for c in found):
+        print(f"trace_tla: TLC not run: {why}")
+        return 1 if not all(c.python_ok for c in found) else 2
+    return 0 if all(c.ok for c in found) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
