@@ -50,7 +50,7 @@ from typing import Any
 from tools import REPO_DIR
 from tools.mirror.check_spec import find_jar, parse_stdout
 from tools.mirror.values import ModelValue, Record, Value, tlc_text
-from tools.trace_check import _by_socket, _read, check_all, trace_files
+from tools.trace_check import Verdict, _by_socket, _read, check_all, trace_files
 
 SPEC = REPO_DIR / "spec"
 NONE = ModelValue("NONE")
@@ -382,10 +382,13 @@ class Comparison:
         )
 
 
-def compare(paths: Sequence[Path], keep: Path | None = None) -> tuple[list[Comparison], str]:
-    """Both checkers on every run under ``paths``; ``keep``: write each generated module there. Also
-    returns where TLC came from, or what is missing."""
-    python = [v for v in check_all(paths) if v.kind != "engine"]
+def compare(
+    paths: Sequence[Path], keep: Path | None = None, verdicts: Sequence[Verdict] | None = None
+) -> tuple[list[Comparison], str]:
+    """Both checkers on every run under ``paths``; ``keep``: write each generated module there;
+    ``verdicts``: the Python checker's on ``paths``, where the caller has them. Also returns where TLC
+    came from, or what is missing."""
+    python = [v for v in (check_all(paths) if verdicts is None else verdicts) if v.kind != "engine"]
     jar, why = find_jar()
     found = []
     for run in runs(paths):

@@ -47,7 +47,7 @@ def trace_row(logs: Any) -> Any:
         "every trace is a behaviour of the protocol (python -m tools.trace_check), and TLC says so too "
         "where it is here (make check-traces)"
     )
-    runs, why = compare([logs])
+    runs, why = compare([logs], verdicts=verdicts)
     checked = [c for c in runs if c.tlc is not None]
     if checked:
         observed += (
