@@ -31,7 +31,15 @@ from tools.chaos import rank_scripts
 from tools.chaos.rank_scripts import KillPoint
 from tools.harness import toy_moe
 from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
-from tools.harness.engine_ranks import RANK_LOG_DIR_ENV, EngineRanks, EngineSpec, RankResult, write_model_dir
+from tools.harness.engine_ranks import (
+    RANK_LOG_DIR_ENV,
+    EngineRanks,
+    EngineSpec,
+    RankResult,
+    install_recorder_stand_in,
+    select_plugins,
+    write_model_dir,
+)
 from tools.trace_check import check_all, reports, summary
 
 WORLD = 2
@@ -355,8 +363,9 @@ def _recover(world: World, out: Outcome) -> None:
 
 
 def warm_imports() -> None:
-    """Import what a rank imports, so that each forked rank starts without sglang's seconds of imports;
-    no torch op runs here (a forked child cannot use its parent's thread pools)."""
+    """Import what a rank imports and apply the hooks it applies, so that each forked rank starts
+    without sglang's seconds of imports and hook patching; no torch op runs here (a forked child
+    cannot use its parent's thread pools)."""
     import sglang.srt.configs.model_config
     import sglang.srt.distributed.parallel_state
     import sglang.srt.eplb.eplb_manager
@@ -364,12 +373,18 @@ def warm_imports() -> None:
     import sglang.srt.model_executor.model_runner
     import sglang.srt.plugins
     import sglang.srt.server_args
-    import sglang.srt.weight_cache.ipc_loader  # noqa: F401
+    import sglang.srt.weight_cache.ipc_loader
     from sglang.srt.models.registry import import_model_classes
 
     import engine_adapter.plugin  # noqa: F401
 
     import_model_classes("sglang.srt.models")  # cached: a rank resolving the toy's architecture reuses it
+    # sglang's apply_hooks walks every loaded module per target, most of a rank's start: done here once.
+    # A rank's own load_plugins() is then a no-op, and the set is the one a rank would apply (called from
+    # a harness module, the plugin registers an engine process's hooks).
+    select_plugins()
+    sglang.srt.plugins.load_plugins()
+    install_recorder_stand_in()
 
 
 def workdir() -> Path:

@@ -70,6 +70,31 @@ from tools.harness.toy_moe import ToyMoEConfig
 RANK_LOG_DIR_ENV = "EXPERT_LAYOUT_RANK_LOG_DIR"
 
 
+def select_plugins() -> None:
+    """Only this project's plugin, where the caller did not pick the plugins itself."""
+    os.environ.setdefault("SGLANG_PLUGINS", "expert_layout")
+
+
+_recorder_stand_in = False
+
+
+def install_recorder_stand_in() -> None:
+    """sglang's recorder gatherers need a GPU: its constructor hands out the stand-in instead. Once a
+    process (a caller that installs it before forking ranks spares each rank sglang's apply_hooks)."""
+    global _recorder_stand_in
+    if _recorder_stand_in:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(
+        "sglang.srt.eplb.expert_distribution.ExpertDistributionRecorder.init_new",
+        lambda *args, **kwargs: FakeExpertDistributionRecorder(None),
+        HookType.REPLACE,
+    )
+    HookRegistry.apply_hooks()
+    _recorder_stand_in = True
+
+
 def _output_to_file(path: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for std in (1, 2):
@@ -210,15 +235,7 @@ class EngineRank:
             world_size=self.world_size, rank=self.rank, local_rank=self.rank, backend="gloo"
         )
         self._world = parallel_state.get_world_group()
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-        # sglang's recorder gatherers need a GPU: its constructor hands out the stand-in instead.
-        HookRegistry.register(
-            "sglang.srt.eplb.expert_distribution.ExpertDistributionRecorder.init_new",
-            lambda *args, **kwargs: FakeExpertDistributionRecorder(None),
-            HookType.REPLACE,
-        )
-        HookRegistry.apply_hooks()
+        install_recorder_stand_in()
 
     def _publish(self, spec: EngineSpec) -> Any:
         from sglang.srt import runtime_context as rc
@@ -426,7 +443,7 @@ class EngineRank:
 def _rank_main(rank: int, world_size: int, init_method: str, workdir: str, conn: Any) -> None:
     if os.environ.get(RANK_LOG_DIR_ENV):
         _output_to_file(os.path.join(os.environ[RANK_LOG_DIR_ENV], f"engine-rank{rank}.log"))
-    os.environ.setdefault("SGLANG_PLUGINS", "expert_layout")  # only this project's plugin
+    select_plugins()
     er = EngineRank(rank, world_size, workdir)
     try:
         er._join_world(init_method)
