@@ -5,15 +5,19 @@ at points drawn from the seed.
 A schedule is drawn from its seed alone (``draw``), before it runs, so the printed seed replays it.
 Its operations name engines by age (the newest, the oldest live one), and one whose engine is
 gone is skipped. After every operation each live engine must route with the memory it maps
-(its map's expert in every slot). At the end every engine is killed, and a new engine must
-start on the daemons as they are left, or, where they refuse it (a torn move, records that
-differ), on daemons restarted from disk; it must route with their memory. Then every trace the
+(its map's expert in every slot). The daemons repair a torn move on their own, and a daemon
+started again rejoins at the others' record when an engine's startup asks it to: both reload
+from the toy's checkpoint (``FakeCheckpointReload``). At the end every engine is killed, and a
+new engine must start on the daemons as they are left, or, where they refuse it (a repair that
+failed), on daemons restarted from disk; it must route with their memory. Then every trace the
 schedule wrote must be a behaviour of the protocol (``tools.trace_check``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -40,7 +44,7 @@ from tools.harness.engine_ranks import (
     select_plugins,
     write_model_dir,
 )
-from tools.trace_check import check_all, reports, summary
+from tools.trace_check import Verdict, check_all, reports, summary
 
 WORLD = 2
 CPU_TRANSPORT = "tools.harness.cpu_transport:CpuShmTransportBackend"  # any number of engines map it
@@ -58,7 +62,7 @@ CHUNK_EVENTS = ("chunk", "begin", "decide", "move", "commit", "committed")
 
 @dataclass(frozen=True)
 class Operation:
-    kind: str  # engine, rebalance, kill_engine, stop_engine, kill_daemon, restart_daemons
+    kind: str  # engine, rebalance, kill_engine, stop_engine, kill_daemon, restart_daemons, die_in_reload
     rank: int = 0  # the rank that kills (kill points) or the daemon killed
     kill: tuple[str, int, str] | None = None  # (event, count, "rank" or "daemon")
     alongside: bool = False  # an engine started while another one is live (a warm standby's start)
@@ -66,6 +70,8 @@ class Operation:
     def describe(self) -> str:
         if self.kind == "kill_daemon":
             return f"kill_daemon(rank {self.rank}, restart)"
+        if self.kind == "die_in_reload":
+            return f"daemon {self.rank} dies inside its first reload"
         kind = "engine alongside" if self.alongside else self.kind
         if self.kill is None:
             return kind
@@ -74,11 +80,13 @@ class Operation:
 
 
 def draw(seed: int) -> list[Operation]:
-    """The schedule of ``seed``: an engine first, then 2 to 6 operations."""
+    """The schedule of ``seed``: an engine first, then 2 to 6 operations; with some seeds a daemon
+    is first armed to die inside its first reload (a repair's, or a rejoin's)."""
     rng = random.Random(seed)
     kinds = ("engine", "rebalance", "kill_engine", "stop_engine", "kill_daemon", "restart_daemons")
     weights = (5, 6, 1, 1, 1.5, 0.5)
-    ops = [_with_kill(rng, "engine")]
+    armed = [Operation("die_in_reload", rank=rng.randrange(WORLD))] if rng.random() < 0.3 else []
+    ops = [*armed, _with_kill(rng, "engine")]
     for _ in range(rng.randint(2, 6)):
         ops.append(_with_kill(rng, rng.choices(kinds, weights)[0]))
     return ops
@@ -119,6 +127,7 @@ class Outcome:
     kills: int = 0  # kill points that fired
     traces: str = ""  # the trace check's summary line
     timings: dict[str, float] = field(default_factory=dict)  # seconds by operation
+    daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
@@ -129,7 +138,7 @@ class Outcome:
 class World:
     """One schedule's daemons (one per rank) and engines, in a folder of its own."""
 
-    def __init__(self, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig) -> None:
+    def __init__(self, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, die_in_reload: int | None = None) -> None:
         self.root = root
         self.cfg = cfg
         self.traces = root / "traces"
@@ -148,15 +157,23 @@ class World:
                     tensors=toy_moe.rank_state(cfg, rank, initial),
                     config=config,
                     transport_backend=CPU_TRANSPORT,
+                    checkpoint=(cfg, rank),
+                    auto_repair=True,
+                    die_in_reload=self.died_marker(rank) if rank == die_in_reload else None,
                     log_path=str(root / f"daemon-rank{rank}.log"),
                     wait=False,
                 )
             )
         for daemon in self.daemons:
             daemon.wait_ready()
+            daemon.spec = dataclasses.replace(daemon.spec, die_in_reload=None)  # started again, it lives
+        self.died_in_reload: set[int] = set()
         self.engines: list[Engine] = []
         self.phase = 0
         self.made = 0
+
+    def died_marker(self, rank: int) -> str:
+        return str(self.root / f"daemon-rank{rank}.died-in-reload")
 
     def spec(self) -> EngineSpec:
         return EngineSpec(
@@ -228,8 +245,12 @@ class World:
     def settle(self, out: Outcome, timeout: float = 10.0) -> None:
         """A daemon that a kill point killed is restarted (its supervisor would); then wait until each
         daemon counts no more than the live engines attached (an engine's death is a detach the
-        daemon's watcher notices a moment later)."""
+        daemon's watcher notices a moment later) and repairs nothing (a torn move's auto repair)."""
         for rank, daemon in enumerate(self.daemons):
+            if rank not in self.died_in_reload and os.path.exists(self.died_marker(rank)):
+                self.died_in_reload.add(rank)
+                out.kills += 1
+                out.notes.append(f"daemon {rank} died inside a reload")
             if not daemon.alive:
                 daemon.restart()
                 out.notes.append(f"daemon {rank} restarted after its kill")
@@ -238,8 +259,8 @@ class World:
         for daemon in self.daemons:
             while daemon.alive and time.monotonic() < deadline:
                 with contextlib.suppress(OSError):
-                    attached = request(daemon.socket_path, query_request()).get("attached") or []
-                    if len(attached) <= live:
+                    state = request(daemon.socket_path, query_request())
+                    if len(state.get("attached") or []) <= live and state.get("phase") != "repairing":
                         break
                 time.sleep(0.02)
 
@@ -293,7 +314,7 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     ops = draw(seed)
     out = Outcome(seed, [op.describe() for op in ops])
     started = time.monotonic()
-    world = World(root, model_dir, cfg)
+    world = World(root, model_dir, cfg, next((op.rank for op in ops if op.kind == "die_in_reload"), None))
     out.timings["daemons"] = time.monotonic() - started
     try:
         for n, op in enumerate(ops):
@@ -334,10 +355,20 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
     out.traces = summary(verdicts)
+    out.daemon_steps = daemon_steps(verdicts)
     if not all(v.ok for v in verdicts):
         out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
     out.seconds = time.monotonic() - started
     return out
+
+
+def daemon_steps(verdicts: list[Verdict]) -> dict[str, int]:
+    """The steps the daemons' traces hold, by event (what the campaign made the daemons do)."""
+    steps: collections.Counter[str] = collections.Counter()
+    for verdict in verdicts:
+        if verdict.kind == "daemon":
+            steps.update(verdict.events)
+    return dict(steps)
 
 
 def _recover(world: World, out: Outcome) -> None:

@@ -42,12 +42,15 @@ import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import FRAME_HEADER as _FRAME_HEADER
 from daemon_adapter.client import attach, connect, recv_frame, request, send_frame
 from daemon_adapter.trace import TRACE_ENV
 from tools import with_project_path
+
+if TYPE_CHECKING:
+    from tools.harness.toy_moe import ToyMoEConfig
 
 # sglang's own transport (what a daemon picks for tensors it cannot serve through VMM fds).
 SGLANG_TORCH_IPC = "sglang.srt.weight_cache.transport:TorchIpcTransportBackend"
@@ -120,6 +123,11 @@ class DaemonSpec:
     # The protocol trace's folder (daemon_adapter.trace), from the caller's environment when it started
     # the daemon: the zygote's own environment is the one of the first daemon's start.
     trace_dir: str | None = None
+    # The toy model and the EP rank whose slots it serves: a torn move is then reloaded from the toy's
+    # checkpoint (FakeCheckpointReload); auto_repair starts that reload on the mover's detach.
+    checkpoint: tuple[ToyMoEConfig, int] | None = None
+    auto_repair: bool = False
+    die_in_reload: str | None = None  # a marker file: the daemon dies inside its first reload (a crash mid-repair)
 
 
 def _run_daemon(spec: DaemonSpec) -> None:
@@ -128,7 +136,7 @@ def _run_daemon(spec: DaemonSpec) -> None:
 
     import torch
 
-    from tools.harness.loaded_daemon import FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
+    from tools.harness.loaded_daemon import FakeCheckpointReload, FakeLoadedDaemon, FakeLoadedLayoutAwareDaemon
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
     if spec.trace_dir:
@@ -154,7 +162,10 @@ def _run_daemon(spec: DaemonSpec) -> None:
     if spec.plain_sglang:
         daemon = FakeLoadedDaemon(**built)
     else:
-        daemon = FakeLoadedLayoutAwareDaemon(**built)
+        reload = None
+        if spec.checkpoint is not None:
+            reload = FakeCheckpointReload(*spec.checkpoint, tensors, die_marker=spec.die_in_reload)
+        daemon = FakeLoadedLayoutAwareDaemon(**built, auto_repair=spec.auto_repair, fake_reload=reload)
         daemon.set_initial_layout(spec.physical_to_logical_map, spec.num_logical)
     daemon.serve()
 
@@ -334,6 +345,9 @@ def start_daemon(
     transport_backend: str = SGLANG_TORCH_IPC,
     ready_path: str | None = None,
     log_path: str | None = None,
+    checkpoint: tuple[ToyMoEConfig, int] | None = None,
+    auto_repair: bool = False,
+    die_in_reload: str | None = None,
     wait: bool = True,
     timeout: float = 120.0,
 ) -> DaemonProcess:
@@ -345,7 +359,9 @@ def start_daemon(
     ``mismatch`` reply. ``transport_backend``: ``"module:Class"`` of the transport backend that
     exports the tensors (sglang's ``TorchIpcTransportBackend`` by default; a CPU-sharing
     variant such as ``tools.harness.cpu_transport:CpuShmTransportBackend`` serves any
-    number of importing engines).
+    number of importing engines). ``checkpoint`` (the toy model and this daemon's EP rank): a torn
+    move can be repaired, from the toy's checkpoint; ``auto_repair`` starts that on the mover's detach;
+    ``die_in_reload`` (a marker file) kills the daemon inside its first reload.
     """
     tensors_path = None
     if tensors:
@@ -368,6 +384,9 @@ def start_daemon(
         log_path=log_path,
         transport_backend=transport_backend,
         trace_dir=os.environ.get(TRACE_ENV) or None,
+        checkpoint=checkpoint,
+        auto_repair=auto_repair,
+        die_in_reload=die_in_reload,
     )
     return DaemonProcess(spec).start(wait, timeout)
 

@@ -13,8 +13,12 @@ requests). Importing this module imports sglang and torch.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +30,7 @@ from daemon_adapter.daemon import LayoutAwareDaemon
 from layout_sm.daemon import DaemonView
 from layout_sm.reasons import Reason
 from layout_sm.repair import RepairPlan
+from tools.harness import toy_moe
 
 
 class FakeReload:
@@ -50,6 +55,41 @@ class FakeReload:
         if not ok:
             return (Reason.REPAIR_FAILED, "a read error (the fake reload failed)")
         return {"layers": list(plan.layers), "seconds": 0.0, "bytes_read": 0, "checkpoint_bytes": 0}
+
+
+class FakeCheckpointReload:
+    """Replaces sglang's reload of a torn move from the checkpoint (it needs the daemon's model): the
+    toy's weights are a function of the expert (``toy_moe``), so its checkpoint is computed. Each
+    reload writes the plan's layers of this rank's slots, as the record's rows hold them, into the
+    daemon's exported tensors in place (what every engine maps).
+
+    ``die_marker``: the daemon process SIGKILLs itself inside its first reload, its first tensor
+    written and the rest not (a crash mid-repair), once it has written that file."""
+
+    def __init__(
+        self,
+        cfg: toy_moe.ToyMoEConfig,
+        rank: int,
+        tensors: Mapping[str, torch.Tensor],
+        die_marker: str | None = None,
+    ) -> None:
+        self.cfg, self.rank, self.tensors, self.die_marker = cfg, rank, tensors, die_marker
+
+    def run(self, plan: RepairPlan) -> Any:
+        started = time.perf_counter()
+        checkpoint = toy_moe.rank_state(self.cfg, self.rank, plan.record.rows)
+        names = [name.format(layer=layer) for layer in plan.layers for name in (toy_moe.W13, toy_moe.W2)]
+        for n, name in enumerate(names):
+            self.tensors[name].copy_(checkpoint[name])
+            if n == 0 and self.die_marker is not None:
+                Path(self.die_marker).write_text(f"layers {list(plan.layers)} at version {plan.base_version}\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+        return {
+            "layers": list(plan.layers),
+            "seconds": time.perf_counter() - started,
+            "bytes_read": sum(checkpoint[n].numel() * checkpoint[n].element_size() for n in names),
+            "checkpoint_bytes": sum(t.numel() * t.element_size() for t in checkpoint.values()),
+        }
 
 
 class FakeLoadedDaemon(WeightCacheDaemon):
@@ -87,9 +127,16 @@ class FakeLoadedLayoutAwareDaemon(LayoutAwareDaemon, FakeLoadedDaemon):
 
     It has no model to reload a torn move from, so auto repair is off unless asked for
     (``auto_repair``), and a repair fails ("the daemon's model is not loaded") unless the test
-    stands in for the reload with ``FakeReload`` (``fake_reload``)."""
+    stands in for the reload (``fake_reload``): with ``FakeReload`` the test ends each one, with
+    ``FakeCheckpointReload`` the toy's layers are written back."""
 
-    def __init__(self, *args: Any, auto_repair: bool = False, fake_reload: FakeReload | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        auto_repair: bool = False,
+        fake_reload: FakeReload | FakeCheckpointReload | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self._auto_repair = auto_repair
         self.fake_reload = fake_reload
