@@ -46,6 +46,7 @@ from tools.realserver.server import (
     daemon_status,
     disk_reference,
     parked_engines,
+    start_standby_beside,
     wait_parked,
 )
 
@@ -68,19 +69,6 @@ def _wait(condition: Any, what: str, timeout_s: float, poll_s: float = 0.2) -> A
             return value
         time.sleep(poll_s)
     raise AssertionError(f"{what} not within {timeout_s:.0f}s")
-
-
-def _start_beside(run: RunDir, primary: RealServer, spec: ServerSpec, topology: Topology) -> RealServer:
-    """Start the standby once the primary is attached to every daemon (it would otherwise find no primary
-    there, and take over at once)."""
-
-    def attached() -> bool:
-        assert primary.tree.alive(), f"the primary exited: {primary.tree.failure_report()}"
-        daemons = daemon_status(run)["daemons"]
-        return len(daemons) == topology.tp_size and all((d.get("state") or {}).get("attached") for d in daemons)
-
-    _wait(attached, "the primary attached to every daemon", START_TIMEOUT_S, poll_s=0.5)
-    return RealServer(run, topology, spec).start()
 
 
 def _drive(server: RealServer, stop: threading.Event) -> None:
@@ -127,7 +115,7 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             topology,
             ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=StopPoint("after_commit", 5)),
         ).start()
-        s = _start_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)), topology)
+        s = start_standby_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)))
         try:
             a.wait_ready(START_TIMEOUT_S)
             wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
@@ -273,7 +261,7 @@ def _killed_mid_move(tmp_path: Path, tiny_model: Path, daemon_args: tuple[str, .
         a = RealServer(
             run, topology, ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=mid_move)
         ).start()
-        s = _start_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)), topology)
+        s = start_standby_beside(run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)))
         a.wait_ready(START_TIMEOUT_S)
         wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
         stop = threading.Event()

@@ -53,8 +53,9 @@ def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool) -> It
 def real_schedules(seeds: list[int], root: Path, keep: bool) -> Iterator[Outcome]:
     from tools.chaos import real
 
+    references: real.References = {}
     for seed in seeds:
-        out = real.run_real_schedule(seed, root / f"real{seed}")
+        out = real.run_real_schedule(seed, root / f"real{seed}", references)
         if out.ok and not keep:
             campaign.cleanup(root / f"real{seed}")
         yield out
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: collections.Counter[str] = collections.Counter()
     timings: collections.Counter[str] = collections.Counter()
     seconds: collections.Counter[str] = collections.Counter()
+    steps: dict[str, collections.Counter[str]] = {"harness": collections.Counter(), "real": collections.Counter()}
     runs = [
         ("harness", "--schedules 1 --real 0", args.schedules, harness_schedules, (args.jobs, root, args.keep)),
         ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep)),
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             for n, out in enumerate(schedules([args.seed + n for n in range(count)], *extra)):
                 kills[kind] += out.kills
                 timings.update(out.timings)
+                steps[kind].update(out.daemon_steps)
                 notes.update(re.sub(r"^E\d+ ", "an engine ", note).split(":")[0] for note in out.notes)
                 log.write(json.dumps({"kind": kind, **out.__dict__}) + "\n")
                 log.flush()
@@ -113,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         "| what happened | times |",
         "| --- | ---: |",
         *(f"| {what} | {count} |" for what, count in notes.most_common()),
+        "",
+        "| the daemons' traced steps, by event | harness | real servers |",
+        "| --- | ---: | ---: |",
+        *(
+            f"| {event} | {steps['harness'][event]} | {steps['real'][event]} |"
+            for event, _ in (steps["harness"] + steps["real"]).most_common()
+        ),
         "",
         "| where the harness's time went (summed over its workers) | seconds |",
         "| --- | ---: |",

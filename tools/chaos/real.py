@@ -3,47 +3,80 @@ standalone layout-aware daemons with auto repair, as deployed).
 
 A schedule, drawn from its seed: server A rebalances one layer per chunk and every rank stops at a
 point drawn from the seed (after a chunk's begin was answered, after sglang moved it and before its
-commit, or after its commit), where A's whole process tree is SIGKILLed; with some seeds the daemons
-are then SIGKILLed too and restarted from disk. Server B then starts on the daemons as left (a torn
-move is repaired by the daemons on their own first) and must serve: every rank routes with the same
-map, the daemons' memory holds that map slot by slot (``tools.demo.memory_probe``), and B's outputs
-equal a server's loaded from disk with that map. Every trace of the run must be a behaviour of the
-protocol.
+commit, or after its commit), where A's whole process tree is SIGKILLed. What follows, by the seed:
+
+- ``fresh``: server B starts on the daemons as left (a torn move is repaired by the daemons on their
+  own first); with some seeds the daemons are SIGKILLed and restarted from disk before it;
+- ``standby``: a warm standby S, started beside A and parked, takes over from the killed A;
+- ``standby killed``: S's takeover stops once its first daemon granted its claim (a partial grant),
+  S's tree is SIGKILLed there, and B starts on the daemons as S left them.
+
+The server that serves at the end (B or S) must serve: every rank routes with the same map, the
+daemons' memory holds that map slot by slot (``tools.demo.memory_probe``), and its outputs equal a
+server's loaded from disk with that map (one reference per map in a campaign: a disk server's
+outputs depend on its map alone). Every trace of the run must be a behaviour of the protocol.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.chaos.campaign import Outcome
+from engine_adapter.roles import ROLE_ENV, STANDBY
+from tools.chaos.campaign import Outcome, daemon_steps
 from tools.demo import memory_probe
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 from tools.realserver.server import (
     RealServer,
     RunDir,
+    ServerFailed,
     ServerSpec,
     StandaloneDaemons,
     Topology,
     daemon_status,
     disk_reference,
     park,
+    start_standby_beside,
+    wait_parked,
 )
 from tools.trace_check import check_all, reports, summary
 
 START_TIMEOUT_S = 600.0
 PROMPT_TIMEOUT_S = 240.0
 STOPS = ("mid_move", "before_commit", "after_commit")
+FOLLOWERS = ("fresh", "standby", "standby killed")
+STANDBY_ENV = {ROLE_ENV: STANDBY}
 
 
-def draw(seed: int) -> tuple[StopPoint, bool]:
-    """Where A's ranks stop before the SIGKILL, and whether the daemons are restarted after it."""
+@dataclass(frozen=True)
+class RealSchedule:
+    stop: StopPoint  # where A's ranks stop before the SIGKILL
+    follower: str  # one of FOLLOWERS: what serves after A
+    restart: bool  # the daemons SIGKILLed and restarted from disk before B starts
+
+    def describe(self) -> list[str]:
+        ops = [f"server A stops at {self.stop.env_value()}, SIGKILL"]
+        if self.follower != "fresh":
+            ops.insert(0, "warm standby S parks beside A")
+            ops.append("S takes over" if self.follower == "standby" else "S killed inside its takeover")
+        if self.restart:
+            ops.append("daemons SIGKILLed, restarted")
+        if self.follower != "standby":
+            ops.append("server B on the daemons")
+        return [*ops, "against a disk reference"]
+
+
+def draw(seed: int) -> RealSchedule:
     rng = random.Random(seed)
-    return StopPoint(rng.choice(STOPS), rng.randint(1, 3)), rng.random() < 0.3
+    stop = StopPoint(rng.choice(STOPS), rng.randint(1, 3))
+    follower = FOLLOWERS[seed % len(FOLLOWERS)]  # any three seeds in a row take each
+    return RealSchedule(stop, follower, follower != "standby" and rng.random() < 0.5)
 
 
 def _states(run: RunDir) -> list[dict[str, Any]]:
@@ -61,10 +94,12 @@ def _settled(run: RunDir, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         time.sleep(0.5)
 
 
-def run_real_schedule(seed: int, root: Path) -> Outcome:
-    stop, restart = draw(seed)
-    ops = [f"server A stops at {stop.env_value()}, SIGKILL", *(["daemons SIGKILLed, restarted"] if restart else [])]
-    out = Outcome(seed, [*ops, "server B on the daemons, against a disk reference"])
+References = dict[str, list[Any]]  # a disk server's outputs for PROMPTS, by its map (as JSON)
+
+
+def run_real_schedule(seed: int, root: Path, references: References | None = None) -> Outcome:
+    schedule = draw(seed)
+    out = Outcome(seed, schedule.describe())
     started = time.monotonic()
     run = RunDir(root / "run")
     topology = Topology(build_tiny_qwen3_moe())
@@ -73,24 +108,43 @@ def run_real_schedule(seed: int, root: Path) -> Outcome:
     try:
         daemons.wait_ready(START_TIMEOUT_S)
         a = RealServer(
-            run, topology, ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=stop)
+            run, topology, ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, stop_at=schedule.stop)
         ).start()
         servers.append(a)
+        s = None
+        if schedule.follower != "fresh":
+            stop_at = StopPoint("after_claim", 1) if schedule.follower == "standby killed" else None
+            s = start_standby_beside(
+                run, a, ServerSpec("S", rebalance_iterations=100_000, extra_env=STANDBY_ENV, stop_at=stop_at)
+            )
+            servers.append(s)
         a.wait_ready(START_TIMEOUT_S)
+        if s is not None:
+            wait_parked(run, s, topology.tp_size, START_TIMEOUT_S)
         park([a], PROMPT_TIMEOUT_S)
         a.kill()
         out.kills += 1
-        left = _settled(run)
-        out.notes.append(f"after A's kill at {stop.env_value()}: " + ", ".join(_state(s) for s in left))
-        if restart:
-            daemons.kill()
-            daemons = StandaloneDaemons(run, topology).start()
-            daemons.wait_ready(START_TIMEOUT_S)
-            out.notes.append("daemons restarted from disk")
-        b = RealServer(run, topology, ServerSpec("B", rebalance_iterations=100_000)).start()
-        servers.append(b)
-        b.wait_ready(START_TIMEOUT_S)
-        _check_b(b, run, topology, root, out)
+        if s is not None and schedule.follower == "standby":
+            s.wait_ready(START_TIMEOUT_S)  # /health answers 200 once S is promoted
+            out.notes.append(f"after A's kill at {schedule.stop.env_value()}: S took over")
+            serving = s
+        else:
+            if s is not None:
+                _wait_claimed(s)
+                s.kill()
+                out.kills += 1
+            left = _settled(run)
+            killed = f"A's kill at {schedule.stop.env_value()}" + ("" if s is None else " and S's inside its takeover")
+            out.notes.append(f"after {killed}: " + ", ".join(map(_state, left)))
+            if schedule.restart:
+                daemons.kill()
+                daemons = StandaloneDaemons(run, topology).start()
+                daemons.wait_ready(START_TIMEOUT_S)
+                out.notes.append("daemons restarted from disk")
+            serving = RealServer(run, topology, ServerSpec("B", rebalance_iterations=100_000)).start()
+            servers.append(serving)
+            serving.wait_ready(START_TIMEOUT_S)
+        _check_serving(serving, run, topology, root, out, references)
     except Exception:  # a server that did not come up, or the harness: the schedule fails with its words
         out.fail(traceback.format_exc())
     finally:
@@ -99,37 +153,55 @@ def run_real_schedule(seed: int, root: Path) -> Outcome:
         daemons.kill()
     verdicts = check_all([run.root / "traces"])
     out.traces = summary(verdicts)
+    out.daemon_steps = daemon_steps(verdicts)
     if not all(v.ok for v in verdicts):
         out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
     out.seconds = time.monotonic() - started
     return out
 
 
+def _wait_claimed(s: RealServer, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until S's first rank stops after its granted claim (the others wait on its all-gather)."""
+    deadline = time.monotonic() + timeout_s
+    while not s.stopped_ranks():
+        if not s.tree.alive() or time.monotonic() > deadline:
+            raise ServerFailed(f"standby S did not stop after a granted claim; {s.tree.failure_report()}")
+        time.sleep(0.1)
+
+
 def _state(state: dict[str, Any]) -> str:
     return f"{state.get('phase')} at v{state.get('version')}"
 
 
-def _check_b(b: RealServer, run: RunDir, topology: Topology, root: Path, out: Outcome) -> None:
-    outputs = b.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
-    beliefs = b.beliefs()
+def _check_serving(
+    server: RealServer, run: RunDir, topology: Topology, root: Path, out: Outcome, references: References | None
+) -> None:
+    name = server.spec.name
+    outputs = server.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
+    beliefs = server.beliefs()
     maps = [beliefs[rank]["map"] for rank in sorted(beliefs)]
     if len(maps) != topology.tp_size or any(m != maps[0] for m in maps):
-        out.fail(f"B's ranks route with different maps (or a rank wrote none): {sorted(beliefs)}")
+        out.fail(f"{name}'s ranks route with different maps (or a rank wrote none): {sorted(beliefs)}")
         return
     sockets = [run.socket_path(r) for r in range(topology.tp_size)]
     held = memory_probe.held_map(sockets, str(topology.model_path), run.root / "traces")
     wrong = memory_probe.wrong_slots(maps[0], held)
-    out.notes.append(f"B started ({beliefs[0]['startup']}, v{beliefs[0]['version']}); {wrong} slots wrong")
+    out.notes.append(f"{name} serves ({beliefs[0]['startup']}, v{beliefs[0]['version']}); {wrong} slots wrong")
     if wrong:
-        out.fail(f"B routes to the wrong expert in {wrong} slots of the daemons' memory")
-    b.kill()
-    reference = disk_reference(root / "reference", topology, maps[0]).start()
-    try:
-        reference.wait_ready(START_TIMEOUT_S)
-        expected = reference.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
-    finally:
-        reference.kill()
-    if outputs != expected:
-        out.fail("B's outputs differ from a server's loaded from disk with B's map")
+        out.fail(f"{name} routes to the wrong expert in {wrong} slots of the daemons' memory")
+    server.kill()
+    key = json.dumps(maps[0])
+    references = {} if references is None else references
+    if key not in references:
+        reference = disk_reference(root / "reference", topology, maps[0]).start()
+        try:
+            reference.wait_ready(START_TIMEOUT_S)
+            references[key] = reference.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
+        finally:
+            reference.kill()
     else:
-        out.notes.append("B's outputs equal the disk reference's")
+        out.notes.append("the disk reference for that map already ran")
+    if outputs != references[key]:
+        out.fail(f"{name}'s outputs differ from a server's loaded from disk with {name}'s map")
+    else:
+        out.notes.append(f"{name}'s outputs equal the disk reference's")

@@ -27,7 +27,9 @@ processes our launchers start; each probe is on only when its environment variab
   to its N-th begin (sglang's move of that chunk not started: the daemon holds a pending move);
   ``before_commit:N`` the rank is about to send its N-th commit (sglang has moved that chunk's
   experts in the daemon's memory, the record still holds the base version: the torn move at its
-  worst, memory and record apart). An AROUND hook on ``daemon_adapter.client.send_request``
+  worst, memory and record apart); ``after_claim:N`` a warm standby's daemon has granted its N-th
+  claim (its takeover under way: the daemon has it as its primary, the other ranks may not yet). An
+  AROUND hook on ``daemon_adapter.client.send_request``
   (every request's: ``client.request`` sends through it): it reads the request type and, once the
   reply is read, its status only, and changes neither.
 """
@@ -55,6 +57,7 @@ STOP_REQUEST = {
     "after_commit": "expert_layout_commit",
     "mid_move": "expert_layout_begin",
     "before_commit": "expert_layout_commit",
+    "after_claim": "expert_layout_claim",
 }
 # The points met before the request is sent (the others: once its ok reply is back).
 STOP_BEFORE = frozenset({"before_commit"})

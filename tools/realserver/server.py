@@ -484,6 +484,21 @@ def wait_parked(run: RunDir, standby: RealServer, ranks: int, timeout_s: float =
         time.sleep(0.2)
 
 
+def start_standby_beside(run: RunDir, primary: RealServer, spec: ServerSpec, timeout_s: float = 600.0) -> RealServer:
+    """Start the warm standby ``spec`` once ``primary`` is attached to every daemon of ``run`` (it would
+    otherwise find no primary there, and take over at once); ServerFailed if the primary exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not primary.tree.alive():
+            raise ServerFailed(f"the primary exited before the standby started: {primary.tree.failure_report()}")
+        daemons = daemon_status(run)["daemons"]
+        if len(daemons) == primary.topology.tp_size and all((d.get("state") or {}).get("attached") for d in daemons):
+            return RealServer(run, primary.topology, spec).start()
+        if time.monotonic() > deadline:
+            raise ServerFailed(f"the primary did not attach to every daemon within {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
 def daemon_status_table(run: RunDir, timeout_s: float = 30.0) -> str:
     """``expert-layout status`` as the table an operator reads."""
     env = dict(os.environ)
