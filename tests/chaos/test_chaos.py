@@ -3,12 +3,14 @@ protocol steps, and every schedule ends with its traces checked and a working en
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tools.chaos import real
 from tools.chaos.campaign import draw
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +21,42 @@ def test_a_seed_draws_the_same_schedule() -> None:
     assert any(draw(seed) != draw(7) for seed in range(8, 12))
     kills = [op.kill for seed in range(200) for op in draw(seed) if op.kill is not None]
     assert {event for event, _, _ in kills} >= {"begin", "move", "commit", "attach", "agree", "fetch"}
+    assert any(op.kind == "die_in_reload" for seed in range(20) for op in draw(seed))
+
+
+def test_any_three_real_seeds_in_a_row_take_every_follower() -> None:
+    for first in range(1, 10):
+        assert {real.draw(seed).follower for seed in range(first, first + 3)} == set(real.FOLLOWERS)
+    assert real.draw(2) == real.draw(2)
+    assert not any(real.draw(seed).restart for seed in range(30) if real.draw(seed).follower == "standby")
+
+
+def test_harness_daemons_repair_a_torn_move_and_rejoin(tmp_path: Path) -> None:
+    """Seeds 5 and 9 tear a move (a rank killed between sglang's move and its commit) and restart a
+    daemon under a moved record: the daemons repair from the toy's checkpoint on their own, and the
+    restarted one rejoins when the next engine asks; the last engine then starts from the daemons."""
+    done = _campaign(tmp_path, "--seed", "5", "--schedules", "1")
+    done9 = _campaign(tmp_path / "9", "--seed", "9", "--schedules", "1")
+    assert done.returncode == 0 and done9.returncode == 0, done.stdout[-4000:] + done9.stdout[-4000:]
+    steps = collections.Counter()
+    for folder in (tmp_path, tmp_path / "9"):
+        [outcome] = [json.loads(line) for line in (folder / "schedules.ndjson").read_text().splitlines()]
+        assert outcome["ok"], outcome["problems"]
+        assert not any("restarted for the last engine" in note for note in outcome["notes"]), outcome["notes"]
+        steps.update(outcome["daemon_steps"])
+    assert steps["repair_done"] >= 2 and steps["rejoin"] >= 1, steps
+
+
+def _campaign(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # Its own process: the ranks are forked from it, which a test process that ran torch ops cannot do.
+    return subprocess.run(
+        [sys.executable, "-m", "tools.chaos", *args, "--real", "0", "--jobs", "1", "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_campaign_runs_schedules_and_checks_their_traces(tmp_path: Path) -> None:
@@ -82,4 +120,4 @@ def test_the_campaign_catches_an_engine_that_skips_the_commit_verification(tmp_p
         timeout=600,
     )
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "commits owed" in done.stdout and 'replay: make chaos CHAOS_ARGS="--seed 1' in done.stdout
+    assert "commits owed" in done.stdout and 'replay: make chaos CHAOS_ARGS="--seed ' in done.stdout

@@ -76,6 +76,7 @@ class Operation:
         if self.kill is None:
             return kind
         event, count, what = self.kill
+        what = "daemon and the engines on it" if what == "daemon" else what
         return f"{kind}(rank {self.rank} kills its {what} after {event} #{count})"
 
 
@@ -190,14 +191,25 @@ class World:
         self.engines = [e for e in self.engines if e.alive]
         return self.engines
 
-    def kill_point(self, op: Operation, rank: int) -> KillPoint | None:
+    def kill_point(self, op: Operation, rank: int, pool: EngineRanks) -> KillPoint | None:
+        """``op``'s kill point for ``rank`` of ``pool``. Every engine here is attached to every daemon, so
+        a daemon's death takes every live engine's ranks with it (the spec's ``Lose``)."""
         if op.kill is None or rank != op.rank:
             return None
         event, count, what = op.kill
         if what == "rank":
-            return KillPoint(event, count, None, what)
-        pid = self.daemons[rank].pid
-        return None if pid is None else KillPoint(event, count, pid, what)
+            return KillPoint(event, count, (), what)
+        daemon = self.daemons[rank].pid
+        if daemon is None:
+            return None
+        others = [pid for engine in self.live() if engine.pool is not pool for pid in engine.pool.pids]
+        own = [pid for r, pid in enumerate(pool.pids) if r != rank]
+        return KillPoint(event, count, (*others, *own, daemon), what)
+
+    def lose_engines(self) -> None:
+        """Every live engine dies: a daemon is about to die, or has died (the spec's ``Lose``)."""
+        for engine in self.live():
+            engine.pool.kill()
 
     def run_each(
         self, pool: EngineRanks, script: Callable[..., Any], args: Callable[[int], tuple[Any, ...]]
@@ -206,10 +218,10 @@ class World:
 
     def start_engine(self, op: Operation, out: Outcome) -> Engine | None:
         self.made += 1
-        pool = EngineRanks(WORLD, workdir=str(self.root.parent), start_method="fork")
+        pool = EngineRanks(WORLD, workdir=str(self.root.parent), start_method="fork").start()
         spec = self.spec()
         loaded_from = self.daemon_pids()
-        results = self.run_each(pool, rank_scripts.start, lambda r: (spec, self.kill_point(op, r)))
+        results = self.run_each(pool, rank_scripts.start, lambda r: (spec, self.kill_point(op, r, pool)))
         self._count_kill(op, results, out)
         name = f"E{self.made}"
         # A rank whose weights did not load fails sglang's startup: that engine never serves.
@@ -227,7 +239,8 @@ class World:
     def rebalance(self, engine: Engine, op: Operation, out: Outcome) -> None:
         self.phase += 1
         phase = self.phase
-        results = self.run_each(engine.pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r)))
+        pool = engine.pool
+        results = self.run_each(pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r, pool)))
         self._count_kill(op, results, out)
         _hung(results, out, f"engine {engine.name}'s rebalance")
         moved = [r.value.get("moved") for r in results if r.ok]
@@ -252,6 +265,7 @@ class World:
                 out.kills += 1
                 out.notes.append(f"daemon {rank} died inside a reload")
             if not daemon.alive:
+                self.lose_engines()
                 daemon.restart()
                 out.notes.append(f"daemon {rank} restarted after its kill")
         live = len(self.live())
@@ -283,6 +297,7 @@ class World:
                 out.fail(f"{when}: engine {engine.name} routes to the wrong expert in {wrong} slots")
 
     def restart_daemons(self) -> None:
+        self.lose_engines()
         for daemon in self.daemons:
             daemon.kill()
         for daemon in self.daemons:
@@ -332,6 +347,7 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
                 live[0].pool.close()
                 out.notes.append(f"{live[0].name} stopped")
             elif op.kind == "kill_daemon":
+                world.lose_engines()
                 world.daemons[op.rank].restart()
                 out.notes.append(f"daemon {op.rank} killed and restarted")
             elif op.kind == "restart_daemons":

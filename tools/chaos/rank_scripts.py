@@ -1,9 +1,11 @@
 """What each engine rank process runs in a chaos schedule (``EngineRanks.run_each`` scripts).
 
-A script may carry a ``KillPoint``: the rank SIGKILLs itself or its daemon right after its
+A script may carry a ``KillPoint``: the rank SIGKILLs itself, or its daemon, right after its
 ``EngineSession`` took the named event for the ``count``-th time in that script, so a kill lands
 inside a protocol step (after a begin's answer, after a move, after a commit, in a startup wait)
-rather than between the schedule's operations.
+rather than between the schedule's operations. A daemon takes its engines with it, as on a GPU
+where they map its memory (the spec's ``Lose``): every engine rank attached to it is SIGKILLed
+first, then the daemon, then this rank.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from tools.harness.engine_ranks import EngineRank, EngineSpec
 
 @dataclass(frozen=True)
 class KillPoint:
-    """SIGKILL this rank process (``pid`` None) or its daemon (``pid``) after the ``count``-th ``event``."""
+    """After the ``count``-th ``event``: SIGKILL ``pids`` in order, then this rank process."""
 
     event: str
     count: int
-    pid: int | None
+    pids: tuple[int, ...]  # none for a rank's kill; a daemon's: the other ranks attached to it, then the daemon
     what: str  # "rank" or "daemon", for the report
 
     def describe(self) -> str:
@@ -49,7 +51,10 @@ def _arm(kill: KillPoint | None) -> None:
             if point is not None and event == point.event:
                 _trigger["seen"] += 1
                 if _trigger["seen"] == point.count:
-                    os.kill(os.getpid() if point.pid is None else point.pid, signal.SIGKILL)
+                    for pid in point.pids:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    os.kill(os.getpid(), signal.SIGKILL)
             return result
 
         EngineSession._fire = fire_then_kill

@@ -511,6 +511,12 @@ class EngineRanks:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 
+    def start(self) -> EngineRanks:
+        """Start the rank processes now (the first script would): their pids are known from here."""
+        if not self._procs:
+            self._start()
+        return self
+
     def _start(self) -> None:
         ctx = mp.get_context(self.start_method)
         # A file rendezvous, fresh for each start: a TCP port picked free and then released can be
