@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tools.chaos import real
 from tools.chaos.campaign import draw
+from tools.mirror.check_spec import find_jar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +47,15 @@ def test_harness_daemons_repair_a_torn_move_and_rejoin(tmp_path: Path) -> None:
         assert not any("restarted for the last engine" in note for note in outcome["notes"]), outcome["notes"]
         steps.update(outcome["daemon_steps"])
     assert steps["repair_done"] >= 2 and steps["rejoin"] >= 1, steps
+
+
+@pytest.mark.skipif(find_jar()[0] is None, reason="TLC is missing (TLA2TOOLS_JAR): CI runs the Python checker")
+def test_tlc_accepts_a_schedule_with_a_repair_and_a_rejoin(tmp_path: Path) -> None:
+    done = _campaign(tmp_path, "--seed", "5", "--schedules", "1", "--tlc")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    [outcome] = [json.loads(line) for line in (tmp_path / "schedules.ndjson").read_text().splitlines()]
+    assert outcome["daemon_steps"].get("rejoin") and "TLC: behaviour" in outcome["tlc"], outcome
+    assert "TLC accepted the daemon traces of 1 of 1 schedules" in (tmp_path / "summary.md").read_text()
 
 
 def _campaign(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

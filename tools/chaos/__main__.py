@@ -21,26 +21,27 @@ from typing import Any
 
 from tools.chaos import campaign
 from tools.chaos.campaign import Outcome
+from tools.mirror.check_spec import find_jar
 
 LIMIT_S = 20 * 60  # the campaign's time budget on this machine, reported (not enforced)
 
 
-def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, queue: Any) -> None:
+def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, tlc: bool, queue: Any) -> None:
     """Run ``seeds`` one after the other (a worker forked after the imports; it forks the ranks)."""
     for seed in seeds:
-        out = campaign.run_schedule(seed, root / f"s{seed}", model_dir, cfg)
+        out = campaign.run_schedule(seed, root / f"s{seed}", model_dir, cfg, tlc)
         if out.ok and not keep:
             campaign.cleanup(root / f"s{seed}")
         queue.put(out)
 
 
-def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool) -> Iterator[Outcome]:
+def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
     """Each schedule's outcome as it ends, ``jobs`` workers at once."""
     model_dir, cfg = campaign.model(root)
     fork = multiprocessing.get_context("fork")
     queue: Any = fork.SimpleQueue()
     workers = [
-        fork.Process(target=_worker, args=(seeds[k::jobs], root, model_dir, cfg, keep, queue)) for k in range(jobs)
+        fork.Process(target=_worker, args=(seeds[k::jobs], root, model_dir, cfg, keep, tlc, queue)) for k in range(jobs)
     ]
     for worker in workers:
         worker.start()
@@ -50,12 +51,12 @@ def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool) -> It
         worker.join()
 
 
-def real_schedules(seeds: list[int], root: Path, keep: bool) -> Iterator[Outcome]:
+def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
     from tools.chaos import real
 
     references: real.References = {}
     for seed in seeds:
-        out = real.run_real_schedule(seed, root / f"real{seed}", references)
+        out = real.run_real_schedule(seed, root / f"real{seed}", references, tlc)
         if out.ok and not keep:
             campaign.cleanup(root / f"real{seed}")
         yield out
@@ -69,7 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("chaos-results"), help="results folder")
     parser.add_argument("--jobs", type=int, default=3, help="harness schedules run at once (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep each schedule's folder (traces, logs)")
+    parser.add_argument(
+        "--tlc",
+        action="store_true",
+        help="TLC on each schedule's daemon traces too (spec/TraceLayoutProtocol.tla; needs TLA2TOOLS_JAR)",
+    )
     args = parser.parse_args(argv)
+    if args.tlc:
+        jar, why = find_jar()
+        if jar is None:
+            print(f"--tlc: TLC is not here: {why}", file=sys.stderr)
+            return 2
     args.out.mkdir(parents=True, exist_ok=True)
     campaign.warm_imports()
     root = campaign.workdir()
@@ -81,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     seconds: collections.Counter[str] = collections.Counter()
     steps: dict[str, collections.Counter[str]] = {"harness": collections.Counter(), "real": collections.Counter()}
     runs = [
-        ("harness", "--schedules 1 --real 0", args.schedules, harness_schedules, (args.jobs, root, args.keep)),
-        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep)),
+        (
+            "harness",
+            "--schedules 1 --real 0",
+            args.schedules,
+            harness_schedules,
+            (args.jobs, root, args.keep, args.tlc),
+        ),
+        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep, args.tlc)),
     ]
     with open(args.out / "schedules.ndjson", "w") as log:
         for kind, replay, count, schedules, extra in runs:
@@ -91,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                 kills[kind] += out.kills
                 timings.update(out.timings)
                 steps[kind].update(out.daemon_steps)
+                if out.tlc:
+                    kills["tlc checked"] += 1
+                    kills["tlc accepted"] += "TLC: NOT" not in out.tlc
                 notes.update(re.sub(r"^E\d+ ", "an engine ", note).split(":")[0] for note in out.notes)
                 log.write(json.dumps({"kind": kind, **out.__dict__}) + "\n")
                 log.flush()
@@ -101,17 +121,20 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 if not out.ok:
-                    failed.append((f"--seed {out.seed} {replay}", out))
+                    failed.append((f"--seed {out.seed} {replay}" + (" --tlc" if args.tlc else ""), out))
                     print("  " + "\n  ".join(out.ops + out.notes + out.problems), flush=True)
             seconds[kind] = time.monotonic() - part_started
     elapsed = time.monotonic() - started
+    tlc_said = ""
+    if args.tlc:
+        tlc_said = f" TLC accepted the daemon traces of {kills['tlc accepted']} of {kills['tlc checked']} schedules."
     lines = [
         "# make chaos",
         "",
         f"{args.schedules} harness schedules in {seconds['harness']:.0f} s ({kills['harness']} kills inside protocol "
         f"steps) and {args.real} on real servers in {seconds['real']:.0f} s ({kills['real']} kills), seeds from "
         f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
-        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.",
+        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}",
         "",
         "| what happened | times |",
         "| --- | ---: |",

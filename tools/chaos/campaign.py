@@ -129,6 +129,7 @@ class Outcome:
     traces: str = ""  # the trace check's summary line
     timings: dict[str, float] = field(default_factory=dict)  # seconds by operation
     daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
+    tlc: str = ""  # TLC's verdict on the daemons' traces, where the campaign asked for it (--tlc)
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
@@ -325,7 +326,7 @@ def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
         out.fail(f"{what} hung: {_why(results)}")
 
 
-def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig) -> Outcome:
+def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, tlc: bool = False) -> Outcome:
     ops = draw(seed)
     out = Outcome(seed, [op.describe() for op in ops])
     started = time.monotonic()
@@ -370,12 +371,30 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     checked = time.monotonic()
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
+    check_traces(world.traces, verdicts, out, tlc)
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool) -> None:
+    """The Python checker's verdicts into ``out``; with ``tlc``, TLC's on the daemons' traces too
+    (``tools.mirror.trace_tla``): the schedule fails where either says "not a behaviour"."""
     out.traces = summary(verdicts)
     out.daemon_steps = daemon_steps(verdicts)
     if not all(v.ok for v in verdicts):
         out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
-    out.seconds = time.monotonic() - started
-    return out
+    if not tlc:
+        return
+    from tools.mirror.trace_tla import compare
+
+    found, why = compare([traces], verdicts=verdicts)
+    if not found or any(c.tlc is None for c in found):
+        out.fail(f"TLC did not check the traces: {why if found else 'no daemon trace'}")
+        return
+    out.tlc = "; ".join(c.line().partition(": ")[2] for c in found)
+    for comparison in found:
+        if comparison.tlc is not None and not comparison.tlc.accepted:
+            out.fail(f"TLC: not a behaviour of the spec: {comparison.line()}\n{comparison.tlc.report}")
 
 
 def daemon_steps(verdicts: list[Verdict]) -> dict[str, int]:

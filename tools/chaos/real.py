@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter.roles import ROLE_ENV, STANDBY
-from tools.chaos.campaign import Outcome, daemon_steps
+from tools.chaos.campaign import Outcome, check_traces
 from tools.demo import memory_probe
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
@@ -45,7 +45,7 @@ from tools.realserver.server import (
     start_standby_beside,
     wait_parked,
 )
-from tools.trace_check import check_all, reports, summary
+from tools.trace_check import check_all
 
 START_TIMEOUT_S = 600.0
 PROMPT_TIMEOUT_S = 240.0
@@ -97,7 +97,7 @@ def _settled(run: RunDir, timeout_s: float = 120.0) -> list[dict[str, Any]]:
 References = dict[str, list[Any]]  # a disk server's outputs for PROMPTS, by its map (as JSON)
 
 
-def run_real_schedule(seed: int, root: Path, references: References | None = None) -> Outcome:
+def run_real_schedule(seed: int, root: Path, references: References | None = None, tlc: bool = False) -> Outcome:
     schedule = draw(seed)
     out = Outcome(seed, schedule.describe())
     started = time.monotonic()
@@ -151,11 +151,7 @@ def run_real_schedule(seed: int, root: Path, references: References | None = Non
         for server in servers:
             server.kill()
         daemons.kill()
-    verdicts = check_all([run.root / "traces"])
-    out.traces = summary(verdicts)
-    out.daemon_steps = daemon_steps(verdicts)
-    if not all(v.ok for v in verdicts):
-        out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
+    check_traces(run.root / "traces", check_all([run.root / "traces"]), out, tlc)
     out.seconds = time.monotonic() - started
     return out
 
