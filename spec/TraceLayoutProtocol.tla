@@ -21,12 +21,13 @@
 (* no collective between them commute, so the check asks for some order   *)
 (* of the daemons' steps, each daemon's own order kept.                    *)
 (*                                                                         *)
-(* One more step than the spec's: a request from an engine that the spec *)
-(* has already ended, which changes none of the daemon's variables (a      *)
-(* refusal, or a fetch served to an attached engine).  The spec ends an    *)
-(* engine at once (its other rank refused first, or the daemon it maps     *)
-(* lost), while its other real ranks may still send what they had begun.  *)
-(* It is a stuttering step of the spec.                                    *)
+(* Two more steps than the spec's.  A rank lost before its request of a   *)
+(* chunk's step (RankLost), after which the engine can only crash.  And a  *)
+(* request from an engine that the spec has already ended, which changes   *)
+(* none of the daemon's variables (a refusal, or a fetch served to an      *)
+(* attached engine).  The spec ends an engine at once (its other rank      *)
+(* refused first, or the daemon it maps lost), while its other real ranks  *)
+(* may still send what they had begun: a stuttering step of the spec.      *)
 (*                                                                         *)
 (* What is not logged here: the map (the spec's two permutations per       *)
 (* layer are not a real EPLB map; tools.trace_check holds the digests),   *)
@@ -80,11 +81,27 @@ LateRequest(l) ==
     /\ \E e \in l.cands : Gone(e)
     /\ UNCHANGED vars
 
+(* A rank of engine e whose process died before it sent its request of the *)
+(* chunk's step under way (a begin, a commit).  The spec takes an engine's  *)
+(* per-rank requests in rank order, while a higher real rank sends its own  *)
+(* at the same moment: without this step its granted request could not    *)
+(* follow.  The rank's reply is "lost": the engine decides nothing more     *)
+(* (Decide, Committed and Verify wait on every rank) and can only crash.    *)
+RankLost(e, q) ==
+    /\ ephase[e] = "run"
+    /\ \/ reb[e].step = "begin" /\ reb[e].replies[q] = "none"
+       \/ reb[e].step \in {"move", "commit"} /\ MovedEverywhere(e) /\ reb[e].replies[q] = "ok"
+    /\ reb' = [reb EXCEPT ![e].replies[q] = "lost"]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, moves, eclaim>>
+
+NoRankLost(e) == \A r \in Ranks : reb[e].replies[r] # "lost"
+
 (* Every step of the protocol that is not a daemon's request.  A poll is a *)
 (* read of the daemon and changes none of its variables.                   *)
 Unlogged ==
-    \/ \E e \in Engines, r \in Ranks : Poll(e, r) \/ Timeout(e, r)
-    \/ \E e \in Engines : Agree(e) \/ Decide(e) \/ Committed(e) \/ Verify(e) \/ Promote(e) \/ Crash(e)
+    \/ \E e \in Engines, r \in Ranks : Poll(e, r) \/ Timeout(e, r) \/ RankLost(e, r)
+    \/ \E e \in Engines : Agree(e) \/ Promote(e) \/ Crash(e)
+    \/ \E e \in Engines : (Decide(e) \/ Committed(e) \/ Verify(e)) /\ NoRankLost(e)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
 

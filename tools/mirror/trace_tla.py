@@ -68,7 +68,7 @@ class DaemonLog:
     older: list[str] = field(default_factory=list)
     standbys: set[str] = field(default_factory=set)
     chunks: set[frozenset[int]] = field(default_factory=set)
-    begins: int = 0
+    begins: dict[str, int] = field(default_factory=dict)  # each engine's begins here
     auto_repair: bool = True
     lacks_record: bool = False
     restarted: bool = False
@@ -162,7 +162,7 @@ def daemon_log(
                 log.older.append(older)
                 cands = {older} | attached
             if event == "begin":
-                log.begins += 1
+                log.begins[engine] = log.begins.get(engine, 0) + 1
                 log.chunks.add(frozenset(layer + 1 for layer in line["payload"]["layers"]))
             if event == "park":
                 log.standbys.add(engine)
@@ -220,7 +220,7 @@ def module(run: Run) -> tuple[str, str]:
         "CONSTANTS\n"
         f"    NumRanks = {len(run.logs)}\n    NumLayers = {run.num_layers}\n"
         "    Engines <- RunEngines\n    Older <- RunOlder\n    MayLackRecord <- RunLacking\n"
-        f"    Chunks <- RunChunks\n    MaxMoves = {max((log.begins for log in run.logs), default=0)}\n"
+        f"    Chunks <- RunChunks\n    MaxMoves = {max_moves(run.logs)}\n"
         f"    DaemonRestarts = {tlc_text(run.restarts)}\n    Repairs = {tlc_text(run.auto_repair)}\n"
         "    OperatorRepairs = TRUE\n"
         f"    RepairMayFail = {tlc_text(run.repair_may_fail)}\n    Standbys <- RunStandbys\n"
@@ -228,6 +228,13 @@ def module(run: Run) -> tuple[str, str]:
         "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
     )
     return tla, cfg
+
+
+def max_moves(logs: Sequence[DaemonLog]) -> int:
+    """The chunks the run's engines began (the spec's ``moves``): an engine's k-th begin on each daemon
+    is its k-th chunk, and a chunk may reach only some daemons (a rank lost before its begin)."""
+    engines = {engine for log in logs for engine in log.begins}
+    return sum(max(log.begins.get(engine, 0) for log in logs) for engine in engines)
 
 
 def runs(paths: Sequence[Path]) -> list[Run]:
