@@ -251,7 +251,11 @@ class World:
         if op.kill is None:
             return
         event, count, what = op.kill
-        fired = results[op.rank].kind == "died" if what == "rank" else not self.daemons[op.rank].alive
+        fired = results[op.rank].kind == "died"  # the rank SIGKILLs itself last, at either kill point
+        if fired and what == "daemon":
+            # Its SIGKILL was sent, but a process takes a moment to exit: the daemon is down before
+            # anything else runs (the spec's Lose), and settle() starts it again.
+            self.daemons[op.rank].kill()
         if fired:
             out.kills += 1
             out.notes.append(f"rank {op.rank} killed its {what} after {event} #{count}")
