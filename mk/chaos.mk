@@ -7,7 +7,7 @@
 # command does.
 #   make chaos CHAOS_ARGS="--schedules 50 --real 0"                  a short harness run
 #   make chaos CHAOS_ARGS="--seed 7 --schedules 1 --real 0 --keep"  replay one seed, keeping its traces and logs
-#   make chaos CHAOS_ARGS="--schedules 100 --real 0 --tlc"          TLC on every schedule's daemon traces too
+#   make chaos CHAOS_ARGS="--schedules 100 --real 0 --tlc"          TLC on every schedule's traces too
 # Included by the main Makefile.
 CHAOS_ARGS ?=
 

@@ -5,7 +5,7 @@
 #   make spec-mutants each named rule of the spec broken in a temporary copy, TLC on the small models;
 #                     the table goes to docs/spec-mutants.md (SPEC_MUTANTS=a,b runs some only)
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
-#   make check-traces TLC (spec/TraceLayoutProtocol.tla) and the Python checker on a run's daemon traces:
+#   make check-traces TLC (spec/TraceLayoutProtocol.tla) and the Python checker on a run's traces:
 #                     TRACES=folder... (the demo's by default); exit 2, saying so, without TLC
 #   make traces       edge-covering behaviours for tests/model_based/traces/ from TLC's graphs: dumped here
 #                     when TLC runs here, else ../shared/tlc/<Model>.dot.gz (refused when stale)

@@ -1,25 +1,35 @@
 ------------------------- MODULE TraceLayoutProtocol -------------------------
 (***************************************************************************)
-(* Trace validation: are the daemons' traces of a real run a behaviour of *)
-(* LayoutProtocol?  In the style of etcd's Traceetcdraft.tla, after        *)
-(* Cirstea, Kuppe, Loillier and Merz, "Validating Traces of Distributed    *)
-(* Programs Against TLA+ Specifications" (2024).                           *)
+(* Trace validation: are the traces of a real run (its daemons' steps,    *)
+(* its engines' decisions) a behaviour of LayoutProtocol?  In the style  *)
+(* of etcd's Traceetcdraft.tla, after Cirstea, Kuppe, Loillier and Merz, *)
+(* "Validating Traces of Distributed Programs Against TLA+              *)
+(* Specifications" (2024).                                                *)
 (*                                                                         *)
 (* Log[r] is daemon r's steps in the order it took them, written by        *)
-(* tools.mirror.trace_tla as a generated module (standard modules only).  Each   *)
-(* logged step is the spec's action of the same name on that daemon, with *)
-(* the engine the trace names, and every variable of that daemon that the *)
+(* tools.mirror.trace_tla as a generated module (standard modules only).  *)
+(* Each logged step is the spec's action of the same name on that daemon, *)
+(* with the engine the trace names, and every variable of that daemon the *)
 (* trace logs must equal the spec's after it: phase, version, pending      *)
-(* move, attachments, parked standbys and the non-following flag.  The    *)
-(* daemons' logs interleave as TLC finds: no clock orders them.  The       *)
-(* engines' own steps (agreement, decisions, moves, crashes) are not       *)
-(* logged here: they are left to the spec and interleave freely.           *)
+(* move, attachments, parked standbys and the non-following flag.         *)
+(*                                                                         *)
+(* ELog[k] is one traced engine's decisions, each taken on an all-gather   *)
+(* of its ranks, so every rank takes the same ones: its agreements, its    *)
+(* chunks' decisions, its rebalances' final checks and a standby's         *)
+(* promotion.  Each is the spec's action of that name, and the engine's    *)
+(* variables it logs must equal the spec's after it.  The end of each      *)
+(* rebalance is logged too, a stuttering step: no chunk is under way and   *)
+(* no commit's check is owed there (the check's liveness, on the real      *)
+(* engine; "abort": a rank may end before its peer's abort is sent).  An   *)
+(* engine's per-rank steps are its requests, in the daemons' logs; its     *)
+(* moves and crashes, and the engines that write no trace (older engines), *)
+(* are left to the spec.  The logs interleave as TLC finds: no clock.      *)
 (*                                                                         *)
 (* Why no clock: the spec takes an engine's per-rank steps in rank order, *)
 (* a reduction (the ranks are symmetric), while real ranks send them at    *)
 (* once and rank 2's may land first.  Requests to different daemons with   *)
 (* no collective between them commute, so the check asks for some order   *)
-(* of the daemons' steps, each daemon's own order kept.                    *)
+(* of the logged steps, each log's own order kept.                         *)
 (*                                                                         *)
 (* Two more steps than the spec's.  A rank lost before its request of a   *)
 (* chunk's step (RankLost), after which the engine can only crash.  And a  *)
@@ -39,11 +49,16 @@
 (***************************************************************************)
 EXTENDS LayoutProtocol
 
-CONSTANT Log  \* Log[r]: daemon r's steps, a sequence of records (see Logged)
+CONSTANT Log,  \* Log[r]: daemon r's steps, a sequence of records (see Logged)
+         ELog  \* ELog[k]: [eng |-> engine, steps |-> its decisions] (see Decided)
 
-VARIABLE pos  \* pos[r]: how many steps of Log[r] the behaviour has taken
+VARIABLE pos,  \* pos[r]: how many steps of Log[r] the behaviour has taken
+         epos  \* epos[k]: how many steps of ELog[k].steps
 
-traceVars == <<vars, pos>>
+traceVars == <<vars, pos, epos>>
+
+EIndex == 1..Len(ELog)
+Traced == {ELog[k].eng : k \in EIndex}
 
 (* A logged step's record: ev, the event; eng, the engine it names;       *)
 (* cands, the engines that may have sent a fetch without a claim (an older *)
@@ -96,18 +111,39 @@ RankLost(e, q) ==
 
 NoRankLost(e) == \A r \in Ranks : reb[e].replies[r] # "lost"
 
+(* An engine's logged decision: ev, the event; then what it left: ph, the *)
+(* engine's phase; ver, its version; share, whether it rebalances through *)
+(* the daemons; step, its chunk's step.                                    *)
+Decided(e, l) ==
+    CASE l.ev = "agree"   -> /\ Agree(e)
+                             /\ ephase'[e] = l.ph
+                             /\ l.ph = "load" => ever'[e] = l.ver /\ eshare'[e] = l.share
+      [] l.ev = "decide"  -> /\ Decide(e) /\ NoRankLost(e)
+                             /\ reb'[e].step = l.step /\ eshare'[e] = l.share
+      [] l.ev = "verify"  -> Verify(e) /\ NoRankLost(e) /\ eshare'[e] = l.share
+      [] l.ev = "promote" -> /\ Promote(e)
+                             /\ ephase'[e] = l.ph
+                             /\ l.ph = "run" => ever'[e] = l.ver
+      [] l.ev = "rebalance_end" -> /\ ~Gone(e)
+                                   /\ reb[e].step \in {"idle", "abort"}
+                                   /\ reb[e].owed = "none"
+                                   /\ UNCHANGED vars
+
 (* Every step of the protocol that is not a daemon's request.  A poll is a *)
 (* read of the daemon and changes none of its variables.                   *)
 Unlogged ==
     \/ \E e \in Engines, r \in Ranks : Poll(e, r) \/ Timeout(e, r) \/ RankLost(e, r)
-    \/ \E e \in Engines : Agree(e) \/ Promote(e) \/ Crash(e)
-    \/ \E e \in Engines : (Decide(e) \/ Committed(e) \/ Verify(e)) /\ NoRankLost(e)
+    \/ \E e \in Engines : Crash(e) \/ (Committed(e) /\ NoRankLost(e))
+    \/ \E e \in Engines \ Traced :
+          \/ Agree(e) \/ Promote(e)
+          \/ (Decide(e) \/ Verify(e)) /\ NoRankLost(e)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
 
 TraceInit ==
     /\ Init
     /\ pos = [r \in Ranks |-> 0]
+    /\ epos = [k \in EIndex |-> 0]
 
 TraceNext ==
     \/ \E r \in Ranks :
@@ -116,11 +152,19 @@ TraceNext ==
                 /\ Logged(r, l) \/ LateRequest(l)
                 /\ Matches(r, l)
           /\ pos' = [pos EXCEPT ![r] = @ + 1]
+          /\ UNCHANGED epos
+    \/ \E k \in EIndex :
+          /\ epos[k] < Len(ELog[k].steps)
+          /\ Decided(ELog[k].eng, ELog[k].steps[epos[k] + 1])
+          /\ epos' = [epos EXCEPT ![k] = @ + 1]
+          /\ UNCHANGED pos
     \/ /\ Unlogged
-       /\ UNCHANGED pos
+       /\ UNCHANGED <<pos, epos>>
 
 TraceSpec == TraceInit /\ [][TraceNext]_traceVars
 
 (* Violated exactly when every log was taken: the verdict "a behaviour".   *)
-TraceAccepted == \E r \in Ranks : pos[r] < Len(Log[r])
+TraceAccepted ==
+    \/ \E r \in Ranks : pos[r] < Len(Log[r])
+    \/ \E k \in EIndex : epos[k] < Len(ELog[k].steps)
 =============================================================================

@@ -55,7 +55,8 @@ def test_tlc_accepts_a_schedule_with_a_repair_and_a_rejoin(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     [outcome] = [json.loads(line) for line in (tmp_path / "schedules.ndjson").read_text().splitlines()]
     assert outcome["daemon_steps"].get("rejoin") and "TLC: behaviour" in outcome["tlc"], outcome
-    assert "TLC accepted the daemon traces of 1 of 1 schedules" in (tmp_path / "summary.md").read_text()
+    assert "TLC accepted the traces of 1 of 1 schedules" in (tmp_path / "summary.md").read_text()
+    assert outcome["tlc_ok"] and ", 3 engines," in outcome["tlc"], outcome["tlc"]  # their decisions too
 
 
 def _campaign(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -100,10 +101,36 @@ def test_the_campaign_runs_schedules_and_checks_their_traces(tmp_path: Path) -> 
     assert "6 harness schedules" in (tmp_path / "summary.md").read_text()
 
 
+MUTANTS_SITE = ROOT / "tests" / "model_based" / "mutants" / "site"
+
+
+@pytest.mark.skipif(find_jar()[0] is None, reason="TLC is missing (TLA2TOOLS_JAR): CI runs the Python checker")
+def test_tlc_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path) -> None:
+    # Seed 2 rebalances, then stops its engine: the rebalance's end is in the engine's log with the
+    # last chunk's check still owed, which no behaviour of the spec allows.
+    args = ["--seed", "2", "--schedules", "1", "--jobs", "1", "--real", "0", "--tlc", "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.chaos", *args],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{MUTANTS_SITE}:{ROOT / 'src'}:{ROOT}",
+            "LAYOUT_MUTANT": "engine_skips_commit_verification",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    [outcome] = [json.loads(line) for line in (tmp_path / "schedules.ndjson").read_text().splitlines()]
+    assert outcome["tlc_ok"] is False, outcome["tlc"]
+    assert any("TLC: not a behaviour" in p and " rebalance_end): " in p for p in outcome["problems"]), outcome
+
+
 def test_the_campaign_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path) -> None:
     # The mutant (tests/model_based/mutants) breaks the adapter in every process of the campaign; the
     # checker replays the traces on layout_sm's own session, which the mutant leaves alone.
-    site = ROOT / "tests" / "model_based" / "mutants" / "site"
+    site = MUTANTS_SITE
     done = subprocess.run(
         [
             sys.executable,

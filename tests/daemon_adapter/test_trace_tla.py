@@ -1,9 +1,11 @@
-"""TLC on the daemons' traces (``tools.mirror.trace_tla``, ``spec/TraceLayoutProtocol.tla``).
+"""TLC on the traces (``tools.mirror.trace_tla``, ``spec/TraceLayoutProtocol.tla``).
 
 Real ``LayoutAwareDaemon`` serve loops on real Unix sockets replay one behaviour of TLC's suite and
 write their traces. The generated module must be TLA+ that parses (CI, without TLC) and hold every
 step the Python checker replayed. Where TLC is present it must accept those traces, and reject them
 once a daemon's answer is changed, naming that step among those due where no behaviour goes on.
+An engine's decisions are its ranks' (one rank's a prefix of another's), and ranks that decided
+differently on the same all-gathers are refused before TLC runs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import tla
 from tools.mirror.check_spec import find_jar
 from tools.mirror.system import load_model
-from tools.mirror.trace_tla import check_with_tlc, module, runs
+from tools.mirror.trace_tla import check_with_tlc, engine_logs, module, runs
 from tools.trace_check import check_all
 
 from daemon_adapter.trace import TRACE_ENV
@@ -85,3 +87,31 @@ def test_tlc_rejects_a_changed_answer_and_names_its_step(traces: Path, tmp_path:
     verdict = check_with_tlc(JAR, run)
     assert not verdict.accepted
     assert f"{changed.name}:{begun['seq']} begin" in verdict.report, verdict.report
+
+
+def _rank_trace(engine: str, rank: int, steps: list[tuple[str, dict[str, object]]]) -> list[dict[str, object]]:
+    """An engine rank's trace lines: its start, then each (event, view after); ``rebalance_end`` as written."""
+    lines: list[dict[str, object]] = [{"seq": 1, "kind": "start", "engine_id": engine, "rank": rank}]
+    for seq, (event, after) in enumerate(steps, start=2):
+        if event == "rebalance_end":
+            lines.append({"seq": seq, "kind": "rebalance_end"})
+        else:
+            lines.append({"seq": seq, "kind": "step", "event": event, "after": after, "result": None})
+    return lines
+
+
+_AGREED = {"phase": "load", "version": 0, "shares": True, "rebalance": "starting"}
+_MOVING = {"phase": "load", "version": 0, "shares": True, "rebalance": "moving"}
+
+
+def test_an_engine_s_decisions_are_its_longest_rank_s_and_every_rank_must_agree() -> None:
+    rank0 = _rank_trace("E", 0, [("agree", _AGREED), ("begin", _AGREED), ("decide", _MOVING), ("rebalance_end", {})])
+    rank1 = _rank_trace("E", 1, [("agree", _AGREED), ("begin", _AGREED), ("decide", _MOVING)])  # died first
+    (log,) = engine_logs({Path("engine-E-r0.ndjson"): rank0, Path("engine-E-r1.ndjson"): rank1}, set())
+    assert [record["ev"] for record in log.records] == ["agree", "decide", "rebalance_end"]
+    assert log.records[1]["step"] == "move" and log.records[1]["share"] is True
+    assert log.origins[2] == "engine-E-r0.ndjson:5 rebalance_end"
+
+    aborting = _rank_trace("E", 1, [("agree", _AGREED), ("decide", {**_MOVING, "rebalance": "aborting"})])
+    with pytest.raises(ValueError, match=r"engine-E-r1\.ndjson: its decisions differ"):
+        engine_logs({Path("engine-E-r0.ndjson"): rank0, Path("engine-E-r1.ndjson"): aborting}, set())

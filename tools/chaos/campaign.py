@@ -129,7 +129,8 @@ class Outcome:
     traces: str = ""  # the trace check's summary line
     timings: dict[str, float] = field(default_factory=dict)  # seconds by operation
     daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
-    tlc: str = ""  # TLC's verdict on the daemons' traces, where the campaign asked for it (--tlc)
+    tlc: str = ""  # TLC's verdict on the traces, for people, where the campaign asked for it (--tlc)
+    tlc_ok: bool | None = None  # TLC accepted every run of the schedule; None: TLC did not run
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
@@ -381,7 +382,7 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
 
 
 def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool) -> None:
-    """The Python checker's verdicts into ``out``; with ``tlc``, TLC's on the daemons' traces too
+    """The Python checker's verdicts into ``out``; with ``tlc``, TLC's on the same traces too
     (``tools.mirror.trace_tla``): the schedule fails where either says "not a behaviour"."""
     out.traces = summary(verdicts)
     out.daemon_steps = daemon_steps(verdicts)
@@ -396,6 +397,7 @@ def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool)
         out.fail(f"TLC did not check the traces: {why if found else 'no daemon trace'}")
         return
     out.tlc = "; ".join(c.line().partition(": ")[2] for c in found)
+    out.tlc_ok = all(c.tlc is not None and c.tlc.accepted for c in found)
     for comparison in found:
         if comparison.tlc is not None and not comparison.tlc.accepted:
             out.fail(f"TLC: not a behaviour of the spec: {comparison.line()}\n{comparison.tlc.report}")

@@ -1,11 +1,13 @@
-"""``python -m tools.mirror.trace_tla PATH...``: TLC on the daemons' traces, beside ``tools.trace_check``.
+"""``python -m tools.mirror.trace_tla PATH...``: TLC on a run's traces, beside ``tools.trace_check``.
 
 For each daemon socket of a run (its traces, one per process, in the order they started), a TLA+
-module is generated that holds the daemon's steps as a sequence of records, and TLC checks
+module is generated that holds the daemon's steps as a sequence of records, and for each engine its
+decisions (agreements, chunks' decisions, final checks, promotions, rebalances' ends), and TLC checks
 ``spec/TraceLayoutProtocol.tla`` on it: some behaviour of the whole protocol takes exactly those
-steps on that daemon, in that order, each ending in the logged phase, version, pending move,
-attachments, parked standbys and non-following flag. The engines' own steps and the other daemons'
-are left to the spec. Only the standard modules are needed.
+steps, each log's in its order, each daemon's ending in the logged phase, version, pending move,
+attachments, parked standbys and non-following flag, each engine's in its logged phase, version,
+shared rebalancing and chunk step. The rest (moves, crashes, older engines) is left to the spec.
+Only the standard modules are needed.
 
 How a real trace becomes the spec's (``spec/README.md``, "Traces of real runs"):
 - ranks: a socket's rank is the one the engine ranks' start lines give it (else its name's order);
@@ -176,6 +178,63 @@ def daemon_log(
     return log
 
 
+# An engine's decisions on its ranks' all-gathers (every rank takes the same), the spec's actions,
+# and the end of each rebalance, where no check of a commit may be owed.
+DECISIONS = ("agree", "decide", "verify", "promote")
+REBALANCE_END = "rebalance_end"
+# The spec's reb[e].step for the session's rebalance phase (tools.mirror.system's).
+_STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
+# The spec's ephase after a promotion, for the standby's role after it.
+_PROMOTED = {"promoted": "run", "failed": "failed", "parked": "parked"}
+
+
+@dataclass
+class EngineLog:
+    """One engine's decisions in the spec's terms, from the rank trace that logged the most of them."""
+
+    engine: str
+    records: list[Record] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+
+
+def _decision(event: str, after: dict[str, Any]) -> Record:
+    phase = _PROMOTED.get(after.get("role", ""), "failed") if event == "promote" else after.get("phase", "")
+    return Record(
+        ev=event,
+        ph=phase,
+        ver=after.get("version") or 0,
+        share=bool(after.get("shares")),
+        step=_STEP.get(after.get("rebalance", ""), "idle"),
+    )
+
+
+def engine_logs(traces: dict[Path, list[dict[str, Any]]], probes: set[str]) -> list[EngineLog]:
+    """Each traced engine's decisions. Its ranks decide on the same all-gathers, so one rank's are a
+    prefix of another's (a rank may die first); the longest is the engine's."""
+    by_engine: dict[str, list[tuple[Path, list[dict[str, Any]]]]] = {}
+    for path, lines in sorted(traces.items()):
+        engine = lines[0].get("engine_id", "") if lines and lines[0].get("kind") == "start" else ""
+        if engine and engine not in probes:
+            decided = [
+                {**line, "event": REBALANCE_END, "after": {}} if line.get("kind") == REBALANCE_END else line
+                for line in lines
+                if line.get("kind") == REBALANCE_END or (line.get("kind") == "step" and line["event"] in DECISIONS)
+            ]
+            by_engine.setdefault(engine, []).append((path, decided))
+    logs = []
+    for engine, ranks in sorted(by_engine.items()):
+        log = EngineLog(engine)
+        path, longest = max(ranks, key=lambda rank: len(rank[1]))
+        log.records = [_decision(line["event"], line["after"]) for line in longest]
+        log.origins = [f"{path.name}:{line['seq']} {line['event']}" for line in longest]
+        for other, decided in ranks:
+            mine = [_decision(line["event"], line["after"]) for line in decided]
+            if mine != log.records[: len(mine)]:
+                raise ValueError(f"{other.name}: its decisions differ from {path.name}'s, on the same all-gathers")
+        logs.append(log)
+    return logs
+
+
 @dataclass
 class Run:
     """One run's daemons (a folder of traces): their logs, by rank, and what their check shares."""
@@ -191,10 +250,11 @@ class Run:
     repair_may_fail: bool
     auto_repair: bool
     rejoins: bool
+    engine_logs: list[EngineLog] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
-        return sum(len(log.records) for log in self.logs)
+        return sum(len(log.records) for log in self.logs) + sum(len(log.records) for log in self.engine_logs)
 
 
 def module(run: Run) -> tuple[str, str]:
@@ -204,6 +264,12 @@ def module(run: Run) -> tuple[str, str]:
         steps = [tlc_text(record) for record in log.records]
         logs.append("<<\n      " + ",\n      ".join(steps) + "\n    >>" if steps else "<<>>")
     chunks = frozenset(c for log in run.logs for c in log.chunks)
+    elogs = [
+        f"[eng |-> {tlc_text(log.engine)}, steps |-> <<"
+        + ("\n      " + ",\n      ".join(tlc_text(record) for record in log.records) if log.records else "")
+        + ">>]"
+        for log in run.engine_logs
+    ]
     tla = (
         "---- MODULE TraceRun ----\n"
         f"\\* Generated by tools.mirror.trace_tla from the daemon traces in {run.folder}.\n"
@@ -214,6 +280,7 @@ def module(run: Run) -> tuple[str, str]:
         f"RunLacking == {tlc_text(frozenset(run.lacking))}\n"
         f"RunChunks == {tlc_text(chunks)}\n"
         "RunLog == <<\n    " + ",\n    ".join(logs) + "\n  >>\n"
+        "RunELog == <<\n    " + ",\n    ".join(elogs) + "\n  >>\n"
         "====\n"
     )
     cfg = (
@@ -224,7 +291,7 @@ def module(run: Run) -> tuple[str, str]:
         f"    DaemonRestarts = {tlc_text(run.restarts)}\n    Repairs = {tlc_text(run.auto_repair)}\n"
         "    OperatorRepairs = TRUE\n"
         f"    RepairMayFail = {tlc_text(run.repair_may_fail)}\n    Standbys <- RunStandbys\n"
-        f"    Rejoins = {tlc_text(run.rejoins)}\n    NONE = NONE\n    Log <- RunLog\n"
+        f"    Rejoins = {tlc_text(run.rejoins)}\n    NONE = NONE\n    Log <- RunLog\n    ELog <- RunELog\n"
         "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
     )
     return tla, cfg
@@ -265,12 +332,13 @@ def runs(paths: Sequence[Path]) -> list[Run]:
             )
         auto = all(log.auto_repair for log in logs)
         restarted = any(log.restarted for log in logs)
+        decided = engine_logs(engines, probe_ids)
         found.append(
             Run(
                 folder=folder,
                 logs=logs,
                 num_layers=max((log.num_layers for log in logs), default=1) or 1,
-                engines=set().union(*(log.engines | set(log.older) for log in logs)),
+                engines=set().union(*(log.engines | set(log.older) for log in logs), (log.engine for log in decided)),
                 older=set().union(*(set(log.older) for log in logs)),
                 standbys=standbys | set().union(*(log.standbys for log in logs)),
                 lacking={log.rank for log in logs if log.lacks_record},
@@ -278,6 +346,7 @@ def runs(paths: Sequence[Path]) -> list[Run]:
                 repair_may_fail=any(log.repair_failed for log in logs),
                 auto_repair=auto,
                 rejoins=rejoins and restarted,
+                engine_logs=decided,
             )
         )
     return found
@@ -295,7 +364,7 @@ class TlcVerdict:
 
 _STATE = re.compile(r"^State \d+:\n(.*?)(?:\n\n|\Z)", re.M | re.S)
 # The variables a report shows of the state TLC got furthest in: the daemons' and the engines' phases.
-_SHOWN = ("pos", "dphase", "dver", "dpend", "datt", "dpark", "dnf", "ephase")
+_SHOWN = ("pos", "epos", "dphase", "dver", "dpend", "datt", "dpark", "dnf", "ephase", "ever", "eshare", "reb")
 
 
 def _values(state: str) -> dict[str, str]:
@@ -324,12 +393,12 @@ def _tlc(jar: Path, run: Run, work: Path) -> tuple[bool, str]:
 
 
 def _furthest(run: Run, dump: Path) -> str:
-    """Where no behaviour goes on: a reached state that took the most logged steps, and the step of each
-    daemon that was due there (none of them is enabled from any state with those positions)."""
+    """Where no behaviour goes on: a reached state that took the most logged steps, and the step each
+    log had next (none of them is enabled from any state with those positions)."""
     best: tuple[int, dict[str, str]] = (-1, {})
     for match in _STATE.finditer(dump.read_text()):
         values = _values(match.group(1))
-        taken = sum(int(n) for n in re.findall(r"\d+", values.get("pos", "")))
+        taken = sum(int(n) for name in ("pos", "epos") for n in re.findall(r"\d+", values.get(name, "")))
         if taken > best[0]:
             best = (taken, values)
     taken, values = best
@@ -339,10 +408,16 @@ def _furthest(run: Run, dump: Path) -> str:
         for log, n in zip(run.logs, positions, strict=False)
         if n < len(log.records)
     ]
+    engine_positions = [int(n) for n in re.findall(r"\d+", values.get("epos", ""))]
+    due += [
+        f"  engine {log.engine}'s decision {n + 1} ({log.origins[n]}): {tlc_text(log.records[n])}"
+        for log, n in zip(run.engine_logs, engine_positions, strict=False)
+        if n < len(log.records)
+    ]
     shown = "\n    ".join(f"{name} = {values[name]}" for name in _SHOWN if name in values)
     return (
         f"{run.folder}: no behaviour of the spec takes more than {taken} of the {run.steps} logged steps; "
-        f"from every state that took these, none takes the step each daemon had next:\n"
+        f"from every state that took these, none takes the step each log had next:\n"
         + "\n".join(due)
         + f"\n  a state TLC reached there:\n    {shown}"
     )
@@ -365,7 +440,7 @@ def check_with_tlc(jar: Path, run: Run) -> TlcVerdict:
 
 @dataclass
 class Comparison:
-    """One run: the Python checker's verdict on its daemon traces and their answers, and TLC's."""
+    """One run: the Python checker's verdict on its traces, and TLC's."""
 
     run: Run
     python_ok: bool
@@ -377,7 +452,8 @@ class Comparison:
         return self.python_ok and (self.tlc is None or self.tlc.accepted)
 
     def line(self) -> str:
-        said = f"{self.run.folder}: {len(self.run.logs)} daemons, {self.run.steps} steps; python: " + (
+        run = self.run
+        said = f"{run.folder}: {len(run.logs)} daemons, {len(run.engine_logs)} engines, {run.steps} steps; python: " + (
             "behaviour" if self.python_ok else "NOT"
         )
         if self.tlc is None:
@@ -395,7 +471,7 @@ def compare(
     """Both checkers on every run under ``paths``; ``keep``: write each generated module there;
     ``verdicts``: the Python checker's on ``paths``, where the caller has them. Also returns where TLC
     came from, or what is missing."""
-    python = [v for v in (check_all(paths) if verdicts is None else verdicts) if v.kind != "engine"]
+    python = check_all(paths) if verdicts is None else list(verdicts)
     jar, why = find_jar()
     found = []
     for run in runs(paths):
