@@ -126,9 +126,12 @@ def test_a_gate_that_serves_a_fetch_its_check_refused_is_caught(
     assert "without a layout check that passed" in caught[0].divergence.why, caught[0].divergence.report(caught[0].path)
 
 
-def _standby_parked_then_primary_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+def _standby_parked_then_primary_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, told_at_park: bool = False
+) -> tuple[Any, list[Any]]:
     """Primary e1 attaches; standby s1 attaches and parks beside it (no notice: e1 is unparked); e1's
-    connection closes. The frame s1 reads on its attach connection, and the daemon's trace verdicts."""
+    connection closes. The frame s1 reads on its attach connection, and the daemon's trace verdicts.
+    ``told_at_park``: s1 reads its frame before e1 goes (the daemon writes it after the park's reply)."""
     monkeypatch.setenv(TRACE_ENV, str(tmp_path / "traces"))
     with tempfile.TemporaryDirectory(prefix="trace-", dir="/tmp") as tmp:
         daemon = InProcessHost(Path(tmp)).start("d1", ROWS, 2)
@@ -137,9 +140,10 @@ def _standby_parked_then_primary_gone(tmp_path: Path, monkeypatch: pytest.Monkey
             standby, reply = client.attach(daemon.socket_path, "s1")
             parked = client.request(daemon.socket_path, park_request("s1", reply["session"]))
             assert parked["status"] == "ok", parked
-            primary.close()
             standby.settimeout(30.0)
-            notice = client.recv_frame(standby)
+            notice = client.recv_frame(standby) if told_at_park else None
+            primary.close()
+            notice = notice or client.recv_frame(standby)
             standby.close()
         finally:
             daemon.stop()
@@ -164,7 +168,10 @@ def test_a_daemon_that_tells_a_standby_while_a_primary_is_attached_is_caught(
 
     tell = daemon_module.LayoutAwareDaemon._notify
     monkeypatch.setattr(daemon_module.LayoutAwareDaemon, "_notify", tells_every_attached_engine)
-    _notice, verdicts = _standby_parked_then_primary_gone(tmp_path, monkeypatch)
+    # s1 reads the notice while e1 is still attached: the daemon tells it in the park's thread, after
+    # the reply, so a test that closed e1 first could see it told after e1's detach, where it is owed.
+    notice, verdicts = _standby_parked_then_primary_gone(tmp_path, monkeypatch, told_at_park=True)
+    assert notice.get("type") == NOTICE, notice
     caught = [v for v in verdicts if v.divergence is not None]
     assert caught, "the checker passed a trace with a notice sent while the primary was attached"
     assert "which no step's answer named" in caught[0].divergence.why, caught[0].divergence.report(caught[0].path)
