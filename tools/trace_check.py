@@ -29,6 +29,14 @@ engine, in the same order. Each rank sends its daemon one request at a time on i
 so the two orders are the same without any clock. A rank's answer that no daemon step gave (a grant
 the daemon never made, a commit the engine took as recorded) is reported with the daemon's answers.
 
+And in one order, by ``t_ns``: the folder's lines merged on one machine's monotonic clock. Each line is
+stamped after the step it records, and a daemon's step is stamped before its reply is sent, so the
+merged order keeps every message's order; the rule it checks needs no more. A daemon lost (its socket's
+next ``start``) ends every engine attached to it, as the spec's ``Lose``: on a GPU their ranks map the
+daemon's memory. A line of such an engine after that start was written by a process that outlived the
+daemon it maps, which no per-process replay can see. The clock orders one machine's processes only: a
+run across machines needs its traces per machine.
+
 The first line that the protocol does not explain is reported with the state before it, the
 machine's own answer, and the phase changes the machine declares from there. PATH: trace files or
 folders of them. Exit status 0 when every trace is a behaviour, 1 otherwise.
@@ -88,7 +96,8 @@ class Verdict:
     events: dict[str, int] = field(default_factory=dict)
     cut_short: bool = False  # its last line was cut by a kill
 
-    kind: str = "daemon"  # "daemon", "engine", or "answers" (a folder's engines against its daemons)
+    # "daemon", "engine", "answers" (a folder's engines against its daemons) or "order" (in one order)
+    kind: str = "daemon"
     matched: int = 0  # answers matched with their daemon's step ("answers")
     truths: int = 0  # readings of the daemon's memory checked against its record
 
@@ -396,6 +405,39 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
     return verdict
 
 
+def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> Verdict:
+    """The folder's lines merged by ``t_ns``: no engine writes a line once a daemon it was attached to was
+    started again (the spec's ``Lose`` ends it)."""
+    started = time.perf_counter()
+    verdict = Verdict(folder, kind="order")
+    firsts = {runs[0][0] for runs in _by_socket(daemons).values()}
+    merged = sorted(
+        (line["t_ns"], path, line) for traces in (daemons, engines) for path, lines in traces.items() for line in lines
+    )
+    attached: dict[str, set[str]] = {}  # by socket: the engines attached to its daemon after its last step
+    ended: dict[str, str] = {}  # an engine ended by a daemon's loss: that daemon's socket
+    engine_of = {path: lines[0].get("engine_id", "") for path, lines in engines.items() if lines}
+    for _, path, line in merged:
+        if path in daemons:
+            socket = daemons[path][0].get("socket", "")
+            if line.get("kind") == "start" and path not in firsts:
+                ended.update((engine, socket) for engine in attached.get(socket, ()))
+                attached[socket] = set()
+            elif line.get("kind") == "step":
+                attached[socket] = set(line["after"].get("attached", ()))
+        elif engine_of.get(path) in ended:
+            engine = engine_of[path]
+            why = (
+                f"engine {engine} wrote this line after its daemon at {ended[engine]} was lost and started "
+                f"again: a rank that maps a daemon's memory ends with it (the spec's Lose)"
+            )
+            verdict.divergence = Divergence(line.get("seq", -1), {**line, "trace": str(path)}, why, {}, [])
+            break
+        verdict.steps += 1
+    verdict.seconds = time.perf_counter() - started
+    return verdict
+
+
 def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list[Path]:
     """The traces under ``paths`` named as ``pattern`` (files, or folders searched recursively); a path
     that does not exist holds none."""
@@ -433,7 +475,9 @@ def check_all(paths: Iterable[Path]) -> list[Verdict]:
     verdicts += [check_engine_trace(path) for path in engines]
     for folder in sorted({path.parent for path in engines}):
         ranks = {p: read[p] for p in engines if p.parent == folder}
-        verdicts.append(check_answers(folder, ranks, {p: read[p] for p in daemons if p.parent == folder}))
+        its_daemons = {p: read[p] for p in daemons if p.parent == folder}
+        verdicts.append(check_answers(folder, ranks, its_daemons))
+        verdicts.append(check_order(folder, ranks, its_daemons))
     return verdicts
 
 

@@ -16,6 +16,7 @@ from tools.chaos.campaign import draw
 from tools.mirror.check_spec import find_jar
 
 ROOT = Path(__file__).resolve().parents[2]
+MUTANTS_SITE = ROOT / "tests" / "model_based" / "mutants" / "site"
 
 
 def test_a_seed_draws_the_same_schedule() -> None:
@@ -59,12 +60,17 @@ def test_tlc_accepts_a_schedule_with_a_repair_and_a_rejoin(tmp_path: Path) -> No
     assert outcome["tlc_ok"] and ", 3 engines," in outcome["tlc"], outcome["tlc"]  # their decisions too
 
 
-def _campaign(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _campaign(out: Path, *args: str, mutant: str = "") -> subprocess.CompletedProcess[str]:
+    """``tools.chaos`` with ``args`` on the harness alone; ``mutant``: that mutant of
+    tests/model_based/mutants in every process of the campaign."""
     # Its own process: the ranks are forked from it, which a test process that ran torch ops cannot do.
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    if mutant:
+        env |= {"PYTHONPATH": f"{MUTANTS_SITE}:{env['PYTHONPATH']}", "LAYOUT_MUTANT": mutant}
     return subprocess.run(
         [sys.executable, "-m", "tools.chaos", *args, "--real", "0", "--jobs", "1", "--out", str(out)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"},
+        env=env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -101,26 +107,11 @@ def test_the_campaign_runs_schedules_and_checks_their_traces(tmp_path: Path) -> 
     assert "6 harness schedules" in (tmp_path / "summary.md").read_text()
 
 
-MUTANTS_SITE = ROOT / "tests" / "model_based" / "mutants" / "site"
-
-
 @pytest.mark.skipif(find_jar()[0] is None, reason="TLC is missing (TLA2TOOLS_JAR): CI runs the Python checker")
 def test_tlc_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path) -> None:
     # Seed 2 rebalances, then stops its engine: the rebalance's end is in the engine's log with the
     # last chunk's check still owed, which no behaviour of the spec allows.
-    args = ["--seed", "2", "--schedules", "1", "--jobs", "1", "--real", "0", "--tlc", "--out", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "tools.chaos", *args],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": f"{MUTANTS_SITE}:{ROOT / 'src'}:{ROOT}",
-            "LAYOUT_MUTANT": "engine_skips_commit_verification",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _campaign(tmp_path, "--seed", "2", "--schedules", "1", "--tlc", mutant="engine_skips_commit_verification")
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     [outcome] = [json.loads(line) for line in (tmp_path / "schedules.ndjson").read_text().splitlines()]
     assert outcome["tlc_ok"] is False, outcome["tlc"]
@@ -130,32 +121,6 @@ def test_tlc_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path
 def test_the_campaign_catches_an_engine_that_skips_the_commit_verification(tmp_path: Path) -> None:
     # The mutant (tests/model_based/mutants) breaks the adapter in every process of the campaign; the
     # checker replays the traces on layout_sm's own session, which the mutant leaves alone.
-    site = MUTANTS_SITE
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tools.chaos",
-            "--seed",
-            "1",
-            "--schedules",
-            "2",
-            "--jobs",
-            "1",
-            "--real",
-            "0",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": f"{site}:{ROOT / 'src'}:{ROOT}",
-            "LAYOUT_MUTANT": "engine_skips_commit_verification",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _campaign(tmp_path, "--seed", "1", "--schedules", "2", mutant="engine_skips_commit_verification")
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     assert "commits owed" in done.stdout and 'replay: make chaos CHAOS_ARGS="--seed ' in done.stdout

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tools.harness import daemon_proc
 from tools.mirror.system import load_model
-from tools.trace_check import check_all
+from tools.trace_check import check_all, check_order
 
 from daemon_adapter import client
 from daemon_adapter import daemon as daemon_module
@@ -204,3 +204,27 @@ def test_without_the_variable_no_daemon_writes_a_trace(tmp_path: Path, monkeypat
             daemon.stop()
     assert not list(tmp_path.rglob("*.ndjson"))
     assert check_all([tmp_path, tmp_path / "missing"]) == []  # nothing traced: nothing to check, no error
+
+
+def test_an_engine_line_after_its_daemon_was_lost_is_caught_in_one_order() -> None:
+    """A daemon started again on the same socket ends the engines attached to the one before it (the
+    spec's Lose): a line any of their ranks wrote after that start is reported; one written before is
+    not, nor a line of an engine that was not attached."""
+    daemon = [
+        {"seq": 1, "t_ns": 10, "kind": "start", "socket": "s0"},
+        {"seq": 2, "t_ns": 20, "kind": "step", "event": "attach", "after": {"attached": ["E"]}},
+    ]
+    again = [{"seq": 1, "t_ns": 50, "kind": "start", "socket": "s0"}]
+    daemons = {Path("daemon-s0-1.ndjson"): daemon, Path("daemon-s0-2.ndjson"): again}
+
+    def rank(engine: str, last_ns: int) -> list[dict[str, Any]]:
+        return [
+            {"seq": 1, "t_ns": 15, "kind": "start", "engine_id": engine, "socket": "s0"},
+            {"seq": 2, "t_ns": last_ns, "kind": "step", "event": "decide"},
+        ]
+
+    assert check_order(Path("run"), {Path("engine-E-r0.ndjson"): rank("E", 40)}, daemons).ok
+    assert check_order(Path("run"), {Path("engine-F-r0.ndjson"): rank("F", 60)}, daemons).ok
+    late = check_order(Path("run"), {Path("engine-E-r0.ndjson"): rank("E", 60)}, daemons)
+    assert late.divergence is not None and late.divergence.seq == 2, late
+    assert "after its daemon at s0 was lost" in late.divergence.why
