@@ -32,10 +32,10 @@ the daemon never made, a commit the engine took as recorded) is reported with th
 And in one order, by ``t_ns``: the folder's lines merged on one machine's monotonic clock. Each line is
 stamped after the step it records, and a daemon's step is stamped before its reply is sent, so the
 merged order keeps every message's order; the rule it checks needs no more. A daemon lost (its socket's
-next ``start``) ends every engine attached to it, as the spec's ``Lose``: on a GPU their ranks map the
-daemon's memory. A line of such an engine after that start was written by a process that outlived the
-daemon it maps, which no per-process replay can see. The clock orders one machine's processes only: a
-run across machines needs its traces per machine.
+next ``start``) ends every engine attached to it that it served its weights, as the spec's ``Lose``: on
+a GPU their ranks map the daemon's memory. A line of such an engine after that start was written by a
+process that outlived the daemon it maps, which no per-process replay can see. The clock orders one
+machine's processes only: a run across machines needs its traces per machine.
 
 The first line that the protocol does not explain is reported with the state before it, the
 machine's own answer, and the phase changes the machine declares from there. PATH: trace files or
@@ -406,8 +406,8 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
 
 
 def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> Verdict:
-    """The folder's lines merged by ``t_ns``: no engine writes a line once a daemon it was attached to was
-    started again (the spec's ``Lose`` ends it)."""
+    """The folder's lines merged by ``t_ns``: no engine writes a line once a daemon that served it its
+    weights, and that it was still attached to, was started again (the spec's ``Lose`` ends it)."""
     started = time.perf_counter()
     verdict = Verdict(folder, kind="order")
     firsts = {runs[0][0] for runs in _by_socket(daemons).values()}
@@ -415,21 +415,24 @@ def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Pa
         (line["t_ns"], path, line) for traces in (daemons, engines) for path, lines in traces.items() for line in lines
     )
     attached: dict[str, set[str]] = {}  # by socket: the engines attached to its daemon after its last step
+    served: dict[str, set[str]] = {}  # by socket: the engines its daemon served their weights (they map them)
     ended: dict[str, str] = {}  # an engine ended by a daemon's loss: that daemon's socket
     engine_of = {path: lines[0].get("engine_id", "") for path, lines in engines.items() if lines}
     for _, path, line in merged:
         if path in daemons:
             socket = daemons[path][0].get("socket", "")
             if line.get("kind") == "start" and path not in firsts:
-                ended.update((engine, socket) for engine in attached.get(socket, ()))
-                attached[socket] = set()
+                ended.update((engine, socket) for engine in attached.get(socket, set()) & served.get(socket, set()))
+                attached[socket], served[socket] = set(), set()
             elif line.get("kind") == "step":
                 attached[socket] = set(line["after"].get("attached", ()))
+                if line["event"] == "fetch" and (line.get("answer") or {}).get("status") == "ok":
+                    served.setdefault(socket, set()).add((line["payload"].get("claim") or {}).get("engine_id", ""))
         elif engine_of.get(path) in ended:
             engine = engine_of[path]
             why = (
-                f"engine {engine} wrote this line after its daemon at {ended[engine]} was lost and started "
-                f"again: a rank that maps a daemon's memory ends with it (the spec's Lose)"
+                f"engine {engine} wrote this line after its daemon at {ended[engine]}, whose memory it maps, was "
+                f"lost and started again: a rank that maps a daemon's memory ends with it (the spec's Lose)"
             )
             verdict.divergence = Divergence(line.get("seq", -1), {**line, "trace": str(path)}, why, {}, [])
             break

@@ -207,12 +207,23 @@ def test_without_the_variable_no_daemon_writes_a_trace(tmp_path: Path, monkeypat
 
 
 def test_an_engine_line_after_its_daemon_was_lost_is_caught_in_one_order() -> None:
-    """A daemon started again on the same socket ends the engines attached to the one before it (the
-    spec's Lose): a line any of their ranks wrote after that start is reported; one written before is
-    not, nor a line of an engine that was not attached."""
+    """A daemon started again on the same socket ends the engines attached to the one before it that it
+    served their weights (the spec's Lose): a line any of their ranks wrote after that start is
+    reported; one written before is not, nor a line of an engine attached but not served (G: it maps
+    nothing of the daemon's), nor of one never attached (F)."""
     daemon = [
         {"seq": 1, "t_ns": 10, "kind": "start", "socket": "s0"},
         {"seq": 2, "t_ns": 20, "kind": "step", "event": "attach", "after": {"attached": ["E"]}},
+        {"seq": 3, "t_ns": 21, "kind": "step", "event": "attach", "after": {"attached": ["E", "G"]}},
+        {
+            "seq": 4,
+            "t_ns": 22,
+            "kind": "step",
+            "event": "fetch",
+            "payload": {"claim": {"engine_id": "E"}},
+            "answer": {"status": "ok"},
+            "after": {"attached": ["E", "G"]},
+        },
     ]
     again = [{"seq": 1, "t_ns": 50, "kind": "start", "socket": "s0"}]
     daemons = {Path("daemon-s0-1.ndjson"): daemon, Path("daemon-s0-2.ndjson"): again}
@@ -225,6 +236,7 @@ def test_an_engine_line_after_its_daemon_was_lost_is_caught_in_one_order() -> No
 
     assert check_order(Path("run"), {Path("engine-E-r0.ndjson"): rank("E", 40)}, daemons).ok
     assert check_order(Path("run"), {Path("engine-F-r0.ndjson"): rank("F", 60)}, daemons).ok
+    assert check_order(Path("run"), {Path("engine-G-r0.ndjson"): rank("G", 60)}, daemons).ok
     late = check_order(Path("run"), {Path("engine-E-r0.ndjson"): rank("E", 60)}, daemons)
     assert late.divergence is not None and late.divergence.seq == 2, late
-    assert "after its daemon at s0 was lost" in late.divergence.why
+    assert "after its daemon at s0, whose memory it maps, was lost" in late.divergence.why
