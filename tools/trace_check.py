@@ -10,7 +10,8 @@ A ``notice_sent`` must go to a parked standby that a step's answer named (``noti
 machine did not decide (an unparked engine still attached, or the daemon repairing) breaks the spec's
 ``NoticeOnlyWhenFree``.
 Nothing is left to guess: every variable of the daemon's part of the spec is logged after each step.
-A last line cut short (the daemon SIGKILLed while writing it) is left out.
+A last line cut short (the daemon SIGKILLed while writing it) is left out, and a file killed before its
+start line was whole holds no step.
 
 An engine rank's trace (``engine-*.ndjson``) is replayed on a fresh ``layout_sm.session.EngineSession``
 built as its start line says: each event must be enabled, give the logged result and end in the
@@ -113,6 +114,16 @@ def _json(value: Any) -> Any:
 def _phase_changes(machine: DaemonMachine, phase: str) -> list[str]:
     state = machine.states_map[phase]
     return sorted({f"{t.event} -> {t.target.id}" for t in state.transitions if t.target.id != state.id})
+
+
+def _begins(first: dict[str, Any] | None, verdict: Verdict) -> bool:
+    """Whether a trace whose first line is ``first`` has steps to replay. None: the process was killed
+    before its start line was whole (a file opened, nothing written), a trace cut short with no step."""
+    if first is None:
+        verdict.cut_short = True
+    elif first.get("kind") != "start":
+        verdict.divergence = Divergence(0, first, "the trace does not begin with its start line", {}, [])
+    return first is not None and verdict.divergence is None
 
 
 def _lines(path: Path, verdict: Verdict) -> Iterator[dict[str, Any]]:
@@ -218,8 +229,7 @@ def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Ver
     verdict = Verdict(path)
     lines = _lines(path, verdict)
     first = next(lines, None)
-    if first is None or first.get("kind") != "start":
-        verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
+    if not _begins(first, verdict):
         return verdict
     machine, owed = _started(first), _Owed()
     pending = sorted(truths, key=lambda truth: truth["read_ns"])
@@ -313,8 +323,7 @@ def check_engine_trace(path: Path) -> Verdict:
     verdict = Verdict(path, kind="engine")
     lines = _lines(path, verdict)
     first = next(lines, None)
-    if first is None or first.get("kind") != "start":
-        verdict.divergence = Divergence(0, first or {}, "the trace does not begin with its start line", {}, [])
+    if not _begins(first, verdict):
         return verdict
     session, initial = _engine_started(first), first.get("initial_rows")
     for line in lines:

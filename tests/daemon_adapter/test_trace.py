@@ -189,6 +189,13 @@ def test_a_last_line_cut_by_a_kill_is_left_out_and_a_cut_line_before_it_is_repor
     path.write_text("\n".join([*lines[:2], lines[2][:40], *lines[3:]]) + "\n")
     (verdict,) = check_all([path])
     assert verdict.divergence is not None and "not JSON" in verdict.divergence.why, verdict
+    for text in ("", lines[0][:30]):  # killed before its start line was whole: no step, nothing wrong
+        path.write_text(text)
+        (verdict,) = check_all([path])
+        assert verdict.ok and verdict.cut_short and verdict.steps == 0, verdict
+    path.write_text("\n".join(lines[1:]) + "\n")
+    (verdict,) = check_all([path])
+    assert verdict.divergence is not None and "start line" in verdict.divergence.why, verdict
 
 
 def test_without_the_variable_no_daemon_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
