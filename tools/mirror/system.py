@@ -230,8 +230,8 @@ def perms_of(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
 # The spec's efind[e][r].found for the finding kinds named otherwise there.
 _FINDING_WORDS = {"pending": "wait", "rejoin_refused": "refused"}
 
-# The spec's reb[e].step for each RebalanceMachine state.
-_STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
+# The spec's reb[e].step for each RebalanceMachine state (the others: "idle").
+SPEC_STEP = {"beginning": "begin", "aborting": "abort", "moving": "move", "committing": "commit"}
 
 
 class System:
@@ -792,7 +792,7 @@ def _dpend(v: DaemonView) -> Any:
 
 
 def _reb(v: EngineView, owed: str) -> Record:
-    step = _STEP.get(v.rebalance, "idle")
+    step = SPEC_STEP.get(v.rebalance, "idle")
     chunk = frozenset(layer + 1 for layer in v.chunk)
     replies = tuple(_reply_word(v, i) for i in range(v.num_ranks))
     return Record((("step", step), ("chunk", chunk), ("replies", replies), ("owed", owed)))
