@@ -414,6 +414,14 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
     return verdict
 
 
+def step_engine(line: dict[str, Any]) -> str:
+    """The engine a daemon's step names: a fetch's claim, any other request's payload ("": none)."""
+    payload = line.get("payload") or {}
+    if line["event"] == "fetch":
+        return (payload.get("claim") or {}).get("engine_id", "")
+    return payload.get("engine_id", "")
+
+
 def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> Verdict:
     """The folder's lines merged by ``t_ns``: no engine writes a line once a daemon that served it its
     weights, and that it was still attached to, was started again (the spec's ``Lose`` ends it)."""
@@ -421,13 +429,14 @@ def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Pa
     verdict = Verdict(folder, kind="order")
     firsts = {runs[0][0] for runs in _by_socket(daemons).values()}
     merged = sorted(
-        (line["t_ns"], path, line) for traces in (daemons, engines) for path, lines in traces.items() for line in lines
+        ((path, line) for traces in (daemons, engines) for path, lines in traces.items() for line in lines),
+        key=lambda item: (item[1]["t_ns"], str(item[0]), item[1]["seq"]),  # a tie: by file, then line
     )
     attached: dict[str, set[str]] = {}  # by socket: the engines attached to its daemon after its last step
     served: dict[str, set[str]] = {}  # by socket: the engines its daemon served their weights (they map them)
     ended: dict[str, str] = {}  # an engine ended by a daemon's loss: that daemon's socket
     engine_of = {path: lines[0].get("engine_id", "") for path, lines in engines.items() if lines}
-    for _, path, line in merged:
+    for path, line in merged:
         if path in daemons:
             socket = daemons[path][0].get("socket", "")
             if line.get("kind") == "start" and path not in firsts:
@@ -436,7 +445,7 @@ def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Pa
             elif line.get("kind") == "step":
                 attached[socket] = set(line["after"].get("attached", ()))
                 if line["event"] == "fetch" and (line.get("answer") or {}).get("status") == "ok":
-                    served.setdefault(socket, set()).add((line["payload"].get("claim") or {}).get("engine_id", ""))
+                    served.setdefault(socket, set()).add(step_engine(line))
         elif engine_of.get(path) in ended:
             engine = engine_of[path]
             why = (

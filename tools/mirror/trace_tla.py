@@ -53,7 +53,7 @@ from tools import REPO_DIR
 from tools.mirror.check_spec import find_jar, parse_stdout
 from tools.mirror.system import SPEC_STEP
 from tools.mirror.values import ModelValue, Record, Value, tlc_text
-from tools.trace_check import Verdict, _by_socket, _read, check_all, trace_files
+from tools.trace_check import Verdict, _by_socket, _read, check_all, step_engine, trace_files
 
 SPEC = REPO_DIR / "spec"
 NONE = ModelValue("NONE")
@@ -107,13 +107,6 @@ def _record(
     )
 
 
-def _engine_of(line: dict[str, Any]) -> str:
-    payload = line.get("payload") or {}
-    if line["event"] == "fetch":
-        return (payload.get("claim") or {}).get("engine_id", "")
-    return payload.get("engine_id", "")
-
-
 def _answer(event: str, answer: Any) -> str:
     """The daemon's answer in the spec's words."""
     status = answer.get("status") if isinstance(answer, dict) else None
@@ -156,7 +149,7 @@ def daemon_log(
                 continue
             if kind != "step":
                 continue  # fetch_served, notice_sent: checked by tools.trace_check, no step of the spec
-            event, engine = line["event"], _engine_of(line)
+            event, engine = line["event"], step_engine(line)
             if engine in probes:
                 continue
             cands: set[str] = {engine} if engine else set()
@@ -222,12 +215,11 @@ def engine_logs(traces: dict[Path, list[dict[str, Any]]], probes: set[str]) -> l
             by_engine.setdefault(engine, []).append((path, decided))
     logs = []
     for engine, ranks in sorted(by_engine.items()):
-        log = EngineLog(engine)
-        path, longest = max(ranks, key=lambda rank: len(rank[1]))
-        log.records = [_decision(line["event"], line["after"]) for line in longest]
-        log.origins = [f"{path.name}:{line['seq']} {line['event']}" for line in longest]
-        for other, decided in ranks:
-            mine = [_decision(line["event"], line["after"]) for line in decided]
+        decisions = [(path, [_decision(line["event"], line["after"]) for line in decided]) for path, decided in ranks]
+        longest = max(range(len(ranks)), key=lambda n: len(decisions[n][1]))
+        path, lines = ranks[longest]
+        log = EngineLog(engine, decisions[longest][1], [f"{path.name}:{line['seq']} {line['event']}" for line in lines])
+        for other, mine in decisions:
             if mine != log.records[: len(mine)]:
                 raise ValueError(f"{other.name}: its decisions differ from {path.name}'s, on the same all-gathers")
         logs.append(log)
