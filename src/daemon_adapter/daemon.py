@@ -478,7 +478,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # No record until load() reads sglang's initial layout (set_initial_layout); a daemon
         # whose load() finds none (no --enable-eplb) keeps none.
         self._layout_lock = threading.Lock()
-        self._layout_machine = DaemonMachine(None)
+        self._layout_machine = DaemonMachine(loaded=False)
         self._slots = threading.BoundedSemaphore(MAX_OPEN_CONNECTIONS)
         self._sglang_lock = threading.Lock()  # sglang's handler, one request at a time as in its loop
         # The process of each live attachment whose attach said it sends claims (FETCH_CLAIMS_FIELD): a
@@ -516,16 +516,16 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         record = None
         if physical_to_logical_map is not None:
             record = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
-        machine = DaemonMachine(record, auto_repair=self._auto_repair)
         traces = trace_dir()
-        if traces is not None:
-            name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
-            self._trace = DaemonTrace(traces, name)
-            socket = str(getattr(self, "socket_path", ""))
-            self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair, socket)
-            machine.observer = self._trace.step
         with self._layout_lock:
-            self._layout_machine = machine
+            machine = self._layout_machine
+            machine.load_weights(record, auto_repair=self._auto_repair)
+            if traces is not None:
+                name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
+                self._trace = DaemonTrace(traces, name)
+                socket = str(getattr(self, "socket_path", ""))
+                self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair, socket)
+                machine.observer = self._trace.step
         if record is None:
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
         else:

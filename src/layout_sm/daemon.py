@@ -231,10 +231,27 @@ class DaemonMachine(StateMachine):
     # Told of every step taken (event, payload, answer, view after): the daemon adapter's trace.
     observer: Callable[[str, Request, Answer, DaemonView], None] | None = None
 
-    def __init__(self, record: LayoutRecord | None, auto_repair: bool = True) -> None:
-        super().__init__(model=DaemonState(), state_field="phase")
+    def __init__(self, record: LayoutRecord | None = None, auto_repair: bool = True, *, loaded: bool = True) -> None:
+        """A daemon's machine, loaded with ``record`` (None: no record), or still ``loading`` (``loaded=False``:
+        ``load_weights`` takes the record once the weights are in memory).
+
+        python-statemachine's own ``__init__`` registers every callback of the class anew for each
+        instance; this package's runner reads the declarations once per class (``declared``), so a
+        machine is only its model. ``tools.mirror.reference.ReferenceDaemonMachine`` is the same class
+        run by python-statemachine's engine."""
+        self.model = DaemonState()
+        if loaded:
+            self.load_weights(record, auto_repair)
+
+    def load_weights(self, record: LayoutRecord | None, auto_repair: bool = True) -> None:
+        """The weights are in memory: the record of their layout (None: the daemon keeps none).
+        Once per machine: a second load has no transition and raises."""
         event = "loaded_with_record" if record is not None else "loaded_without_record"
-        self.send(event, record=record, auto_repair=auto_repair)
+        arguments = {"event": event, "record": record, "auto_repair": auto_repair}
+        self.declared().fire_on(self, self.model, event, arguments)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(phase={self.phase!r})"
 
     @classmethod
     def declared(cls) -> Declared:

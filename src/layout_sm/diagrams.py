@@ -16,13 +16,14 @@ from statemachine.contrib.diagram import DotGraphMachine
 from layout_sm.daemon import DaemonMachine
 from layout_sm.engine import EngineView
 from layout_sm.engine_machines import EngineState, RebalanceMachine, StandbyMachine, StartupMachine
-from layout_sm.record import LayoutRecord
 
 
-def machines() -> dict[str, StateMachine]:
-    """One instance of each machine, in its initial phase, keyed by the picture's file stem."""
+def machines() -> dict[str, StateMachine | type[StateMachine]]:
+    """Each machine, keyed by the picture's file stem: the engine's as instances in their initial phase; the
+    daemon's as its class (its instances skip python-statemachine's ``__init__``: ``layout_sm.daemon``), which
+    python-statemachine draws from the same declarations."""
     return {
-        "daemon_machine": DaemonMachine(LayoutRecord.initial([[0, 1]], 2)),
+        "daemon_machine": DaemonMachine,
         "startup_machine": StartupMachine(model=EngineState(EngineView.fresh("", 1), None), state_field="phase"),
         "rebalance_machine": RebalanceMachine(
             model=EngineState(EngineView.fresh("", 1), None), state_field="rebalance"

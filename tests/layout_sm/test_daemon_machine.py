@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
+from tools.mirror.reference import ReferenceDaemonMachine
 
 from layout_sm import messages
 from layout_sm.daemon import (
@@ -132,12 +133,24 @@ def test_the_table_is_the_declared_transitions() -> None:
 
 
 def test_a_daemon_loads_once() -> None:
-    machine = DaemonMachine(RECORD)
+    for machine in (DaemonMachine(RECORD), ReferenceDaemonMachine(RECORD)):
+        with pytest.raises(TransitionNotAllowed):
+            machine.load_weights(RECORD)
+        with pytest.raises(TransitionNotAllowed):
+            machine.load_weights(None)
+    reference = ReferenceDaemonMachine(RECORD)
     with pytest.raises(TransitionNotAllowed):
-        machine.send("loaded_with_record", record=RECORD)
+        reference.send("loaded_with_record", record=RECORD)
+    assert DaemonMachine(None).phase == NO_RECORD == ReferenceDaemonMachine(None).phase
+
+
+def test_a_daemon_machine_is_made_once_and_loaded_when_its_weights_are() -> None:
+    machine = DaemonMachine(loaded=False)
+    assert machine.phase == LOADING
     with pytest.raises(TransitionNotAllowed):
-        machine.send("loaded_without_record", record=None)
-    assert DaemonMachine(None).phase == NO_RECORD
+        machine.begin_move(messages.BeginRequest("A", "sA", 0, (0,)))
+    machine.load_weights(RECORD, auto_repair=False)
+    assert machine.phase == CLEAN and machine.view().record == RECORD and not machine.view().auto_repair
 
 
 def test_no_request_is_taken_before_the_weights_are_loaded() -> None:
@@ -237,13 +250,13 @@ def _event_arguments(request: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def machines() -> tuple[DaemonMachine, DaemonMachine]:
-    return DaemonMachine(RECORD), DaemonMachine(RECORD)
+def machines() -> tuple[DaemonMachine, ReferenceDaemonMachine]:
+    return DaemonMachine(RECORD), ReferenceDaemonMachine(RECORD)
 
 
 @pytest.mark.parametrize(("view_name", "event", "request_"), CASES)
 def test_the_fast_path_answers_as_python_statemachine_does(
-    machines: tuple[DaemonMachine, DaemonMachine], view_name: str, event: str, request_: Any
+    machines: tuple[DaemonMachine, ReferenceDaemonMachine], view_name: str, event: str, request_: Any
 ) -> None:
     fast, reference = machines
     view = VIEWS[view_name]

@@ -386,6 +386,37 @@ def bench_scale(n: int) -> dict[str, Any]:
     }
 
 
+def bench_machine_start(n: int) -> dict[str, Any]:
+    """A daemon's layout machine at its start: one machine, made while the weights load and loaded with the
+    record (the runner's table read once per class), against the shape before, in the same run: two
+    machines, each built by python-statemachine's own ``__init__`` (its callbacks registered per instance),
+    the first without a record, the second with it."""
+    from layout_sm.daemon import DaemonMachine
+    from layout_sm.record import LayoutRecord
+    from tools.mirror.reference import ReferenceDaemonMachine
+
+    record = LayoutRecord.initial(deepseek_map(), LOGICAL)
+
+    def one_machine() -> None:
+        machine = DaemonMachine(loaded=False)
+        machine.load_weights(record)
+
+    def two_machines() -> None:
+        ReferenceDaemonMachine(None)
+        ReferenceDaemonMachine(record)
+
+    samples: dict[str, list[float]] = {"one": [], "two": []}
+    for i in range(n):  # alternated, so that drift on the machine falls on both alike
+        for side, fn in (
+            (("one", one_machine), ("two", two_machines)) if i % 2 else (("two", two_machines), ("one", one_machine))
+        ):
+            t0 = time.perf_counter()
+            fn()
+            samples[side].append(time.perf_counter() - t0)
+    one_us, two_us = _median_us(samples["one"]), _median_us(samples["two"])
+    return {"one_machine_us": one_us, "two_machines_us": two_us, "ratio": round(one_us / two_us, 3), "repetitions": n}
+
+
 def bench_trace(n: int, workdir: str) -> dict[str, Any]:
     """A one-layer chunk (begin + commit) through the daemon's machine, tracing off and on, alternated."""
     from pathlib import Path
@@ -677,6 +708,7 @@ def bench_request_check(n: int) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     r1, r2, sc, fe, tp = data["chunk_1_rank"], data["chunk_2_ranks"], data["scale"], data["fetch"], data["throughput"]
+    ms = data["machine_start"]
     t = data["targets"]
 
     def yes(ok: bool) -> str:
@@ -720,6 +752,9 @@ def markdown(data: dict[str, Any]) -> str:
         f"{sc['commit_floor_unpickle_us']} µs (unpickling the message) | {sc['commit_ratio_to_unpickle']}x | "
         f"< {t['commit_ms_max']} ms: {yes(sc['commit_full_map_daemon_us'] < 1000 * t['commit_ms_max'])} |",
         f"| full-map commit on the wire | {sc['commit_wire_bytes']} bytes | | | |",
+        f"| a daemon's layout machine at its start (made while the weights load, loaded with the 61x288 record) | "
+        f"{ms['one_machine_us']} µs | {ms['two_machines_us']} µs (two machines by python-statemachine's own "
+        f"`__init__`: the shape before) | {ms['ratio']}x | no slower: {yes(ms['ratio'] <= 1.0)} |",
         f"| fetch_state with the layout check, {fe['tensors']} tensors | {fe['fetch_with_layout_check_us']} µs | "
         f"{fe['fetch_plain_sglang_us']} µs (sglang's own handler, same daemon) | overhead "
         f"{100 * fe['overhead']:.2f}% | ≤{100 * t['fetch_overhead_max']:.0f}%: "
@@ -830,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
     step("scale: digest and full-map commit at DeepSeek-V3 scale (61 x 288)")
     scale = bench_scale(args.n)
     step(f"  {scale}")
+    step("machine start: a daemon's one layout machine against two by python-statemachine's own __init__")
+    machine_start = bench_machine_start(args.n)
+    step(f"  {machine_start}")
     step("chunk + startup on 1 rank (a daemon process, the engine adapter's client)")
     one = bench_ranks(1, workdir, args.n)
     step(f"  {one}")
@@ -871,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_1_rank": one,
         "chunk_2_ranks": two,
         "scale": scale,
+        "machine_start": machine_start,
         "fetch": fetch,
         "throughput": tput,
         "request_check": request_check,
@@ -888,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_2_ranks": two["startup_ratio"] <= TARGETS["startup_ratio_max"],
             "one_layer_check": request_check["one_layer_ratio"] <= TARGETS["one_layer_check_ratio_max"],
             "metrics_per_chunk": metrics["share_of_chunk"] <= TARGETS["metrics_share_of_chunk_max"],
+            "machine_start": machine_start["ratio"] <= 1.0,
         },
         "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),

@@ -1,8 +1,8 @@
-"""The engine session stepped by python-statemachine's own engine: the reference for ``layout_sm.declared``.
+"""The machines stepped by python-statemachine's own engine: the reference for ``layout_sm.declared``.
 
-The product's ``EngineSession`` takes each event from its machines' declarations through
-``layout_sm.declared``. This subclass sends the same events to python-statemachine instances of the
-same classes over the same model, so that a test or the mirror can hold the two readings of one
+The product's ``EngineSession`` and ``DaemonMachine`` take each event from their machines' declarations
+through ``layout_sm.declared``. These subclasses send the same events to python-statemachine instances
+of the same classes over the same model, so that a test or the mirror can hold the two readings of one
 declaration to the same steps.
 """
 
@@ -12,7 +12,9 @@ from typing import Any
 
 from statemachine import StateMachine
 
+from layout_sm.daemon import DaemonMachine, DaemonState
 from layout_sm.declared import Declared
+from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession
 
 
@@ -36,4 +38,14 @@ class ReferenceEngineSession(EngineSession):
         return machine
 
 
-__all__ = ["ReferenceEngineSession"]
+class ReferenceDaemonMachine(DaemonMachine):
+    """``DaemonMachine`` as python-statemachine builds it (its own ``__init__``, callbacks registered for
+    this instance), so that ``send`` runs an event through python-statemachine's engine."""
+
+    def __init__(self, record: LayoutRecord | None = None, auto_repair: bool = True) -> None:
+        StateMachine.__init__(self, model=DaemonState(), state_field="phase")
+        event = "loaded_with_record" if record is not None else "loaded_without_record"
+        self.send(event, record=record, auto_repair=auto_repair)
+
+
+__all__ = ["ReferenceDaemonMachine", "ReferenceEngineSession"]
