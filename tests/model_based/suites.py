@@ -86,6 +86,27 @@ def tlc_spec_hashes(where: Path) -> dict[str, str]:
     return dict(rows)
 
 
+def stale_spec_files(model: str, graph: Path) -> list[str]:
+    """The spec files of ``model`` whose SHA-256 is not the one TLC's results folder states it ran on."""
+    stated = tlc_spec_hashes(graph.parent)
+    return sorted(f for f, h in spec_hashes(model).items() if stated.get(f) != h)
+
+
+def current_tlc_graph(model: str) -> tuple[Path | None, str]:
+    """TLC's graph of ``model``, when TLC dumped it from the spec in `spec/` (found by the files' SHA-256
+    before the graph is read); otherwise None and why, for a test to skip with."""
+    graph = tlc_graph(model)
+    if graph is None:
+        return None, f"TLC's graph {model}.dot.gz is not in {tlc_dir()} (beside the clone; or LAYOUT_TLC_DIR)"
+    stale = stale_spec_files(model, graph)
+    if stale:
+        return None, (
+            f"{graph} was dumped by TLC from other spec files than spec/'s ({', '.join(stale)} differ from the "
+            f"SHA-256 in {graph.parent / 'README.md'}): it cannot judge this spec until TLC has run on it"
+        )
+    return graph, ""
+
+
 def check_graph_is_current(model: str, graph: Path) -> None:
     """Refuse a graph that TLC dumped from another spec than the one in `spec/` (clear message)."""
     stated = tlc_spec_hashes(graph.parent)
