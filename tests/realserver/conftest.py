@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from tools.realserver.model import build_tiny_qwen3_moe
-from tools.realserver.server import RealServer, RunDir, daemon_status
+from tools.realserver.server import DiskReferences, RealServer, RunDir, daemon_status
 from tools.trace_check import check_all, reports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +106,13 @@ def traces_are_behaviours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     return build_tiny_qwen3_moe(REPO / "build" / "models")
+
+
+@pytest.fixture(scope="session")
+def disk_outputs(tmp_path_factory: pytest.TempPathFactory) -> DiskReferences:
+    """The disk references' outputs of the whole session, by topology and map: a case that ends at a
+    layout another case already judged reads its reference's outputs again instead of a server."""
+    return DiskReferences(tmp_path_factory.mktemp("disk-references"))
 
 
 @pytest.fixture

@@ -21,7 +21,11 @@ client mode on each node's standalone layout-aware daemons (``python -m daemon_a
   (docs/upstream-daemon-rendezvous.md); the plugin's spawn hook gives them a port of their own.
   With the hook's rule taken out, this case fails with EADDRINUSE.
 
-Every case runs on both topologies (``TOPOLOGIES``).
+Every case runs on TP4/EP4, two ranks and two daemons per node, which reaches every branch on the node
+count and the local ranks. TP2/EP2, one rank per node, keeps daemon mode and the rebalance adopted on
+both nodes. The node's loss continues from the case that rebalanced on both nodes: the daemon set,
+the rebalance and the disk reference are that case's. Disk references are shared by the session
+(``disk_outputs``): one server per topology and map.
 """
 
 from __future__ import annotations
@@ -39,11 +43,11 @@ from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
 from tools.realserver.server import (
     PROTOCOL_OFF,
+    DiskReferences,
     RealServer,
     ServerFailed,
     ServerSpec,
     Topology,
-    disk_reference,
     park,
 )
 
@@ -58,11 +62,12 @@ START_TIMEOUT_S = 600.0  # a server's start, at worst on a loaded machine
 REPAIR_TIMEOUT_S = 120.0  # a torn move's auto repair: well under a second on this tiny model
 EXIT_TIMEOUT_S = 120.0  # a node's ranks, once the other node's exited: far below the protocol's wait
 STARTUP_REFUSAL = "expert-layout startup check failed"
-# Every case on both: one rank per node, and two ranks (and two daemons) per node.
+# Both topologies: one rank per node, and two ranks (and two daemons) per node; or the second alone.
 TOPOLOGIES = pytest.mark.parametrize("tp", [2, 4], ids=["tp2-one-rank-per-node", "tp4-two-ranks-per-node"])
-# The takeover's time and the rejoin's time and bytes, for the results, by TP size.
-STANDBY_RESULTS = {tp: REPO / "build" / f"two-node-standby-tp{tp}.json" for tp in (2, 4)}
-REJOIN_RESULTS = {tp: REPO / "build" / f"two-node-rejoin-tp{tp}.json" for tp in (2, 4)}
+TP4 = pytest.mark.parametrize("tp", [4], ids=["tp4-two-ranks-per-node"])
+# The takeover's time and the rejoin's time and bytes, for the results (TP4/EP4).
+STANDBY_RESULTS = REPO / "build" / "two-node-standby-tp4.json"
+REJOIN_RESULTS = REPO / "build" / "two-node-rejoin-tp4.json"
 
 
 def _topology(tiny_model: Path, tp: int) -> Topology:
@@ -81,16 +86,6 @@ def _drive_until_version(servers: list, two: cluster.Nodes, at_least: int, round
         time.sleep(0.2)
     tail = servers[0].tree.log_tail()
     raise AssertionError(f"the daemons of both nodes at {versions}, not {at_least}; log tail:\n{tail}")
-
-
-def _disk_outputs(tmp_path: Path, topology: Topology, physical_to_logical_map: list[list[int]]) -> list[list[int]]:
-    """The greedy outputs of a server loaded from disk with ``--init-expert-location`` at that map."""
-    reference = disk_reference(tmp_path / "reference", topology, physical_to_logical_map).start()
-    try:
-        reference.wait_ready()
-        return reference.generate(list(PROMPTS))
-    finally:
-        reference.stop()
 
 
 def _rebalanced(two: cluster.Nodes, at_least: int) -> tuple[int, list[list[int]]]:
@@ -134,11 +129,36 @@ def _left_running(server: RealServer) -> bool:
     return server.tree.alive()
 
 
+def _older_engine_is_refused_on_each_node(two: cluster.Nodes) -> None:
+    """An older engine (the plugin off) across the nodes is refused on each, the reason on its screen,
+    no rank left running."""
+    older = two.servers(ServerSpec("older", rebalance_iterations=QUIET, plugins=PROTOCOL_OFF))
+    try:
+        cluster.start(older)
+        with pytest.raises(ServerFailed):
+            older[0].wait_ready(timeout_s=START_TIMEOUT_S)
+        older_left_running = _left_running(older[1])
+        on_screen = [server.log_text() for server in older]
+    finally:
+        cluster.kill(older)
+    assert not older_left_running, "the older engine's node 1 still runs after node 0 exited"
+    for node, text in enumerate(on_screen):
+        assert "experts have moved" in text, f"node {node}'s older engine shows no reason:\n{text[-3000:]}"
+
+
+def _assert_adopted(beliefs: dict[int, dict[str, Any]], tp_size: int, version: int, moved_map: list) -> None:
+    assert sorted(beliefs) == list(range(tp_size)), f"a rank wrote no belief: {beliefs}"
+    for rank, belief in beliefs.items():
+        assert (belief["startup"], belief["version"]) == ("adopt", version), (rank, belief)
+        assert belief["map"] == moved_map, f"rank {rank} routes with another map than the daemons hold"
+
+
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
+@pytest.mark.slow("two nodes' daemons; a rebalance, an older engine, a server, a disk reference")
 @pytest.mark.usefixtures("realserver_lock")
-@TOPOLOGIES
+@pytest.mark.parametrize("tp", [2], ids=["tp2-one-rank-per-node"])
 def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(
-    tiny_model: Path, tmp_path: Path, tp: int
+    tiny_model: Path, tmp_path: Path, tp: int, disk_outputs: DiskReferences
 ) -> None:
     """A rebalances across the nodes: every daemon of both nodes records the same version and map. An
     older engine (the plugin off) across the nodes is refused on each node, the reason on its screen,
@@ -150,31 +170,106 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(
     try:
         cluster.start_daemons(daemons)
         version, moved_map = _rebalanced(two, at_least=2)
-
-        # An older engine (the plugin off) across the nodes is refused on each, the reason on its screen.
-        older = two.servers(ServerSpec("older", rebalance_iterations=QUIET, plugins=PROTOCOL_OFF))
-        try:
-            cluster.start(older)
-            with pytest.raises(ServerFailed):
-                older[0].wait_ready(timeout_s=START_TIMEOUT_S)
-            older_left_running = _left_running(older[1])
-            on_screen = [server.log_text() for server in older]
-        finally:
-            cluster.kill(older)
-        assert not older_left_running, "the older engine's node 1 still runs after node 0 exited"
-        for node, text in enumerate(on_screen):
-            assert "experts have moved" in text, f"node {node}'s older engine shows no reason:\n{text[-3000:]}"
-
+        _older_engine_is_refused_on_each_node(two)
         b_out, beliefs = _outputs_and_beliefs(two, "B")
     finally:
         cluster.stop(daemons)
+    _assert_adopted(beliefs, topology.tp_size, version, moved_map)
+    assert b_out == disk_outputs.outputs(topology, moved_map), "B's outputs differ from a disk server's"
 
-    assert sorted(beliefs) == list(range(topology.tp_size)), f"a rank wrote no belief: {beliefs}"
-    for rank, belief in beliefs.items():
-        assert (belief["startup"], belief["version"]) == ("adopt", version), (rank, belief)
-        assert belief["map"] == moved_map, f"rank {rank} routes with another map than the daemons hold"
 
-    assert b_out == _disk_outputs(tmp_path, topology, moved_map), "B's outputs differ from a disk server's"
+@pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
+@pytest.mark.slow("the rebalance case, then a node lost whole, its rejoin and a full restart")
+@pytest.mark.usefixtures("realserver_lock")
+@TP4
+def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the_other_nodes_version(
+    tiny_model: Path, tmp_path: Path, tp: int, disk_outputs: DiskReferences
+) -> None:
+    """A rebalances across the nodes: every daemon of both nodes records the same version and map. An
+    older engine (the plugin off) across the nodes is refused on each node, the reason on its screen,
+    no rank left running. B adopts the version and map on every rank and answers like a disk server
+    with that map. Node 1 is then lost whole: B's ranks there and node 1's daemons, SIGKILL (B's node 0
+    goes too, as its collectives would fail). Node 1's daemons start again from disk alone, at version
+    0, beside node 0's at A's version. C's startup has node 1's daemons rejoin (every layer reloaded
+    there, nothing on node 0) and adopts A's version and map on every rank, answering like a disk
+    server with that map. Then every daemon of both nodes is restarted from disk, for the comparison:
+    that loses the record (version 0 everywhere)."""
+    topology = _topology(tiny_model, tp)
+    two = cluster.Nodes(tmp_path / "nodes", topology)
+    local = two.local_ranks
+    daemons = two.daemons()
+    try:
+        cluster.start_daemons(daemons)
+        version, moved_map = _rebalanced(two, at_least=2)
+        _older_engine_is_refused_on_each_node(two)
+
+        b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
+        try:
+            cluster.serve(b)
+            b_out, b_beliefs = b[0].generate(list(PROMPTS)), cluster.beliefs(b)
+            b[1].kill()
+            daemons[1].kill()
+        finally:
+            cluster.kill(b)
+        daemons[1] = two.daemons(extra_args={1: (START_ALONE,)})[1]
+        daemons[1].start()
+        alone_start_s = daemons[1].wait_ready(START_TIMEOUT_S)
+        apart = two.wait_states(lambda st: not any(s.get("attached") for s in st), 30.0)
+        assert [(s["phase"], s["version"]) for s in apart] == [("clean", version)] * local + [("clean", 0)] * local
+
+        c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
+        try:
+            cluster.start(c)
+            c_ready_s = c[0].wait_ready()
+            c_out = c[0].generate(list(PROMPTS))
+            c_beliefs = cluster.beliefs(c)
+        finally:
+            cluster.stop(c)
+        rejoined = two.daemon_states(include_map=True)
+        sockets = [run.socket_path(gpu) for run in two.runs for gpu in range(local)]  # in EP order
+        held = memory_probe.held_map(sockets, str(tiny_model))
+        logs = [node.tree.log_path.read_text(errors="replace") for node in daemons]
+
+        cluster.stop(daemons)
+        daemons = two.daemons()
+        restarted = time.monotonic()
+        cluster.start_daemons(daemons)
+        full_restart_s = time.monotonic() - restarted
+        after_full_restart = two.daemon_states()
+    finally:
+        cluster.stop(daemons)
+
+    _assert_adopted(b_beliefs, topology.tp_size, version, moved_map)
+    assert all((s["phase"], s["version"], s["map"]) == ("clean", version, moved_map) for s in rejoined), rejoined
+    assert held == moved_map, f"the daemons' memory holds {held}, the record says {moved_map}"
+    assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
+    for rank, belief in c_beliefs.items():
+        assert (belief["version"], belief["map"]) == (version, moved_map), f"C's rank {rank}: {belief}"
+    assert "rejoining: reloading layers" not in logs[0], "node 0's daemon, which kept the record, reloaded"
+    assert logs[1].count("rejoining: reloading layers") == local, logs[1][-3000:]
+    reports = torn_move.logged_repairs(logs[1])
+    assert len(reports) == local and all(r.layers == list(range(len(moved_map))) for r in reports), reports
+    assert [s["version"] for s in after_full_restart] == [0] * tp, "a full restart kept a record"
+    REJOIN_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    # Figures for the results, not the test's verdict.
+    REJOIN_RESULTS.write_text(
+        json.dumps(
+            {
+                "topology": f"TP{tp}/EP{tp}, {local} rank(s) per node",
+                "version": version,
+                "node_alone_start_s": round(alone_start_s, 3),
+                "rejoin_in_daemon_s": max(r.seconds for r in reports),
+                "rejoin_bytes_read": sum(r.bytes_read for r in reports),
+                "checkpoint_bytes": reports[0].checkpoint_bytes,
+                "server_ready_with_rejoin_s": round(c_ready_s, 3),
+                "full_restart_both_nodes_s": round(full_restart_s, 3),
+            }
+        )
+        + "\n"
+    )
+    reference = disk_outputs.outputs(topology, moved_map)
+    assert b_out == reference, "B's outputs differ from a disk server's"
+    assert c_out == reference, "C's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
@@ -203,10 +298,11 @@ def test_daemon_mode_across_two_nodes_meets_at_a_rendezvous_of_its_own(
 
 
 @pytest.mark.timeout(3600)
+@pytest.mark.slow("two nodes' daemons; two servers killed at stop points, repairs, a third server")
 @pytest.mark.usefixtures("realserver_lock")
-@TOPOLOGIES
+@TP4
 def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
-    tiny_model: Path, tmp_path: Path, tp: int
+    tiny_model: Path, tmp_path: Path, tp: int, disk_outputs: DiskReferences
 ) -> None:
     """A, killed on both nodes once its first chunk is committed: every daemon stays clean at that
     version and D adopts it on every rank. D, killed on both nodes once its first chunk moved before
@@ -248,14 +344,15 @@ def test_sigkill_across_two_nodes_between_chunks_and_mid_move_each_node_repairs(
     finally:
         cluster.stop(daemons)
     assert {(b["startup"], b["version"]) for b in f_beliefs.values()} == {("adopt", 1)}, f_beliefs
-    assert f_out == _disk_outputs(tmp_path, topology, after_a[0]["map"]), "F's outputs differ from a disk server's"
+    assert f_out == disk_outputs.outputs(topology, after_a[0]["map"]), "F's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
+@pytest.mark.slow("two nodes' daemons; a primary rebalancing beside a parked standby, the takeover")
 @pytest.mark.usefixtures("realserver_lock")
-@TOPOLOGIES
+@TP4
 def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_both(
-    tiny_model: Path, tmp_path: Path, tp: int
+    tiny_model: Path, tmp_path: Path, tp: int, disk_outputs: DiskReferences
 ) -> None:
     """Primary A and warm standby S each span both nodes. S parks on every daemon of both nodes
     while A rebalances; A stops between chunks of its second rebalance and is SIGKILLed on both
@@ -293,19 +390,20 @@ def test_a_warm_standby_across_two_nodes_takes_over_from_a_primary_killed_on_bot
     assert sorted(s_beliefs) == list(range(topology.tp_size)), s_beliefs
     for rank, belief in s_beliefs.items():
         assert (belief["version"], belief["map"]) == (version, record_map), f"S's rank {rank}: {belief}"
-    STANDBY_RESULTS[tp].parent.mkdir(parents=True, exist_ok=True)
+    STANDBY_RESULTS.parent.mkdir(parents=True, exist_ok=True)
     # Its time is a figure for the results, not a test's verdict.
-    STANDBY_RESULTS[tp].write_text(
+    STANDBY_RESULTS.write_text(
         json.dumps({"version": version, "first_token_after_sigkill_s": round(taken_over_s, 3)}) + "\n"
     )
-    assert s_out == _disk_outputs(tmp_path, topology, record_map), "S's outputs differ from a disk server's"
+    assert s_out == disk_outputs.outputs(topology, record_map), "S's outputs differ from a disk server's"
 
 
 @pytest.mark.timeout(3600)
+@pytest.mark.slow("two nodes' daemons; a torn move, a refused server, the operator's repair, a server")
 @pytest.mark.usefixtures("realserver_lock")
-@TOPOLOGIES
+@TP4
 def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_reason(
-    tiny_model: Path, tmp_path: Path, tp: int
+    tiny_model: Path, tmp_path: Path, tp: int, disk_outputs: DiskReferences
 ) -> None:
     """A is SIGKILLed on both nodes mid-move in its second chunk. Node 0's daemons repair the torn move
     by themselves; node 1's run with auto repair off and stay dirty. B's ranks then find a clean record
@@ -357,87 +455,3 @@ def test_ranks_that_find_different_records_on_the_two_nodes_all_fail_with_the_re
         cluster.stop(daemons)
     assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
     assert {(b["startup"], b["version"]) for b in c_beliefs.values()} == {("adopt", 1)}, c_beliefs
-
-
-@pytest.mark.timeout(3600)
-@pytest.mark.usefixtures("realserver_lock")
-@TOPOLOGIES
-def test_a_node_lost_whole_starts_alone_and_rejoins_at_the_other_nodes_version(
-    tiny_model: Path, tmp_path: Path, tp: int
-) -> None:
-    """A rebalances on both nodes. B serves across the nodes; node 1 is then lost whole: B's ranks there
-    and node 1's daemons, SIGKILL (B's node 0 goes too, as its collectives would fail). Node 1's daemons
-    start again from disk alone, at version 0, beside node 0's at A's version. C's startup has node 1's
-    daemons rejoin (every layer reloaded there, nothing on node 0) and adopts A's version and map on
-    every rank, answering like a disk server with that map. Then every daemon of both nodes is restarted
-    from disk, for the comparison: that loses the record (version 0 everywhere)."""
-    topology = _topology(tiny_model, tp)
-    two = cluster.Nodes(tmp_path / "nodes", topology)
-    local = two.local_ranks
-    daemons = two.daemons()
-    try:
-        cluster.start_daemons(daemons)
-        version, moved_map = _rebalanced(two, at_least=2 if tp == 2 else 1)
-        b = two.servers(ServerSpec("B", rebalance_iterations=QUIET))
-        try:
-            cluster.serve(b)
-            b[1].kill()
-            daemons[1].kill()
-        finally:
-            cluster.kill(b)
-        daemons[1] = two.daemons(extra_args={1: (START_ALONE,)})[1]
-        daemons[1].start()
-        alone_start_s = daemons[1].wait_ready(START_TIMEOUT_S)
-        apart = two.wait_states(lambda st: not any(s.get("attached") for s in st), 30.0)
-        assert [(s["phase"], s["version"]) for s in apart] == [("clean", version)] * local + [("clean", 0)] * local
-
-        c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
-        try:
-            cluster.start(c)
-            c_ready_s = c[0].wait_ready()
-            c_out = c[0].generate(list(PROMPTS))
-            c_beliefs = cluster.beliefs(c)
-        finally:
-            cluster.stop(c)
-        rejoined = two.daemon_states(include_map=True)
-        sockets = [run.socket_path(gpu) for run in two.runs for gpu in range(local)]  # in EP order
-        held = memory_probe.held_map(sockets, str(tiny_model))
-        logs = [node.tree.log_path.read_text(errors="replace") for node in daemons]
-
-        cluster.stop(daemons)
-        daemons = two.daemons()
-        restarted = time.monotonic()
-        cluster.start_daemons(daemons)
-        full_restart_s = time.monotonic() - restarted
-        after_full_restart = two.daemon_states()
-    finally:
-        cluster.stop(daemons)
-
-    assert all((s["phase"], s["version"], s["map"]) == ("clean", version, moved_map) for s in rejoined), rejoined
-    assert held == moved_map, f"the daemons' memory holds {held}, the record says {moved_map}"
-    assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs
-    for rank, belief in c_beliefs.items():
-        assert (belief["version"], belief["map"]) == (version, moved_map), f"C's rank {rank}: {belief}"
-    assert "rejoining: reloading layers" not in logs[0], "node 0's daemon, which kept the record, reloaded"
-    assert logs[1].count("rejoining: reloading layers") == local, logs[1][-3000:]
-    reports = torn_move.logged_repairs(logs[1])
-    assert len(reports) == local and all(r.layers == list(range(len(moved_map))) for r in reports), reports
-    assert [s["version"] for s in after_full_restart] == [0] * tp, "a full restart kept a record"
-    REJOIN_RESULTS[tp].parent.mkdir(parents=True, exist_ok=True)
-    # Figures for the results, not the test's verdict.
-    REJOIN_RESULTS[tp].write_text(
-        json.dumps(
-            {
-                "topology": f"TP{tp}/EP{tp}, {local} rank(s) per node",
-                "version": version,
-                "node_alone_start_s": round(alone_start_s, 3),
-                "rejoin_in_daemon_s": max(r.seconds for r in reports),
-                "rejoin_bytes_read": sum(r.bytes_read for r in reports),
-                "checkpoint_bytes": reports[0].checkpoint_bytes,
-                "server_ready_with_rejoin_s": round(c_ready_s, 3),
-                "full_restart_both_nodes_s": round(full_restart_s, 3),
-            }
-        )
-        + "\n"
-    )
-    assert c_out == _disk_outputs(tmp_path, topology, moved_map), "C's outputs differ from a disk server's"

@@ -53,8 +53,9 @@ def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: 
 
 def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
     from tools.chaos import real
+    from tools.realserver.server import DiskReferences
 
-    references: real.References = {}
+    references = DiskReferences(root / "references", real.START_TIMEOUT_S, real.PROMPT_TIMEOUT_S)
     for seed in seeds:
         out = real.run_real_schedule(seed, root / f"real{seed}", references, tlc)
         if out.ok and not keep:

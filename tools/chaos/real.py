@@ -19,7 +19,6 @@ outputs depend on its map alone). Every trace of the run must be a behaviour of 
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import traceback
@@ -33,6 +32,7 @@ from tools.demo import memory_probe
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS, build_tiny_qwen3_moe
 from tools.realserver.server import (
+    DiskReferences,
     RealServer,
     RunDir,
     ServerFailed,
@@ -40,7 +40,6 @@ from tools.realserver.server import (
     StandaloneDaemons,
     Topology,
     daemon_status,
-    disk_reference,
     park,
     start_standby_beside,
     wait_parked,
@@ -94,10 +93,7 @@ def _settled(run: RunDir, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         time.sleep(0.5)
 
 
-References = dict[str, list[Any]]  # a disk server's outputs for PROMPTS, by its map (as JSON)
-
-
-def run_real_schedule(seed: int, root: Path, references: References | None = None, tlc: bool = False) -> Outcome:
+def run_real_schedule(seed: int, root: Path, references: DiskReferences | None = None, tlc: bool = False) -> Outcome:
     schedule = draw(seed)
     out = Outcome(seed, schedule.describe())
     started = time.monotonic()
@@ -170,7 +166,7 @@ def _state(state: dict[str, Any]) -> str:
 
 
 def _check_serving(
-    server: RealServer, run: RunDir, topology: Topology, root: Path, out: Outcome, references: References | None
+    server: RealServer, run: RunDir, topology: Topology, root: Path, out: Outcome, references: DiskReferences | None
 ) -> None:
     name = server.spec.name
     outputs = server.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
@@ -186,18 +182,12 @@ def _check_serving(
     if wrong:
         out.fail(f"{name} routes to the wrong expert in {wrong} slots of the daemons' memory")
     server.kill()
-    key = json.dumps(maps[0])
-    references = {} if references is None else references
-    if key not in references:
-        reference = disk_reference(root / "reference", topology, maps[0]).start()
-        try:
-            reference.wait_ready(START_TIMEOUT_S)
-            references[key] = reference.generate(list(PROMPTS), max_new_tokens=16, timeout_s=PROMPT_TIMEOUT_S)
-        finally:
-            reference.kill()
-    else:
+    references = references or DiskReferences(root, START_TIMEOUT_S, PROMPT_TIMEOUT_S)
+    started = references.started
+    reference = references.outputs(topology, maps[0])
+    if references.started == started:
         out.notes.append("the disk reference for that map already ran")
-    if outputs != references[key]:
+    if outputs != reference:
         out.fail(f"{name}'s outputs differ from a server's loaded from disk with {name}'s map")
     else:
         out.notes.append(f"{name}'s outputs equal the disk reference's")

@@ -459,6 +459,42 @@ def disk_reference(root: Path, topology: Topology, physical_to_logical_map: list
     return RealServer(run, topology, spec)
 
 
+class DiskReferences:
+    """The greedy outputs of ``disk_reference`` servers, one server per topology and map: a map asked
+    for again (another case, or another schedule, that ended at the same layout) is answered from the
+    outputs already read, not by another server. ``started`` and ``reused`` count each way."""
+
+    def __init__(self, root: Path, start_timeout_s: float = 600.0, prompt_timeout_s: float = 300.0) -> None:
+        self.root = Path(root)
+        self.start_timeout_s = start_timeout_s
+        self.prompt_timeout_s = prompt_timeout_s
+        self._outputs: dict[tuple[Topology, str], list[list[int]]] = {}
+        self.started = 0
+        self.reused = 0
+
+    def outputs(self, topology: Topology, physical_to_logical_map: list[list[int]]) -> list[list[int]]:
+        """The greedy outputs of ``PROMPTS`` (16 new tokens) of a disk server with that map; AssertionError
+        when the reference's own ranks route with another map."""
+        key = (topology, json.dumps(physical_to_logical_map))
+        if key in self._outputs:
+            self.reused += 1
+            return self._outputs[key]
+        reference = disk_reference(self.root / f"reference-{len(self._outputs)}", topology, physical_to_logical_map)
+        reference.start()
+        try:
+            reference.wait_ready(self.start_timeout_s)
+            outputs = reference.generate(list(PROMPTS), max_new_tokens=16, timeout_s=self.prompt_timeout_s)
+            routes = {rank: belief["map"] for rank, belief in reference.beliefs().items()}
+        finally:
+            reference.kill()
+        # The reference itself must route with the map asked for (sglang read --init-expert-location).
+        if routes != dict.fromkeys(range(topology.tp_size), physical_to_logical_map):
+            raise AssertionError(f"the disk reference does not route with the map it was started with: {routes}")
+        self.started += 1
+        self._outputs[key] = outputs
+        return outputs
+
+
 def parked_engines(run: RunDir) -> list[list[str]]:
     """Each daemon's parked warm standbys (``expert-layout status``), in rank order."""
     return [list((d.get("state") or {}).get("parked") or []) for d in daemon_status(run)["daemons"]]
