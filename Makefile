@@ -52,8 +52,12 @@ check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror
 	  --ignore-var dpark --ignore-var eclaim; \
 	else echo "check: no ../shared/tlc/MCSmall.dot.gz here: the mirror's graph was not compared with TLC's"; fi
 
+# Two lanes (tests/conftest.py): the tests that hold the real-server lock in one, in order; every other
+# module is a unit of work for either. The suite's time by directory is printed at the end, beside CI's budget.
+# A short base folder of its own per run: each xdist worker adds a level, and the daemons' Unix socket
+# paths under a test's folder must stay within AF_UNIX's 107 bytes.
 test: $(STAMP)  ## the full suite, real sglang servers included (what CI runs)
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=25 -n 2 --dist loadscope --basetemp="$$(mktemp -d /tmp/pt-XXXXXX)" tests
 
 lint: $(STAMP)  ## ruff check and ruff format --check over src, tools and tests
 	$(VENV)/bin/ruff check src tools tests
