@@ -80,7 +80,7 @@ def directory_of(nodeid: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 else f"{parts[0]}/*.py"
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin: pluggy keeps its plugins in sets
 class SuiteClock:
     started: float = field(default_factory=time.monotonic)
     seconds: dict[str, float] = field(default_factory=dict)  # by test id: setup + call + teardown
