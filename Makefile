@@ -35,22 +35,18 @@ help:  ## this list: every target, one line each
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/\1\t\2/' | \
 	  awk -F'\t' '{ printf "  make %-13s %s\n", $$1, $$2 }'
 
-# The development loop: lint, the core, the mirror on MCSmall against TLC's graph, and the adapters'
-# unit tests on in-process daemons. Leaves out what starts real sglang servers or replays whole suites
-# (tests/realserver, tests/demo, the replays on daemon processes, MCFull/MCChunks): `make test` runs those.
-CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/layout_sm tests/mirror \
+# The development loop: lint, the core, the mirror on MCSmall against the spec (TLC's graph too, where
+# ../shared/tlc holds one of this spec), and the adapters' unit tests on in-process daemons. Leaves out what
+# starts real sglang servers or replays whole suites (tests/realserver, tests/demo, the replays on daemon
+# processes, MCFull/MCChunks): `make test` runs those.
+CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/test_adapters_dispatch.py tests/layout_sm \
+  tests/mirror tests/spec/test_mirror_equals_spec.py \
   tests/daemon_adapter/test_requests.py tests/daemon_adapter/test_hardening.py tests/daemon_adapter/test_client.py \
   tests/engine_adapter/test_compat.py tests/engine_adapter/test_plugin.py
 check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror on MCSmall, adapters' unit tests)
 	$(VENV)/bin/ruff check src tools tests
 	$(VENV)/bin/ruff format --check src tools tests
 	$(PY) -m pytest -q -x $(CHECK_TESTS)
-	$(PY) -m tools.mirror.explore MCSmall --spec-dir spec --dot-dir build/mirror --quiet
-	@# The standby's variables (dpark, eclaim) are constant on MCSmall, and a dump of the spec before
-	@# them (ed13107) lacks them: compared without them, the graphs must still be equal.
-	@if [ -f ../shared/tlc/MCSmall.dot.gz ]; then $(PY) -m tools.mirror.compare build/mirror/MCSmall.dot ../shared/tlc/MCSmall.dot.gz \
-	  --ignore-var dpark --ignore-var eclaim; \
-	else echo "check: no ../shared/tlc/MCSmall.dot.gz here: the mirror's graph was not compared with TLC's"; fi
 
 # Two lanes (tests/conftest.py): the tests that hold the real-server lock in one, in order; every other
 # module is a unit of work for either. The suite's time by directory is printed at the end, beside CI's budget.

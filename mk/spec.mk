@@ -3,7 +3,7 @@
 #                     tla2tools.jar: TLA2TOOLS_JAR); exit 2, saying what was not checked, without them
 #   make witnesses    the witnesses again, their -dumpTrace json written to tests/model_based/witnesses/
 #   make spec-mutants each named rule of the spec broken in a temporary copy, TLC on the small models;
-#                     the table goes to docs/spec-mutants.md (SPEC_MUTANTS=a,b runs some only)
+#                     the table goes to results/spec-mutants.md (SPEC_MUTANTS=a,b runs some only)
 #   make check-model  the mirror explorer on every model, with the spec's invariants; graphs in build/mirror/
 #   make check-traces TLC (spec/TraceLayoutProtocol.tla) and the Python checker on a run's traces:
 #                     TRACES=folder... (the demo's by default); exit 2, saying so, without TLC
@@ -28,8 +28,8 @@ witnesses: $(STAMP)  ## TLC's witnesses again, their traces written to tests/mod
 	$(PY) -m tools.mirror.check_spec --spec-dir spec --no-models --witnesses --traces build/witnesses
 	$(PY) -m tests.model_based.witness_traces --from build/witnesses
 
-spec-mutants: $(STAMP)  ## break each rule of the spec and run TLC on it (docs/spec-mutants.md; needs TLC)
-	$(PY) -m tools.mirror.spec_mutants --spec-dir spec --doc docs/spec-mutants.md \
+spec-mutants: $(STAMP)  ## break each rule of the spec and run TLC on it (results/spec-mutants.md; needs TLC)
+	$(PY) -m tools.mirror.spec_mutants --spec-dir spec --doc results/spec-mutants.md \
 	  $(if $(SPEC_MUTANTS),--only $(SPEC_MUTANTS))
 
 check-model: $(STAMP)  ## the mirror (layout_sm composed) explored on every model with the spec's invariants; graphs in build/mirror/

@@ -2,9 +2,8 @@
 
 ``make bench`` writes everything it measured to ``bench-results/`` (ignored by git). This reads its
 ``bench.json`` and writes the headline rows, each against its floor and its target, to the committed
-``results/bench.md``, and the same table into README.md between the two ``results/bench.md`` markers, so
-the README shows the latest figures without a word of them in its prose. The notes after the table in
-``results/bench.md`` (from its ``## Notes`` heading on) are kept as they are.
+``results/bench.md`` (the README links it: the product's text carries no figures). The notes after the
+table in ``results/bench.md`` (from its ``## Notes`` heading on) are kept as they are.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ HEADER = [
     "| figure | with the protocol | floor, or without it | ratio | target | met |",
     "| --- | --- | --- | --- | --- | --- |",
 ]
-BEGIN_MARK = "<!-- results/bench.md table: python -m tools.bench.results_table -->"
-END_MARK = "<!-- end of results/bench.md table -->"
 NOTES = "## Notes"
 
 
@@ -176,12 +173,6 @@ def results_md(data: dict[str, Any], commit: str, notes: str) -> str:
     return "\n".join(lines) + (("\n" + notes) if notes else "")
 
 
-def readme_with_table(readme: str, table: list[str]) -> str:
-    """README.md's text with the lines between the two markers replaced by ``table``."""
-    start, end = readme.index(BEGIN_MARK) + len(BEGIN_MARK), readme.index(END_MARK)
-    return readme[:start] + "\n" + "\n".join(table) + "\n" + readme[end:]
-
-
 def _per_pair(spread: dict[str, float] | None) -> str:
     return "" if not spread else f" (per pair {spread_text(spread)})"
 
@@ -190,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.results_table", description=__doc__)
     parser.add_argument("--bench", default="bench-results/bench.json")
     parser.add_argument("--out", default="results/bench.md")
-    parser.add_argument("--readme", default="README.md")
     parser.add_argument("--commit", default=None, help="the commit measured (default: the checkout's HEAD)")
     args = parser.parse_args(argv)
     data = json.loads(Path(args.bench).read_text())
@@ -199,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = old[old.index(NOTES) :] if NOTES in old else ""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(results_md(data, args.commit or _commit(), notes))
-    readme = Path(args.readme)
-    readme.write_text(readme_with_table(readme.read_text(), [*HEADER, *rows(data)]))
-    print(f"wrote {out} and the table in {readme}")
+    print(f"wrote {out}")
     return 0
 
 

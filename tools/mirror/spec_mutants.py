@@ -13,7 +13,7 @@ replaces one exact snippet of ``spec/LayoutProtocol.tla`` in a temporary copy of
 A mutant that survives must be listed as defence in depth (``defence``: why, and the test that
 covers the rule in code); one that is killed but listed so is reported too (the list is stale).
 
-    python -m tools.mirror.spec_mutants [--only NAME,...] [--doc docs/spec-mutants.md] [--workers 1]
+    python -m tools.mirror.spec_mutants [--only NAME,...] [--doc results/spec-mutants.md] [--workers 1]
 
 Exit 0 when every mutant is killed or listed as defence in depth, 1 otherwise, 2 when TLC is
 missing (it says what, like ``make check-spec``).
