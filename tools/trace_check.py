@@ -54,12 +54,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon_adapter.trace import decode, encode, engine_state_after, state_after
 from layout_sm.daemon import DaemonMachine
 from layout_sm.engine import RankAnswer
+from layout_sm.engine_machines import RebalanceMachine
 from layout_sm.reasons import Reply
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession
+from layout_sm.trace_codec import decode, encode, engine_state_after, state_after
 
 # The engine events whose answer is its own rank's daemon's reply, and the argument that holds it.
 _ANSWERED = {"begin": "answer", "commit": "answer", "claim": "reply"}
@@ -184,7 +185,7 @@ def _replay(machine: DaemonMachine, line: dict[str, Any], owed: _Owed, verdict: 
         return f"a line of unknown kind {kind!r}"
     event = line["event"]
     try:
-        answer = machine.take(event, decode(line["payload"]))
+        answer = machine.replay(event, decode(line["payload"]))
     except Exception as error:
         return f"the machine cannot take {event}: {type(error).__name__}: {error}"
     got = _json(answer.to_wire() if isinstance(answer, Reply) else encode(answer))
@@ -330,9 +331,7 @@ def check_engine_trace(path: Path) -> Verdict:
         before, phase = _json(engine_state_after(session.view())), session.view().rebalance
         why = _replay_engine(session, line, verdict, initial)
         if why is not None:
-            changes = sorted(
-                {f"{t.event} -> {t.target.id}" for t in session.rebalance_machine.states_map[phase].transitions}
-            )
+            changes = sorted({f"{t.event} -> {t.target.id}" for t in RebalanceMachine.states_map[phase].transitions})
             verdict.divergence = Divergence(line.get("seq", -1), line, why, before, changes)
             break
     verdict.seconds = time.perf_counter() - started

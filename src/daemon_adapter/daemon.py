@@ -60,7 +60,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,8 @@ from daemon_adapter import wire
 from daemon_adapter.alone import START_ALONE_ENV, groups_without_peers, start_alone_enabled
 from daemon_adapter.client import FRAME_HEADER
 from daemon_adapter.trace import DaemonTrace, trace_dir
-from layout_sm.daemon import REPAIRING, DaemonMachine
+from layout_sm.daemon import DaemonMachine, DaemonStep
+from layout_sm.daemon_view import Detach, DetachEffect, Fetch, RepairDone, RepairFailed
 from layout_sm.messages import (
     ATTACH,
     FETCH_CLAIMS_FIELD,
@@ -82,10 +83,7 @@ from layout_sm.messages import (
     REPAIR,
     AttachRequest,
     FetchLayoutField,
-    ParkRequest,
     QueryRequest,
-    RejoinRequest,
-    RepairRequest,
     is_sglang_request,
     malformed_frame,
     notice_message,
@@ -93,10 +91,11 @@ from layout_sm.messages import (
     parse_fetch_field,
     parse_plugin_gap,
     parse_request,
+    sglang_failed,
 )
 from layout_sm.reasons import Reason, Reply
 from layout_sm.record import LayoutRecord, rows_of
-from layout_sm.repair import RepairPlan, repair_plan
+from layout_sm.repair import RepairPlan
 
 logger = logging.getLogger(__name__)
 
@@ -647,23 +646,17 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             self._send(conn, parsed.to_wire())
             return
         machine, lock = self._machine()
-        if isinstance(parsed, RepairRequest):
-            self._send(conn, self._repair().to_wire())
-            return
         if not isinstance(parsed, AttachRequest):
             with lock:
-                reply = machine.handle(parsed)
-            wired = reply.to_wire()
+                step = machine.handle(parsed)
+            if step.answer_after_reload:  # the operator's repair: the reload's end is the answer
+                step = self._reload(step)
+            wired = step.reply.to_wire()
             progress = self._repair_progress
             if isinstance(parsed, QueryRequest) and progress is not None:
                 wired["repair_progress"] = progress.to_wire()  # how far the reload is: status shows it
             self._send(conn, wired)
-            if isinstance(parsed, ParkRequest) and reply.ok:  # the other parked standbys learn it too
-                self._notify(e for e in reply.data.get("notified", ()) if e != parsed.engine_id)
-            # A rejoin granted: the machine turned repairing with every layer to reload (the engine has
-            # its reply and polls); the reload runs as an auto repair's does.
-            if isinstance(parsed, RejoinRequest) and reply.ok and not _start_thread(self._run_repair, ()):
-                self._run_repair()
+            self._carry_out(step)
             return
         # An attach answered in sglang's serve loop (its frame came whole with the connection): that
         # loop closes ``conn`` when the handler returns, so the attachment keeps a dup, made before
@@ -671,7 +664,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         watched = conn if slot is not None else conn.dup()
         session = secrets.token_hex(SESSION_TOKEN_BYTES)
         with lock:
-            reply = machine.handle(parsed, session=session)
+            reply = machine.handle(parsed, session=session).reply
         if not reply.ok:
             self._send(watched, reply.to_wire())
             if slot is None:
@@ -722,10 +715,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         try:
             super()._handle_connection(read)  # type: ignore[arg-type]
         except Exception as error:
-            problem = f"{request.get('type')!r} request failed in sglang's handler: {type(error).__name__}: {error}"
-            self._log_bad_frame(problem)
+            reply = sglang_failed(request.get("type"), error)
+            self._log_bad_frame(reply["message"])
             if not read.sent:
-                self._send(conn, {"status": "error", "message": problem})
+                self._send(conn, reply)
 
     def _plugin_gap(self, conn: socket.socket, request: dict[str, Any], claim: object) -> str | None:
         """What of the engine's layout plugin is missing: its own word, or a claimless attached process."""
@@ -753,7 +746,7 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             return claim
         machine, lock = self._machine()
         with lock:
-            return machine.fetch_check(claim, gap)
+            return machine.handle(Fetch(claim, gap)).reply
 
     def _fetch_served(self) -> None:
         if self._trace is not None:
@@ -788,15 +781,19 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         self._attached_pids.pop(session, None)
         machine, lock = self._machine()
         with lock:
-            effect = machine.detach_engine(engine_id, session)
-            repairing = effect.dirty is not None and machine.phase == REPAIRING
-        level = logging.WARNING if effect.dirty is not None else logging.INFO
-        logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
-        self._notify(effect.notified)
-        # Auto repair: the machine turned repairing; the reload runs in a thread of its own, or in this
-        # one when none starts (a repairing daemon with no reload running would stay so for good).
-        if repairing and not _start_thread(self._run_repair, ()):
-            self._run_repair()
+            step = machine.handle(Detach(engine_id, session))
+        effect = step.answer
+        assert isinstance(effect, DetachEffect), "a detach answers with what it did"
+        logger.log(effect.severity, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, effect.message)
+        self._carry_out(step)
+
+    def _carry_out(self, step: DaemonStep) -> None:
+        """What a step says to do once its answer is out: the notices, then its reload on a thread of
+        its own (in this one when none starts: a repairing daemon with no reload running would stay so
+        for good)."""
+        self._notify(step.notify)
+        if step.reload is not None and not step.answer_after_reload and not _start_thread(self._reload, (step,)):
+            self._reload(step)
 
     def _notify(self, engines: Any) -> None:
         """Write the notice on each parked standby's attach connection: no unparked engine is attached
@@ -822,66 +819,43 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
 
     # -- repair --------------------------------------------------------------------------
 
-    def _repair(self) -> Reply:
-        """The operator's ``expert-layout repair``: the machine's ``repair`` (a dirty daemon turns
-        repairing, or the refusal), then the reload in this (the connection's) thread; the reply
-        says what was done."""
+    def _reload(self, step: DaemonStep) -> DaemonStep:
+        """Run the reload of ``step`` (sglang's loading of its plan's layers at its rows), then end it
+        through the machine (``RepairDone``: clean at the plan's version; ``RepairFailed``: dirty, with
+        why); that end's step is carried out here unless its answer is the asker's (``answer_after_reload``)."""
+        plan = step.reload
+        assert plan is not None, "a step without a reload has nothing to run"
+        logger.warning(
+            "[LayoutAwareDaemon gpu=%s] %s layers %s at version %d",
+            self.gpu_id,
+            "rejoining: reloading" if plan.rejoin else "repairing",
+            list(plan.layers),
+            plan.base_version,
+        )
+        try:
+            ended: RepairDone | RepairFailed = self._reload_layers(plan)
+        except Exception as error:  # the daemon must not stay repairing: it ends dirty, with why
+            ended = RepairFailed(Reason.REPAIR_FAILED, f"{type(error).__name__}: {error}")
         machine, lock = self._machine()
         with lock:
-            begun = machine.begin_repair()
-        if not begun.ok:
-            return begun
-        return self._run_repair()
+            end = machine.handle(ended)
+        level = logging.INFO if end.reply.ok else logging.WARNING
+        logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, end.reply)
+        if step.answer_after_reload:
+            return replace(end, answer_after_reload=True)
+        self._carry_out(end)  # the repair's end tells the parked standbys
+        return end
 
-    def _run_repair(self) -> Reply:
-        """Reload the torn move's layers of a repairing daemon, then end the repair through the
-        machine: ``repair_done`` (clean at the base version) or ``repair_failed`` (dirty)."""
-        machine, lock = self._machine()
-        with lock:
-            view = machine.view()
-            plan = repair_plan(view)
-            rejoin = view.dirty is not None and view.dirty.rejoin
-        if isinstance(plan, Reply):
-            outcome: RepairPlanOutcome = (plan.reason, plan.message)
-        else:
-            logger.warning(
-                "[LayoutAwareDaemon gpu=%s] %s layers %s at version %d",
-                self.gpu_id,
-                "rejoining: reloading" if rejoin else "repairing",
-                list(plan.layers),
-                plan.base_version,
-            )
-            try:
-                outcome = self._reload_layers(plan)
-            except Exception as error:  # the daemon must not stay repairing: it ends dirty, with why
-                outcome = (Reason.REPAIR_FAILED, f"{type(error).__name__}: {error}")
-        with lock:
-            if isinstance(outcome, tuple):
-                reply = machine.repair_fails(*outcome)
-            else:
-                assert isinstance(plan, RepairPlan)  # a reload ran: there was a plan
-                report = {k: v for k, v in outcome.items() if k != "layers"}
-                message = (
-                    f"layers {list(plan.layers)} reloaded from the checkpoint in {report.get('seconds', 0):.3f} s "
-                    f"({report.get('bytes_read')} of {report.get('checkpoint_bytes')} checkpoint bytes); clean at "
-                    f"version {plan.base_version}"
-                )
-                reply = machine.repair_ended(plan.layers, message, **report)
-        level = logging.INFO if reply.ok else logging.WARNING
-        logger.log(level, "[LayoutAwareDaemon gpu=%s] %s", self.gpu_id, reply)
-        self._notify(reply.data.get("notified", ()))  # the repair's end tells the parked standbys
-        return reply
-
-    def _reload_layers(self, plan: RepairPlan) -> RepairPlanOutcome:
-        """sglang's loading of the plan's layers into ``self.model``: the reload's report (wire
-        form), or (reason, why) when it was refused or failed. Nothing here decides the phase."""
+    def _reload_layers(self, plan: RepairPlan) -> RepairDone | RepairFailed:
+        """sglang's loading of the plan's layers into ``self.model``: how it ended, as the machine takes
+        it. Nothing here decides the phase."""
         from sglang.srt.configs.load_config import LoadConfig
         from sglang.srt.runtime_context import get_parallel
 
-        from daemon_adapter.repair import RepairFailed, RepairProgress, RepairRefused, reload_routed_experts
+        from daemon_adapter.repair import ReloadFailed, ReloadRefused, RepairProgress, reload_routed_experts
 
         if self.model is None or self._model_config is None:
-            return (Reason.REPAIR_FAILED, "the daemon's model is not loaded")
+            return plan.failed(Reason.REPAIR_FAILED, "the daemon's model is not loaded")
         # The LoadConfig the daemon's load() builds (sglang daemon.py), for the loader's file discovery.
         load_config = LoadConfig(
             load_format=self.load_format, model_loader_extra_config=self.model_loader_extra_config, tp_rank=self.tp_rank
@@ -897,14 +871,10 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 get_parallel().moe_ep_rank,
                 progress,
             )
-        except RepairRefused as error:
-            return (Reason.REPAIR_UNSUPPORTED, f"repair refused: {error}; nothing was written")
-        except RepairFailed as error:
-            return (Reason.REPAIR_FAILED, str(error))
+        except ReloadRefused as error:
+            return plan.failed(Reason.REPAIR_UNSUPPORTED, f"repair refused: {error}; nothing was written")
+        except ReloadFailed as error:
+            return plan.failed(Reason.REPAIR_FAILED, str(error))
         finally:
             self._repair_progress = None
-        return report.to_wire()
-
-
-# The end of a reload: its report (``RepairReport.to_wire()``), or (reason, why) it did not happen.
-RepairPlanOutcome = dict[str, Any] | tuple[Reason, str]
+        return plan.ended(report.to_wire())

@@ -21,7 +21,7 @@ version's rows for them (``layout_sm.repair``). ``reload_routed_experts`` puts t
 Engines map the daemon's tensors zero-copy, so every write must land in the tensors the daemon
 exported: the data pointer, shape and dtype of every tensor of the model's ``state_dict`` are
 compared before and after. A model or quantization whose post-processing repacks or rebinds
-the expert weights cannot be reloaded layer by layer: ``RepairRefused`` says why, before any write.
+the expert weights cannot be reloaded layer by layer: ``ReloadRefused`` says why, before any write.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ SUPPORTED_MODELS = frozenset({"Qwen3MoeForCausalLM"})
 CKPT_GATE, CKPT_DOWN, CKPT_UP = "gate_proj", "down_proj", "up_proj"
 
 
-class RepairRefused(RuntimeError):
+class ReloadRefused(RuntimeError):
     """This model or quantization cannot be repaired layer by layer; nothing was written."""
 
 
-class RepairFailed(RuntimeError):
+class ReloadFailed(RuntimeError):
     """The reload failed (a read error, a missing file, a tensor moved); memory may be partly written."""
 
 
@@ -79,7 +79,7 @@ class RepairReport:
 
 
 def routed_expert_modules(model: torch.nn.Module, layers: Sequence[int]) -> dict[int, tuple[str, Any]]:
-    """{layer: (module name, FusedMoE)} of the routed experts of ``layers``; RepairRefused when a
+    """{layer: (module name, FusedMoE)} of the routed experts of ``layers``; ReloadRefused when a
     layer has none, or more than one, or one that loads without the expert location."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
@@ -91,30 +91,30 @@ def routed_expert_modules(model: torch.nn.Module, layers: Sequence[int]) -> dict
     for layer in layers:
         modules = found.get(layer, [])
         if len(modules) != 1:
-            raise RepairRefused(f"layer {layer} has {len(modules)} FusedMoE modules, not one: not a layer EPLB moves")
+            raise ReloadRefused(f"layer {layer} has {len(modules)} FusedMoE modules, not one: not a layer EPLB moves")
         name, module = modules[0]
         if not module.uses_expert_location:
-            raise RepairRefused(f"{name} loads without sglang's expert location (uses_expert_location is off)")
+            raise ReloadRefused(f"{name} loads without sglang's expert location (uses_expert_location is off)")
         out[layer] = (name, module)
     return out
 
 
 def check_repairable(model: torch.nn.Module, modules: dict[int, tuple[str, Any]]) -> None:
-    """RepairRefused, with the reason, unless reloading these modules' experts and running their
+    """ReloadRefused, with the reason, unless reloading these modules' experts and running their
     post-processing again writes exactly the checkpoint's values into the exported tensors."""
     from sglang.srt.layers.quantization import unquant
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
     model_class = type(model).__name__
     if model_class not in SUPPORTED_MODELS:
-        raise RepairRefused(
+        raise ReloadRefused(
             f"model {model_class}: its load_weights is not known to feed routed experts only to "
             f"FusedMoE.weight_loader (repairable: {', '.join(sorted(SUPPORTED_MODELS))})"
         )
     for name, module in modules.values():
         method = module.quant_method
         if type(method) is not UnquantizedFusedMoEMethod:
-            raise RepairRefused(
+            raise ReloadRefused(
                 f"{name}: quantization method {type(method).__name__}: its process_weights_after_loading "
                 f"derives the kernel's tensors from the whole loaded layer (requantizing, repacking or "
                 f"rebinding them), which is not known to be repeatable in place on exported memory"
@@ -122,20 +122,20 @@ def check_repairable(model: torch.nn.Module, modules: dict[int, tuple[str, Any]]
         # UnquantizedFusedMoEMethod.process_weights_after_loading (quantization/unquant.py) changes
         # the expert weights in these cases; each makes a second pass wrong or moves the memory.
         if getattr(module, "use_intel_amx_backend", False):
-            raise RepairRefused(
+            raise ReloadRefused(
                 f"{name}: the expert weights were packed for Intel AMX after loading "
                 f"(amx_utils._amx_process_weight_after_loading); sglang cannot undo that packing "
                 f"(DefaultModelLoader.restore_weights_before_loading skips it), so the checkpoint's "
                 f"layout cannot be written into them"
             )
         if unquant._use_aiter:
-            raise RepairRefused(f"{name}: AITER shuffles the expert weights after loading (copy_or_rebind_param)")
+            raise ReloadRefused(f"{name}: AITER shuffles the expert weights after loading (copy_or_rebind_param)")
         if unquant._is_npu:
-            raise RepairRefused(f"{name}: the NPU kernels repack the expert weights after loading")
+            raise ReloadRefused(f"{name}: the NPU kernels repack the expert weights after loading")
         if method.use_flashinfer_trtllm_moe:
-            raise RepairRefused(f"{name}: flashinfer TRT-LLM keeps the expert weights in a block layout")
+            raise ReloadRefused(f"{name}: flashinfer TRT-LLM keeps the expert weights in a block layout")
         if method.w13_swiglu_interleaved:
-            raise RepairRefused(f"{name}: w13 rows are interleaved for the fused SwiGLU epilogue")
+            raise ReloadRefused(f"{name}: w13 rows are interleaved for the fused SwiGLU epilogue")
 
 
 def set_expert_location(model_config: Any, physical_to_logical_map: Sequence[Sequence[int]], ep_rank: int) -> Any:
@@ -144,12 +144,12 @@ def set_expert_location(model_config: Any, physical_to_logical_map: Sequence[Seq
 
     metadata = get_global_expert_location_metadata()
     if metadata is None:
-        raise RepairRefused("sglang keeps no expert location here (started without --enable-eplb)")
+        raise ReloadRefused("sglang keeps no expert location here (started without --enable-eplb)")
     target = ExpertLocationMetadata.init_by_mapping(
         model_config, torch.tensor(physical_to_logical_map, dtype=torch.int64), moe_ep_rank=ep_rank
     )
     if target is None or tuple(target.physical_to_logical_map.shape) != tuple(metadata.physical_to_logical_map.shape):
-        raise RepairRefused("the record's map does not fit sglang's expert location of this model")
+        raise ReloadRefused("the record's map does not fit sglang's expert location of this model")
     metadata.update(target, update_layer_ids=list(range(metadata.num_layers)))
     return metadata
 
@@ -162,7 +162,7 @@ def checkpoint_files(model_config: Any, load_config: Any) -> list[str]:
         model_config.model_path, model_config.revision, fall_back_to_pt=False
     )
     if not use_safetensors:
-        raise RepairRefused("the checkpoint is not safetensors: its files cannot be read tensor by tensor")
+        raise ReloadRefused("the checkpoint is not safetensors: its files cannot be read tensor by tensor")
     return list(files)
 
 
@@ -278,7 +278,7 @@ def reload_routed_experts(
     progress: RepairProgress | None = None,
 ) -> RepairReport:
     """Reload the routed experts of ``layers`` in place, in the slots ``physical_to_logical_map``
-    (the record's whole map) gives. RepairRefused before any write; RepairFailed after one.
+    (the record's whole map) gives. ReloadRefused before any write; ReloadFailed after one.
     ``progress`` is filled as tensors are read, for a status asked meanwhile."""
     from sglang.srt.model_loader.loader import DefaultModelLoader, device_loading_context
     from sglang.srt.platforms import current_platform
@@ -301,13 +301,13 @@ def reload_routed_experts(
             with device_loading_context(module, module.w13_weight.device):
                 module.quant_method.process_weights_after_loading(module)
     except (OSError, RuntimeError, ValueError, KeyError) as error:
-        raise RepairFailed(f"reloading layers {list(layers)}: {type(error).__name__}: {error}") from error
+        raise ReloadFailed(f"reloading layers {list(layers)}: {type(error).__name__}: {error}") from error
     if count.tensors == 0:
-        raise RepairFailed(f"no routed-expert tensor of layers {list(layers)} in {files}")
+        raise ReloadFailed(f"no routed-expert tensor of layers {list(layers)} in {files}")
     after = _tensor_places(model)
     moved = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
     if moved:
-        raise RepairFailed(f"tensors moved or changed shape while reloading (engines map the old ones): {moved}")
+        raise ReloadFailed(f"tensors moved or changed shape while reloading (engines map the old ones): {moved}")
     # As the daemon does before its export: every write has retired before engines are served.
     current_platform.synchronize()
     touched = tuple(f"{name}.{param}" for name, module in modules.values() for param, _ in module.named_parameters())

@@ -140,7 +140,7 @@ def _row(status: DaemonStatus) -> list[str]:
     if state is None:
         return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", status.detail]
     digest = state.get("digest")
-    dirty, repairing, failure = state.get("dirty"), state.get("repairing"), state.get("repair_failure")
+    dirty, repairing, failure = state.get("dirty"), state.get("repairing"), state.get("repair_failed")
     if repairing and repairing.get("rejoin"):
         torn = (
             f"rejoining: started again from disk, asked by {repairing.get('engine_id')}; reloading every layer "

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pickletools
 import re
 
-# What a layout-aware daemon accepts as one request (sglang's own requests included). A request
-# is a small plain-data dict: sglang's fetch_state is about 1 KB, a full DeepSeek-V3-scale commit
-# (61 x 288 rows) 36 KB and 17,904 pickle opcodes. The bounds keep what one request costs the
-# daemon under 64 MB: at most 2**17 objects (the costliest, an empty set, is 216 bytes plus its
-# stack slot) or 1 MiB of text (it can widen 4x in memory, and is held a few
-# times over: the frame, the check, the request, sglang's own unpickling of it).
+# What a layout-aware daemon accepts as one request (sglang's own requests included). A request is a
+# small plain-data dict; the largest the protocol sends, a commit of a whole DeepSeek-V3-scale map, is
+# far within both bounds. The bounds keep what one request can cost the daemon small: a number of
+# objects (the costliest, an empty set, is a few hundred bytes with its stack slot) and of bytes of
+# text (which can widen a few times in memory, and is held a few times over: the frame, the check,
+# the request, sglang's own unpickling of it). The bench measures a commit against them.
 MAX_REQUEST_FRAME_BYTES = 1024 * 1024
 MAX_REQUEST_OPCODES = 2**17
 # Opcodes that only build plain data (no import, no call, no out-of-band buffer). Everything
@@ -87,8 +87,9 @@ def _counted(length: int) -> bytes:
 
 # The opcodes of PLAIN_DATA_OPCODES that requests are made of (sglang's send_msg pickles with the
 # highest protocol), each with its whole argument, as one compiled pattern: it reads a request in
-# the C regex engine instead of a Python step per opcode (pickletools.genops reads a full-map commit
-# many times slower than unpickling it; this pattern, about as fast). Every
+# the C regex engine instead of a Python step per opcode (pickletools.genops, the reference below,
+# reads a commit many times slower than unpickling it, this pattern about as fast: `make bench`
+# measures both against unpickling, results/bench.md). Every
 # alternative starts with its own opcode byte and says how long its argument is, so the pattern
 # reads the stream exactly as pickletools and the unpickler do. It leaves out only opcodes and
 # arguments it cannot bound: the text opcodes of protocol 0 and strings, bytes and longs of 256

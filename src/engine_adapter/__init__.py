@@ -17,7 +17,7 @@ Modules:
   rebalancing off with one error. ``compat``: the tested sglang and Python versions, the warning.
 - ``metrics``: the protocol's series on sglang's ``/metrics`` (``--enable-metrics``).
 - ``state``: what one rank process holds: its session, socket, attachment (``state.get()``,
-  ``state.reset()``), counters, and the switch ``set_enabled``.
+  ``state.reset()``), counters; ``state.enabled()``: sglang's ``SGLANG_PLUGINS`` selects the plugin.
 
 Sockets to the daemons go through ``daemon_adapter.client``, the client ``expert-layout status``
 uses too (one request per connection; the attachment, closed in forked children).

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from sglang.srt.runtime_context import get_parallel
 
 # The room for one object in the single collective: a begin reply and a commit answer are well under 1 KiB.
 INLINE_BYTES = 4096
@@ -40,4 +41,18 @@ def all_gather_small(obj: Any, group: Any = None) -> list[Any]:
     return [pickle.loads(g[_SIZE_BYTES : _SIZE_BYTES + n]) for g, n in zip(gathered, sizes, strict=True)]
 
 
-__all__ = ["INLINE_BYTES", "all_gather_small"]
+def world_cpu_group() -> Any:
+    return get_parallel().world_group.cpu_group
+
+
+def all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, over the world's CPU group, in one collective where it fits
+    (``all_gather_small``). An engine of one rank has nothing to exchange: no collective."""
+    group = world_cpu_group()
+    world = dist.get_world_size(group)
+    if world == 1:
+        return [obj]
+    return all_gather_small(obj, group)
+
+
+__all__ = ["INLINE_BYTES", "all_gather", "all_gather_small", "world_cpu_group"]

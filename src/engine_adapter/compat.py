@@ -12,8 +12,6 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
-from engine_adapter.targets import CHUNK_TARGET, REBALANCE_TARGET
-
 TESTED_SGLANG_VERSIONS: tuple[str, ...] = ("0.5.23",)
 TESTED_PYTHON_VERSIONS: tuple[str, ...] = ("3.11",)
 
@@ -63,10 +61,6 @@ class InstallCheck:
     @property
     def complete(self) -> bool:
         return not self.missing
-
-    @property
-    def no_hook_stops_moves(self) -> bool:
-        return REBALANCE_TARGET in self.missing and CHUNK_TARGET in self.missing
 
     @property
     def warning(self) -> str | None:

@@ -32,7 +32,8 @@ from typing import Any
 
 from engine_adapter import compat, state
 from engine_adapter.compat import InstallCheck
-from engine_adapter.targets import CALL_SITES
+from engine_adapter.targets import CALL_SITES, CHUNK_TARGET, REBALANCE_TARGET
+from layout_sm.engine import HooksVerdict, hooks_verdict
 
 logger = logging.getLogger("engine_adapter")
 
@@ -91,7 +92,8 @@ def check() -> InstallCheck:
 
 
 def at_startup(st: state.EngineLayoutState, weight_cache_on: bool, eplb_on: bool) -> InstallCheck:
-    """The check, its warning and its error; raises ``HooksMissingError`` when moves cannot be stopped."""
+    """The check, its warning and its error, and what ``layout_sm`` says the engine does about them;
+    raises ``HooksMissingError`` when it must not start."""
     result = check()
     st.install = result
     if result.warning:
@@ -99,25 +101,20 @@ def at_startup(st: state.EngineLayoutState, weight_cache_on: bool, eplb_on: bool
     if result.complete:
         return result
     st.log_once(logging.ERROR, "install:hooks-missing", f"[expert-layout] {result.error}")
-    if weight_cache_on:
+    verdict = hooks_verdict(
+        result.error, REBALANCE_TARGET in result.missing, CHUNK_TARGET in result.missing, weight_cache_on, eplb_on
+    )
+    if verdict.moves_blocked:
         st.shared_moves_blocked = result.error
-        if eplb_on and result.no_hook_stops_moves:
-            raise HooksMissingError(
-                f"[expert-layout] {result.error}. Neither EPLB hook is in place, so nothing could stop sglang "
-                f"moving experts in the daemons' shared memory: this engine does not start"
-            )
+    if verdict.refuse_start is not None:
+        raise HooksMissingError(f"[expert-layout] {verdict.refuse_start}")
     return result
 
 
 def skip_unprotected_move(st: state.EngineLayoutState) -> bool:
-    """In the chunk hook, for a move outside the plugin's rebalance hook: skip it when hooks are
-    missing (sglang's rebalance without its hook would move shared experts unprotected)."""
+    """In the chunk hook, for a move outside the plugin's rebalance hook: skipped while the install
+    check blocks moves (sglang's rebalance without its hook would move shared experts unprotected)."""
     if st.shared_moves_blocked is None:
         return False
-    st.log_once(
-        logging.ERROR,
-        "install:move-skipped",
-        "[expert-layout] an EPLB move outside the plugin's rebalance hook was skipped: the plugin is not fully "
-        "installed (see the error above), so nothing is moved in the daemons' shared memory",
-    )
+    st.log_once(logging.ERROR, "install:move-skipped", f"[expert-layout] {HooksVerdict.SKIPPED_MOVE}")
     return True

@@ -22,6 +22,7 @@ from typing import Any
 from engine_adapter import state
 from layout_sm.engine import Go
 from layout_sm.messages import FETCH_FIELD, PLUGIN_GAP_FIELD, STARTUP_HOOK_MISSING
+from layout_sm.ready import Fetched
 from layout_sm.session import EngineSession
 
 FETCH_STATE = "fetch_state"  # sglang's request type
@@ -79,10 +80,10 @@ def around_recv_msg(original: Any, sock: Any, *args: Any, **kwargs: Any) -> Any:
         scope.awaiting_reply = False
         st = state.get()
         if st.session is not None and st.rank is not None:
-            step = st.session.fetched(st.rank, reply)
+            step = st.session.step(Fetched(st.rank, reply)).done
         else:  # no startup ran (a dense model): the daemon may still refuse an engine without a claim
-            step = EngineSession.never_attached(1).fetched(0, reply)
-        if step.go is Go.STOP:
+            step = EngineSession.never_attached(1).step(Fetched(0, reply)).done
+        if step is not None and step.go is Go.STOP:
             raise LayoutRefusedError(
                 f"[expert-layout] the weight cache daemon at {scope.peer} said: {step.message} "
                 f"(not loading from disk instead: the daemon holds this GPU's weights)"

@@ -27,13 +27,15 @@ increment or one addition (``make bench`` measures the cost).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
+
+from layout_sm.engine import EngineView, Go, RankAnswer
 
 logger = logging.getLogger("engine_adapter")
 
 PREFIX = "sglang:expert_layout_"
-# Seconds in the protocol per rebalance: a chunk's round trips are ~1-10 ms on a host.
+# Seconds in the protocol per rebalance: a chunk's round trips and all-gather take milliseconds.
 PROTOCOL_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -133,51 +135,61 @@ def use(series: EngineMetrics | None) -> None:
 # -- the events (each returns at once when metrics are off) ----------------------------------------
 
 
-def startup(kind: str, reason: str, version: int, own_finding_kind: str | None, hooks_missing: int) -> None:
+def startup(view: EngineView, rank: int, hooks_missing: int) -> None:
+    """The startup's decision, as the session's view holds it once the ranks agreed."""
     m = _ACTIVE
-    if m is None:
+    outcome = view.outcome
+    if m is None or outcome is None:
         return
-    m.startups.labels(**m.labels, outcome=kind, reason=reason).inc()
-    m.record_version.set(version)
+    m.startups.labels(**m.labels, outcome=outcome.kind, reason=outcome.reason.value).inc()
+    m.record_version.set(view.version)
     m.hooks_missing.set(hooks_missing)
-    if own_finding_kind == "dirty":
+    own = view.findings[rank]
+    if own is not None and own.dirty:
         m.dirty_seen.inc()
 
 
-def _reason(reply: object) -> str:
-    if not isinstance(reply, Mapping):
-        return "unreachable"
-    return str(reply.get("reason") or reply.get("status") or "unknown")
+class ChunkWatch:
+    """The session's observer for the chunk series: each rank's begin answer as the session takes it,
+    then the decision (a pause counts with the first busy daemon's reason; a refusal by this rank's
+    daemon with its own), and each commit this rank's daemon recorded."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.answers: dict[int, RankAnswer] = {}
+
+    def __call__(self, event: str, arguments: Mapping[str, Any], result: Any, view: Any) -> None:
+        m = _ACTIVE
+        if m is None:
+            return
+        if event == "begin":
+            self.answers[int(arguments["rank"])] = arguments["answer"]
+        elif event == "decide":
+            answers, self.answers = self.answers, {}
+            go = result.go
+            if go is Go.PAUSE:
+                busy = [a for _, a in sorted(answers.items()) if a.busy]
+                m.paused.labels(**m.labels, reason=(busy[0].reason if busy else None) or "unreachable").inc()
+            elif go is Go.STOP:
+                own = answers.get(self.rank)
+                if own is None or not (own.ok or own.busy):
+                    m.begins_refused.labels(**m.labels, reason=(own and own.reason) or "unreachable").inc()
+        elif event == "commit" and int(arguments["rank"]) == self.rank and arguments["answer"].ok:
+            m.chunks_committed.inc()
+            if arguments["answer"].version is not None:
+                m.record_version.set(arguments["answer"].version)
 
 
-def chunk_begun(go: str, begin_replies: Sequence[Any], rank: int) -> None:
-    """After the chunk decision (the session's ``Step.go``: proceed, pause or stop): a pause counts with
-    the first busy daemon's reason, a refusal of this rank's daemon with its own."""
-    m = _ACTIVE
-    if m is None or go == "proceed":
-        return
-    if go == "pause":
-        busy = [r for r in begin_replies if isinstance(r, Mapping) and r.get("status") == "busy"]
-        m.paused.labels(**m.labels, reason=_reason(busy[0] if busy else None)).inc()
-        return
-    own = begin_replies[rank]
-    if not (isinstance(own, Mapping) and own.get("status") in ("ok", "busy")):
-        m.begins_refused.labels(**m.labels, reason=_reason(own)).inc()
+def watch(session: Any, rank: int) -> None:
+    """Count the session's chunks on this rank's series, when sglang's metrics are on."""
+    if _ACTIVE is not None:
+        session.observers.append(ChunkWatch(rank))
 
 
 def protocol_time(seconds: float) -> None:
     m = _ACTIVE
     if m is not None:
         m.protocol_s_this_rebalance += seconds
-
-
-def committed(version: int | None) -> None:
-    m = _ACTIVE
-    if m is None:
-        return
-    m.chunks_committed.inc()
-    if version is not None:
-        m.record_version.set(version)
 
 
 def rebalance_ended() -> None:

@@ -36,26 +36,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from sglang.srt.eplb.expert_location import ExpertLocationMetadata, get_global_expert_location_metadata
 from sglang.srt.managers.io_struct import HealthCheckOutput
-from sglang.srt.runtime_context import get_parallel
 
 from daemon_adapter.client import Attachment
-from engine_adapter import roles, state
-from engine_adapter.rebalance import ask_daemon
+from engine_adapter import roles, runner, state
 from engine_adapter.standby_server import PARK_RID, PROMOTED_RID
-from engine_adapter.startup import all_gather
 from layout_sm.engine import Go, Step
-from layout_sm.messages import NOTICE
+from layout_sm.messages import is_notice
+from layout_sm.ready import ParkAsked, Ready, TakeOverAsked
+from layout_sm.reasons import standby_lost_its_daemon
 
 logger = logging.getLogger("engine_adapter")
 
 TAKEOVER_RID = "expert-layout-takeover"  # the takeover request's mark, in the scheduler's own broadcast
-# How long a rank waits for its own daemon's notice once the entry rank's came: the primary's ranks
-# die together, so the daemons see their EOFs within milliseconds; a rank still without its notice
-# then has a primary attached there, and the standby parks on.
-NOTICE_WAIT_S = 5.0
 # The paused entry rank's sleep between wake-ups, as sglang's own IdleSleeper (--sleep-on-idle).
 PAUSED_SLEEP_MS = 1000
 
@@ -85,12 +78,17 @@ class StandbyLink:
         while self.attachment.open:
             try:
                 message = self.attachment.notice(None)
-            except OSError:  # ConnectionError: the daemon went away (its EOF); OSError: the engine closed it
+            except ConnectionError:  # the daemon went away (its EOF): this standby cannot outlive it
+                if self.attachment.open:
+                    st = state.get()
+                    logger.error("[expert-layout] %s", standby_lost_its_daemon(st.rank, st.socket_path))
+                return
+            except OSError:  # the engine closed its attachment
                 return
             except Exception:  # a frame that cannot be read: a bug, which would silently stop every takeover
                 logger.exception("[expert-layout] the notice reader stopped on an unreadable message")
                 return
-            if isinstance(message, dict) and message.get("type") == NOTICE:
+            if is_notice(message):
                 self.times["notice"] = time.time()
                 self.noticed.set()
                 self.wake_pending = True
@@ -123,7 +121,8 @@ def around_pause_generation(original: Any, scheduler: Any, recv_req: Any, *args:
 
 
 def park(scheduler: Any) -> None:
-    """Every rank, on the iteration the park request reached them: park on its daemon, rank by rank."""
+    """Every rank, on the iteration the park request reached them: the session parks the ranks in rank
+    order (each reply all-gathered), and claims at once when nobody is left to wait for."""
     st = state.get()
     session, rank = st.session, st.rank
     if session is None or rank is None or st.attachment is None:
@@ -131,30 +130,9 @@ def park(scheduler: Any) -> None:
             f"{roles.ROLE_ENV}={roles.STANDBY}, but this engine is not attached to a layout-aware weight cache "
             "daemon (--weight-cache-mode client|daemon): a warm standby shares the daemons' weights with its primary"
         )
-    # Each rank loaded from its own daemon; the ranks learn each other's load over the all-gather.
-    loaded = session.loaded_all(all_gather(rank in session.view().served))
-    if loaded.go is not Go.PROCEED:
-        raise StandbyFailed(f"[expert-layout] a warm standby parks once it serves: {loaded.message}")
     if st.standby is None:
         st.standby = StandbyLink(st.attachment)
-    _park_ranks(scheduler)
-
-
-def _park_ranks(scheduler: Any) -> None:
-    st = state.get()
-    session, link = st.session, st.standby
-    assert session is not None and link is not None and st.rank is not None
-    rank = st.rank
-    while (other := session.next_to_park()) is not None:
-        if other == rank:  # a notice read before this park is an answer to an older one
-            link.noticed.clear()
-        reply = ask_daemon(st, session.park_request(rank)) if other == rank else None
-        step = session.parked(other, all_gather(reply)[other])
-        if other == rank and step.go is Go.PROCEED:  # the park reply was the notice: no primary is attached
-            link.noticed.set()
-        logger.info("[expert-layout] rank %d: %s", rank, step.message)
-    if session.noticed_all().go is Go.PROCEED:
-        take_over(scheduler)  # nobody to wait for: claim at once, on this same iteration
+    _carry_out(scheduler, runner.run(session.step(ParkAsked(rank))))
 
 
 def around_poll_timeout_aborts(original: Any, scheduler: Any, *args: Any, **kwargs: Any) -> Any:
@@ -208,55 +186,31 @@ def around_continue_generation(original: Any, scheduler: Any, recv_req: Any, *ar
     return original(scheduler, recv_req, *args, **kwargs)
 
 
-def take_over(scheduler: Any) -> bool:
-    """Every rank, on the same iteration: notices, claims in rank order, promote. True once promoted."""
+def take_over(scheduler: Any) -> None:
+    """Every rank, on the same iteration: the session gathers the notices, claims in rank order and
+    promotes, fails, or parks again."""
     st = state.get()
-    session, link, rank = st.session, st.standby, st.rank
-    assert session is not None and link is not None and rank is not None
-    if session.awaits_notice(rank):  # else this rank has its notice (or its grant) already
-        link.noticed.wait(NOTICE_WAIT_S)
-    ready = session.noticed_all(all_gather(link.noticed.is_set()))
-    if ready.go is not Go.PROCEED:
-        # Some daemon has not told this standby yet (a primary still attached there, or a repair that
-        # outlasts the wait): the next iteration asks again, each rank waiting for its own notice.
-        logger.info("[expert-layout] rank %d: %s: parked", rank, ready.message)
-        link.wake_pending = True
-        return False
-    claims = []
-    while (other := session.next_to_claim()) is not None:  # rank by rank, each reply all-gathered
-        reply = ask_daemon(st, session.claim_request(rank)) if other == rank else None
-        claims.append(session.claimed(other, all_gather(reply)[other]))
-    step = session.promote()
-    link.times["agreed"] = time.time()
+    assert st.session is not None and st.rank is not None
+    _carry_out(scheduler, runner.run(st.session.step(TakeOverAsked(st.rank))))
+
+
+def _carry_out(scheduler: Any, ended: Ready) -> None:
+    """What a standby's sequence ended with: promoted (the map is installed: unpark), failed (sglang ends
+    the server, whose held requests could never be served), or parked (on a notice still to come; asked
+    again at the next iteration where the session says so)."""
+    st = state.get()
+    link = st.standby
+    step = ended.done
+    assert link is not None and step is not None, "a standby's sequence ends with a step"
     if step.go is Go.STOP:
-        refusals = "; ".join(c.message for c in claims if c.go is Go.STOP)
-        logger.error("[expert-layout] rank %d: %s (%s)", rank, step.message, refusals)
-        raise StandbyFailed(f"[expert-layout] claim refused: {step.message} ({refusals})")
+        logger.error("[expert-layout] rank %s: %s", st.rank, step.message)
+        raise StandbyFailed(f"[expert-layout] {step.message}")
     if step.go is Go.PAUSE:
-        logger.info("[expert-layout] rank %d: %s", rank, step.message)
-        _park_ranks(scheduler)
-        return _promoted_here(scheduler)
-    _install(session.layout_to_install())
-    link.times["metadata"] = time.time()
-    return _promoted_here(scheduler) or _unpark(scheduler, step)
-
-
-def _promoted_here(scheduler: Any) -> bool:
-    """A park again may itself have promoted the standby (its reply was the notice): already unparked."""
-    session = state.get().session
-    return session is not None and session.standby_promoted and not scheduler._engine_paused
-
-
-def _install(rows: Any) -> None:
-    st = state.get()
-    metadata = get_global_expert_location_metadata()
-    if rows is None or metadata is None:
+        logger.info("[expert-layout] rank %s: %s", st.rank, step.message)
+        link.wake_pending = link.wake_pending or ended.repeat
         return
-    adopted = ExpertLocationMetadata.init_by_mapping(
-        st.model_config, torch.tensor(rows, dtype=torch.int64), moe_ep_rank=get_parallel().moe_ep_rank
-    )
-    # In place, as EPLB's updater does: the recorder and dispatch hold this very object.
-    metadata.update(adopted, update_layer_ids=list(range(metadata.num_layers)))
+    link.times["agreed"] = time.time()
+    _unpark(scheduler, step)
 
 
 def _unpark(scheduler: Any, step: Step) -> bool:

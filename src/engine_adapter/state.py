@@ -4,8 +4,8 @@ One object per process (sglang runs one model runner per rank process). Every pr
 and all protocol state are the ``session``'s (``layout_sm.session.EngineSession``); the rest is
 what only this process has: its rank, its daemon's socket and attach connection, where its
 weights came from, the EPLB manager whose rebalance runs now, and which warnings it logged.
-What tests, the demo and the bench read (``Counters``) and the switch that makes the plugin act
-as if it were not installed (``set_enabled``) are kept apart from it.
+What tests, the demo and the bench read (``Counters``) is kept apart from it. ``enabled`` is
+sglang's own switch, read each time.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import Attachment
-from daemon_adapter.trace import EngineTrace
+from engine_adapter.trace import EngineTrace
 from layout_sm.messages import request_wire
 from layout_sm.session import EngineSession
 
@@ -38,6 +38,15 @@ class Counters:
     def record_time(self, what: str, seconds: float) -> None:
         self.timings.setdefault(what, []).append(seconds)
 
+    def watch(self, session: EngineSession, rank: int) -> None:
+        """Count the chunks this rank's daemon recorded, as the session takes their commit answers."""
+
+        def count(event: str, arguments: Any, result: Any, view: Any) -> None:
+            if event == "commit" and arguments["rank"] == rank and arguments["answer"].ok:
+                self.chunks_committed += 1
+
+        session.observers.append(count)
+
 
 @dataclass
 class EngineLayoutState:
@@ -47,8 +56,11 @@ class EngineLayoutState:
     attachment: Attachment | None = None
     weights_source: str | None = None  # "daemon" or "disk", set by the loader hook; None: unknown
     active_manager: EPLBManager | None = None  # the EPLBManager whose rebalance runs the chunk protocol now
-    # The last chunk's commit, sent and not yet read: its reply is read when the next all-gather needs it.
-    commit_reply: Callable[[], Any] | None = None
+    # A request sent and not read yet (a chunk's commit): its reader, and the session's event for its
+    # reply, which is handed over before the rank's next step (engine_adapter.runner.flush).
+    pending_reply: tuple[Callable[[], Any], Callable[[Any, float], Any]] | None = None
+    move_result: Any = None  # what sglang's move of the current chunk returned
+    moved_at: tuple[float, float] | None = None  # when that move began, and when the device synchronized
     logged: set[str] = field(default_factory=set)
     counters: Counters = field(default_factory=Counters)
     # engine_adapter.install_check: set by the startup hook (its having run is what the loader tells
@@ -60,7 +72,7 @@ class EngineLayoutState:
     # A warm standby's engine_adapter.standby.StandbyLink, once it parked (docs/protocol.md §10). Not named by its type:
     # standby imports the startup and rebalance hooks, which import this module.
     standby: Any = None
-    trace: EngineTrace | None = None  # this rank's protocol trace (daemon_adapter.trace), when asked for
+    trace: EngineTrace | None = None  # this rank's protocol trace (engine_adapter.trace), when asked for
 
     def log_once(self, level: int, key: str, message: str) -> None:
         """Disable reasons are logged once each, however many rebalances hit them."""
@@ -78,7 +90,7 @@ class EngineLayoutState:
 
 
 _STATE = EngineLayoutState()
-_ENABLED = True
+PLUGIN_NAME = "expert_layout"  # the entry point's name (pyproject.toml), as SGLANG_PLUGINS lists it
 
 
 def get() -> EngineLayoutState:
@@ -94,11 +106,10 @@ def reset() -> None:
 
 
 def enabled() -> bool:
-    """False: the hooks pass everything through, as an engine without this plugin (tests of older
-    engines: the hooks cannot be removed from a process once sglang applied them)."""
-    return _ENABLED
+    """Whether sglang's plugin switch (``SGLANG_PLUGINS``: empty, every plugin) selects this
+    plugin now. False: the hooks pass everything through, as an engine without the plugin; they
+    cannot be removed from a process once sglang applied them, so the switch is read each time."""
+    from sglang.srt.environ import envs
 
-
-def set_enabled(on: bool) -> None:
-    global _ENABLED
-    _ENABLED = on
+    selected = envs.SGLANG_PLUGINS.get()
+    return not selected or PLUGIN_NAME in {name.strip() for name in selected.split(",")}

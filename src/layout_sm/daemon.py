@@ -23,6 +23,7 @@ its action, and the phase the action leaves must be the transition's target. An 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from statemachine import State, StateMachine
@@ -44,8 +45,8 @@ from layout_sm.daemon_view import (
     DirtyInfo,
     Fetch,
     Move,
-    RepairEnded,
-    RepairFailure,
+    RepairDone,
+    RepairFailed,
     Request,
 )
 from layout_sm.declared import Declared
@@ -78,8 +79,9 @@ from layout_sm.messages import (
     RejoinRequest,
     RepairRequest,
 )
-from layout_sm.reasons import Reason, Reply
+from layout_sm.reasons import Reply
 from layout_sm.record import LayoutRecord
+from layout_sm.repair import RepairPlan, repair_plan
 from layout_sm.replies import Outcome
 
 
@@ -143,6 +145,35 @@ class DaemonState(DaemonConjuncts):
         return self._loaded().parked
 
 
+@dataclass(frozen=True)
+class DaemonStep:
+    """What the adapter does once the machine took a request, in this order (etcd raft's ``Ready``):
+    send ``answer`` to the asker (a ``DetachEffect`` has no one to go to: the adapter logs it), write the
+    notice on the attach connection of each parked standby in ``notify``, then run ``reload``: sglang's
+    loading of the plan's layers at its rows (a torn move's repair, or a rejoin), which the adapter ends
+    with the machine's ``RepairDone`` or ``RepairFailed``. ``answer_after_reload``: the asker waits for
+    the reload (the operator's ``expert-layout repair``), and the end's answer is its answer; otherwise
+    the reload runs beside the daemon's requests and ``answer`` goes out at once."""
+
+    answer: Answer
+    notify: tuple[str, ...] = ()
+    reload: RepairPlan | None = None
+    answer_after_reload: bool = False
+
+    @property
+    def reply(self) -> Reply:
+        assert isinstance(self.answer, Reply), "a request's step answers with a reply"
+        return self.answer
+
+
+def _notices(request: Request, answer: Answer) -> tuple[str, ...]:
+    """The parked standbys an answer names (spec: ``Notify``), but the asker: a park's reply is its own notice."""
+    if isinstance(answer, DetachEffect):
+        return answer.notified
+    asker = request.engine_id if isinstance(request, ParkRequest) else None
+    return tuple(e for e in answer.data.get("notified", ()) if e != asker)
+
+
 class EventArguments(dict[str, Any]):
     """A request event's arguments, as python-statemachine hands them to the callbacks that name
     them: the event, the request, and the request's fields (a field the request computes, such as
@@ -170,6 +201,23 @@ def _kept(*phases: State, cond: list[str]) -> Any:
     for phase in phases[1:]:
         transitions |= phase.to.itself(internal=True, cond=cond, on="accept")
     return transitions
+
+
+# The machine's event for each request it takes (``handle``).
+_EVENTS: dict[type, str] = {
+    Attach: "attach",
+    Fetch: "fetch",
+    BeginRequest: "begin",
+    CommitRequest: "commit",
+    AbortRequest: "abort",
+    Detach: "detach",
+    RepairRequest: "repair",
+    RepairDone: "repair_done",
+    RepairFailed: "repair_failed",
+    ParkRequest: "park",
+    ClaimRequest: "claim",
+    RejoinRequest: "rejoin",
+}
 
 
 class DaemonMachine(StateMachine):
@@ -269,11 +317,31 @@ class DaemonMachine(StateMachine):
 
     # -- taking a step -------------------------------------------------------------------
 
-    def take(self, event: str, request: Request) -> Answer:
+    def take(self, event: str, request: Request) -> DaemonStep:
         """Take ``event`` as python-statemachine would: the first of the phase's declared transitions
         whose guards hold runs its action, which changes the view and makes the answer; the phase
         the view is then in must be the transition's target. Every request method below is one
-        call of it; a trace checker replays a trace's steps with it."""
+        call of it.
+
+        Returns what the adapter does next (``DaemonStep``): the answer, the parked standbys to tell,
+        and the reload a transition into ``repairing`` starts (a torn move's repair, or a rejoin)."""
+        answer, entered = self._take(event, request)
+        if not entered:
+            return DaemonStep(answer, _notices(request, answer))
+        plan = repair_plan(self._view)
+        if isinstance(plan, RepairPlan):
+            return DaemonStep(answer, _notices(request, answer), plan, answer_after_reload=event == "repair")
+        # Cannot happen by the machine (layout_sm.repair); the daemon must not stay repairing with no
+        # reload running: the repair fails at once, with the plan's refusal as the reason.
+        failed, _ = self._take("repair_failed", RepairFailed(plan.reason, plan.message))
+        return DaemonStep(failed if event == "repair" else answer, _notices(request, failed))
+
+    def replay(self, event: str, request: Request) -> Answer:
+        """One event, as a trace records it (a trace checker replays a daemon's trace line by line)."""
+        return self._take(event, request)[0]
+
+    def _take(self, event: str, request: Request) -> tuple[Answer, bool]:
+        """The answer, and whether the step entered ``repairing`` (its reload is to run)."""
         view = self.model.view
         # Before the weights are loaded the phase is "loading", which declares no request: the runner raises.
         asked = self.model if view is None else view
@@ -281,10 +349,10 @@ class DaemonMachine(StateMachine):
         self.model.phase = rule.target
         if self.observer is not None:
             self.observer(event, request, answer, self.model.view)
-        return answer
+        return answer, rule.target == REPAIRING and rule.source != REPAIRING
 
     def _reply(self, event: str, request: Request) -> Reply:
-        answer = self.take(event, request)
+        answer = self.take(event, request).answer
         assert isinstance(answer, Reply), f"{event} answers with a reply"
         return answer
 
@@ -334,29 +402,21 @@ class DaemonMachine(StateMachine):
 
     # -- requests -----------------------------------------------------------------------
 
-    def handle(self, request: LayoutRequest, session: str | None = None) -> Reply:
-        """Answer a parsed layout request (``session`` is the fresh token for an attach)."""
+    def handle(self, request: LayoutRequest | Request, session: str | None = None) -> DaemonStep:
+        """The adapter's one entry: take whatever reached the daemon (a parsed layout request; an attach
+        with ``session``, the fresh token the adapter made; an attach connection's EOF; sglang's
+        ``fetch_state`` with its claim; a reload's end) and say what to do next. A query reads the view
+        and changes nothing."""
+        if isinstance(request, QueryRequest):
+            return DaemonStep(query_reply(self._view, request))
         if isinstance(request, AttachRequest):
             if session is None:
                 raise ValueError("attach needs the fresh session token made by the adapter")
-            return self.attach_engine(request, session)
-        if isinstance(request, QueryRequest):
-            return query_reply(self._view, request)
-        if isinstance(request, BeginRequest):
-            return self.begin_move(request)
-        if isinstance(request, CommitRequest):
-            return self.commit_move(request)
-        if isinstance(request, AbortRequest):
-            return self.abort_move(request)
-        if isinstance(request, RepairRequest):
-            return self.begin_repair()
-        if isinstance(request, ParkRequest):
-            return self.park_engine(request)
-        if isinstance(request, ClaimRequest):
-            return self.claim_primary(request)
-        if isinstance(request, RejoinRequest):
-            return self.rejoin_layout(request)
-        raise TypeError(f"not a layout request: {type(request).__name__}")
+            request = Attach(request.engine_id, session, request.known_digest)
+        event = _EVENTS.get(type(request))
+        if event is None:
+            raise TypeError(f"not a request of the daemon's machine: {type(request).__name__}")
+        return self.take(event, request)
 
     def attach_engine(self, request: AttachRequest, session: str) -> Reply:
         return self._reply("attach", Attach(request.engine_id, session, request.known_digest))
@@ -377,21 +437,13 @@ class DaemonMachine(StateMachine):
 
     def detach_engine(self, engine_id: str, session: str) -> DetachEffect:
         """The attach connection of ``engine_id`` reached EOF (however the engine died)."""
-        effect = self.take("detach", Detach(engine_id, session))
+        effect = self.take("detach", Detach(engine_id, session)).answer
         assert isinstance(effect, DetachEffect), "a detach answers with what it did"
         return effect
 
     def begin_repair(self) -> Reply:
         """The operator's ``expert-layout repair``: a dirty daemon turns repairing (the adapter then reloads)."""
         return self._reply("repair", RepairRequest())
-
-    def repair_ended(self, layers: tuple[int, ...], message: str, **data: Any) -> Reply:
-        """The adapter's reload of ``layers`` ended well: clean at the base version."""
-        return self._reply("repair_done", RepairEnded(layers, message, data))
-
-    def repair_fails(self, reason: Reason, why: str) -> Reply:
-        """The adapter's reload failed or was refused: dirty, ``why`` kept."""
-        return self._reply("repair_failed", RepairFailure(reason, why))
 
     def park_engine(self, request: ParkRequest) -> Reply:
         """A warm standby parks its attachment; ``data["notified"]`` names the parked standbys to tell now."""
@@ -403,11 +455,11 @@ class DaemonMachine(StateMachine):
 
     def rejoin_layout(self, request: RejoinRequest) -> Reply:
         """A daemon started again from disk rejoins at the others' record; the adapter then reloads
-        every layer (``layout_sm.repair.repair_plan``) and ends it as a repair (``repair_ended``)."""
+        every layer (``layout_sm.repair.repair_plan``) and ends it as a repair (``RepairDone``)."""
         return self._reply("rejoin", request)
 
     def query_state(self, include_map: bool = False) -> Reply:
-        return self.handle(QueryRequest(include_map))
+        return self.handle(QueryRequest(include_map)).reply
 
 
 __all__ = [
@@ -421,6 +473,7 @@ __all__ = [
     "Attach",
     "DaemonMachine",
     "DaemonState",
+    "DaemonStep",
     "DaemonView",
     "Detach",
     "DetachEffect",
@@ -428,6 +481,6 @@ __all__ = [
     "EventArguments",
     "Fetch",
     "Move",
-    "RepairEnded",
-    "RepairFailure",
+    "RepairDone",
+    "RepairFailed",
 ]

@@ -134,7 +134,7 @@ class Fetch:
 
 
 @dataclass(frozen=True)
-class RepairEnded:
+class RepairDone:
     """The adapter's reload of the torn move's ``layers`` ended well; ``message`` and ``data`` say
     what it did (seconds, bytes read), for the operator's reply."""
 
@@ -144,7 +144,7 @@ class RepairEnded:
 
 
 @dataclass(frozen=True)
-class RepairFailure:
+class RepairFailed:
     """The adapter's reload failed (a read error, a missing file) or was refused (a model or
     quantization it cannot repair layer by layer): ``reason`` and ``why``."""
 
@@ -327,11 +327,11 @@ class DaemonView(DaemonConjuncts):
     attachments: Mapping[str, str] = field(default_factory=dict)  # engine_id -> session
     pending: Move | None = None
     # The torn move: the mover left mid-move. Kept while the daemon repairs it (``repairing``), and
-    # after a failed repair (``repair_failure``, why), until a repair ends clean or the daemon restarts.
+    # after a failed repair (``repair_failed``, why), until a repair ends clean or the daemon restarts.
     dirty: DirtyInfo | None = None
     non_following_seen: bool = False
     repairing: bool = False  # the daemon reloads the torn move's layers (spec: dphase = "repairing")
-    repair_failure: str | None = None  # why the last repair failed (the daemon is dirty)
+    repair_failed: str | None = None  # why the last repair failed (the daemon is dirty)
     # Started with auto repair (spec: the constant Repairs): the mover's EOF starts the repair at once.
     auto_repair: bool = True
     # The parked warm standbys' attachments (spec: dpark[r]), a subset of ``attachments``: no begin counts them.
@@ -371,7 +371,7 @@ class DaemonView(DaemonConjuncts):
                 self.dirty,
                 self.non_following_seen,
                 self.repairing,
-                self.repair_failure,
+                self.repair_failed,
                 self.auto_repair,
                 self.parked,
             )
@@ -392,7 +392,7 @@ class DaemonView(DaemonConjuncts):
             # A repairing daemon's torn move is under "repairing", not "dirty": an engine waits on it.
             "dirty": None if self.dirty is None or self.repairing else self.dirty.to_wire(),
             "repairing": self.dirty.to_wire() if self.dirty is not None and self.repairing else None,
-            "repair_failure": self.repair_failure,
+            "repair_failed": self.repair_failed,
             "auto_repair": self.auto_repair,
             "attached": sorted(self.attachments),
             "parked": sorted(self.parked),
@@ -410,6 +410,11 @@ class DetachEffect:
     # The parked standbys to notify on their attach connections (no unparked engine is left).
     notified: tuple[str, ...] = ()
 
+    @property
+    def severity(self) -> int:
+        """How loudly the daemon logs it (a ``logging`` level): a torn move is a warning."""
+        return 30 if self.dirty is not None else 20
+
 
 # What the daemon machine takes: a wire request, or one of the requests above.
 Request = (
@@ -420,8 +425,8 @@ Request = (
     | CommitRequest
     | AbortRequest
     | RepairRequest
-    | RepairEnded
-    | RepairFailure
+    | RepairDone
+    | RepairFailed
     | ParkRequest
     | ClaimRequest
     | RejoinRequest

@@ -19,6 +19,11 @@ looked up by name when it runs, so a method replaced on its class (a mutant of a
 Anything else in a class (validators, ``before`` or ``after`` callbacks, naming-convention callbacks
 such as ``on_enter_<state>``) is refused when the table is built, so the table cannot silently differ
 from python-statemachine's reading of the same class.
+
+Of each transition's callback specs the table reads ``func``, ``is_convention``, ``attr_name``,
+``expected_value`` and ``group``, which python-statemachine's documentation does not promise: its version
+is pinned (``pyproject.toml``), and ``tests/layout_sm/test_declared_api.py`` holds those attributes and the
+reading of a guard expression to the library's own, so a new version that changes them fails there first.
 """
 
 from __future__ import annotations

@@ -92,6 +92,11 @@ class RankFinding:
         return None if self.record is None else self.record.version
 
     @property
+    def dirty(self) -> bool:
+        """The rank found its daemon dirty (a torn move, or a repair that failed)."""
+        return self.kind == "dirty"
+
+    @property
     def digest(self) -> str | None:
         return None if self.record is None else self.record.digest
 
@@ -135,8 +140,16 @@ class RankFinding:
 
     @classmethod
     def unreachable(cls, rank: int, detail: str) -> RankFinding:
-        """A daemon is there but could not be read (crashed, refused, timed out): fail startup."""
-        return cls(rank, "unreadable", detail=f"cannot read the daemon: {detail}")
+        """A daemon is there but did not answer (it crashed, or went away mid-request): fail startup, saying
+        which socket and the way back."""
+        return cls(
+            rank,
+            "unreadable",
+            detail=f"cannot read the daemon: {detail}; start the daemon at that socket again (`python -m "
+            "daemon_adapter` with the servers' arguments; alone, --expert-layout-start-alone, where the other "
+            "daemons of the set run), then start this server: its startup has that daemon rejoin at the record "
+            "the others keep",
+        )
 
     @classmethod
     def from_query_reply(cls, rank: int, wire: object) -> RankFinding:
@@ -239,8 +252,8 @@ def _describe_dirty(reply: Mapping[str, Any]) -> str:
     if dirty.get("rejoin"):
         asker = dirty.get("engine_id")
         what = f"its rejoin at version {dirty.get('base_version')} (asked by engine {asker!r}) did not end"
-        return what + repair_failed(reply.get("repair_failure"))
-    return _describe_move("went away while moving", dirty) + repair_failed(reply.get("repair_failure"))
+        return what + repair_failed(reply.get("repair_failed"))
+    return _describe_move("went away while moving", dirty) + repair_failed(reply.get("repair_failed"))
 
 
 def _describe_repair(move: Mapping[str, Any]) -> str:
@@ -339,6 +352,41 @@ class StartupOutcome:
         return self.kind == "fail"
 
 
+@dataclass(frozen=True)
+class HooksVerdict:
+    """What an engine does when sglang did not apply every hook of the plugin (its install check)."""
+
+    moves_blocked: bool  # shared experts must not move: the rebalance is off, a move outside it is skipped
+    refuse_start: str | None  # nothing could stop sglang moving shared experts: why this engine does not start
+
+    SKIPPED_MOVE = (
+        "an EPLB move outside the plugin's rebalance hook was skipped: the plugin is not fully installed (see "
+        "the error above), so nothing is moved in the daemons' shared memory"
+    )
+
+
+def hooks_verdict(
+    missing_error: str | None,
+    rebalance_hook_missing: bool,
+    chunk_hook_missing: bool,
+    weight_cache_on: bool,
+    eplb_on: bool,
+) -> HooksVerdict:
+    """``missing_error``: the install check's error, None when every hook is in place. Without the
+    weight cache an engine's experts are its own, so a missing hook endangers nobody else."""
+    if missing_error is None or not weight_cache_on:
+        return HooksVerdict(moves_blocked=False, refuse_start=None)
+    if eplb_on and rebalance_hook_missing and chunk_hook_missing:
+        return HooksVerdict(
+            moves_blocked=True,
+            refuse_start=(
+                f"{missing_error}. Neither EPLB hook is in place, so nothing could stop sglang moving experts in the "
+                "daemons' shared memory: this engine does not start"
+            ),
+        )
+    return HooksVerdict(moves_blocked=True, refuse_start=None)
+
+
 def unwritten_slots_warning(without_record: Sequence[RankFinding], engine: EngineLayout) -> str:
     """sglang loads a daemon started without --enable-eplb without EPLB metadata, so its loader
     writes each logical expert into its local slot only and never the redundant slots. An engine
@@ -368,6 +416,7 @@ class RankAnswer:
     version: int | None = None
     digest: str | None = None
     text: str = "no reply"
+    reason: str | None = None  # the daemon's reason code (None: no readable reply)
 
     @classmethod
     def of(cls, reply: RankAnswer | Reply | Mapping[str, Any] | None) -> RankAnswer:
@@ -386,6 +435,7 @@ class RankAnswer:
             version if isinstance(version, int) and reply.ok else None,
             digest if isinstance(digest, str) and reply.ok else None,
             str(reply),
+            reply.reason.value,
         )
 
     @property
@@ -393,13 +443,18 @@ class RankAnswer:
         return self.status is Status.OK
 
     @property
+    def busy(self) -> bool:
+        """Busy: the same request can succeed later."""
+        return self.status is Status.BUSY
+
+    @property
     def refused(self) -> bool:
         """Refused, or no readable reply (the daemon's state is unknown)."""
         return self.status is None or self.status is Status.REFUSED
 
     def without_text(self) -> RankAnswer:
-        """The answer as the spec keeps it; no guard reads the text."""
-        return RankAnswer(self.status, self.version, self.digest, "") if self.text else self
+        """The answer as the spec keeps it; no guard reads the text or the reason code."""
+        return RankAnswer(self.status, self.version, self.digest, "") if self.text or self.reason else self
 
 
 AnyReply = RankAnswer | Reply | Mapping[str, Any] | None

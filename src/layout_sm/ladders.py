@@ -20,12 +20,12 @@ from layout_sm.daemon_view import (
     DirtyInfo,
     Fetch,
     Move,
-    RepairEnded,
-    RepairFailure,
+    RepairDone,
+    RepairFailed,
     rejoin_target,
 )
 from layout_sm.messages import BeginRequest, ClaimRequest, CommitRequest, ParkRequest, QueryRequest, RejoinRequest
-from layout_sm.reasons import REPAIR_OR_RESTART, Reason, Reply, busy, ok, refused
+from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, busy, ok, refused
 from layout_sm.replies import (
     Ladder,
     Outcome,
@@ -81,7 +81,7 @@ def _attached(view: DaemonView, req: Attach) -> Reply:
         record=None if record is None else record.to_wire(include_map=record.digest != req.known_digest),
         pending=state["pending"],
         dirty=state["dirty"],
-        repair_failure=state["repair_failure"],  # quoted by the engine's startup refusal of a dirty daemon
+        repair_failed=state["repair_failed"],  # quoted by the engine's startup refusal of a dirty daemon
         repairing=state["repairing"],
         phase=state["phase"],
         non_following_seen=view.non_following_seen,
@@ -395,7 +395,7 @@ def _went_repairing(view: DaemonView, req: Detach) -> DetachEffect:
 
 
 def _mark_repairing(view: DaemonView, req: Detach) -> DaemonView:
-    return _mark_dirty(view, req).evolve(repairing=True, repair_failure=None)
+    return _mark_dirty(view, req).evolve(repairing=True, repair_failed=None)
 
 
 # Detach (spec: Detach), the EOF of an attach connection: a mover that leaves makes the daemon
@@ -450,7 +450,7 @@ REPAIR = Ladder(
             layers="torn_layers",
             base_version="torn.base_version",
         ),
-        lambda view, req: view.evolve(repairing=True, repair_failure=None),
+        lambda view, req: view.evolve(repairing=True, repair_failed=None),
     ),
 )
 _NO_REPAIR_RUNNING = Say(
@@ -458,11 +458,11 @@ _NO_REPAIR_RUNNING = Say(
 )
 
 
-def _repaired_view(view: DaemonView, req: RepairEnded) -> DaemonView:
-    return view.evolve(dirty=None, repairing=False, repair_failure=None)
+def _repaired_view(view: DaemonView, req: RepairDone) -> DaemonView:
+    return view.evolve(dirty=None, repairing=False, repair_failed=None)
 
 
-def _repaired(view: DaemonView, req: RepairEnded) -> Reply:
+def _repaired(view: DaemonView, req: RepairDone) -> Reply:
     record = the_record(view)
     data = {**req.data, "layers": list(req.layers), "version": record.version, "digest": record.digest}
     return ok(Reason.REPAIRED, req.message, **data, **_notice_data(_repaired_view(view, req).notified()))
@@ -487,11 +487,11 @@ REPAIR_DONE = Ladder(
 )
 
 
-def _repair_failed_view(view: DaemonView, req: RepairFailure) -> DaemonView:
-    return view.evolve(repairing=False, repair_failure=req.why)
+def _repair_failed_view(view: DaemonView, req: RepairFailed) -> DaemonView:
+    return view.evolve(repairing=False, repair_failed=req.why)
 
 
-def _repair_failed(view: DaemonView, req: RepairFailure) -> Reply:
+def _repair_failed(view: DaemonView, req: RepairFailed) -> Reply:
     info = the_torn_move(view)
     return refused(
         req.reason,
@@ -608,29 +608,56 @@ def _rejoining(view: DaemonView, req: RejoinRequest) -> DaemonView:
         record=target,
         dirty=DirtyInfo(req.engine_id, layers, target.version, rejoin=True),
         repairing=True,
-        repair_failure=None,
+        repair_failed=None,
     )
 
 
 _NOT_REJOINED = "; the daemon changed nothing (the engine's startup fails with this reason)"
+# Restarting the whole set throws away the record the other daemons keep: said where it is not the way back.
+_KEEP_THE_RECORD = " (do not restart the other daemons: that throws away the record they keep)"
 
 # A daemon started again from disk rejoins at the record every other daemon holds (spec: AskRejoin,
 # RejoinAllowed): only while it has not moved, and while no other engine is attached or was served.
 REJOIN = Ladder(
     (
-        rung("holds", _NOT_ATTACHED),
+        rung(
+            "holds",
+            Say(
+                refused,
+                Reason.NOT_ATTACHED,
+                "the rejoin's session is not a live attachment of this daemon" + _NOT_REJOINED + "; start the "
+                "engine again: its startup asks again",
+            ),
+        ),
         rung(
             "has_record",
-            Say(refused, Reason.NO_RECORD, "this daemon keeps no expert-layout record: nothing to rejoin at"),
+            Say(
+                refused,
+                Reason.NO_RECORD,
+                "this daemon keeps no expert-layout record (started without --enable-eplb): nothing to rejoin at"
+                + _NOT_REJOINED
+                + "; start it again with the servers' --enable-eplb (alone, --expert-layout-start-alone, where its "
+                "peers run), then the engine",
+            ),
         ),
         rung("not is_dirty", _DIRTY),
         rung(
             "not is_repairing",
-            Say(refused, Reason.REPAIRING, "{being_repaired}: it cannot rejoin now" + _NOT_REJOINED + "."),
+            Say(
+                refused,
+                Reason.REPAIRING,
+                "{being_repaired}: it cannot rejoin now" + _NOT_REJOINED + "; start the engine again once the "
+                "repair has ended (`expert-layout status` shows it)" + _KEEP_THE_RECORD,
+            ),
         ),
         rung(
             "not move_pending",
-            Say(refused, Reason.MOVE_PENDING, "a move is pending: it cannot rejoin now" + _NOT_REJOINED + "."),
+            Say(
+                refused,
+                Reason.MOVE_PENDING,
+                "a move is pending: it cannot rejoin now" + _NOT_REJOINED + "; start the engine again once the "
+                "move has ended" + _KEEP_THE_RECORD,
+            ),
         ),
         rung(
             "unmoved",
@@ -638,7 +665,8 @@ REJOIN = Ladder(
                 refused,
                 Reason.MOVED_SINCE_START,
                 "this daemon is at version {view.record.version}: it moved since it started, and only a daemon "
-                "started again from disk (version 0) rejoins" + _NOT_REJOINED + ".",
+                "started again from disk (version 0) rejoins" + _NOT_REJOINED + "; the daemons hold different "
+                "moved layouts, so " + RESTART_DAEMONS,
             ),
         ),
         rung(
@@ -646,9 +674,10 @@ REJOIN = Ladder(
             Say(
                 refused,
                 Reason.OTHER_ENGINE_ATTACHED,
-                "engines {other_attachments} are attached too: a rejoin rewrites weights they may map"
-                + _NOT_REJOINED
-                + "; start one engine at a time after a daemon restarts.",
+                "engines {other_attachments} are attached too: another engine is starting on these daemons, and a "
+                "rejoin rewrites weights it may map" + _NOT_REJOINED + "; start one engine at a time: start this "
+                "engine again once that one is up or has stopped (`expert-layout status` lists the attached "
+                "engines): it then adopts the record the daemons hold, or rejoins" + _KEEP_THE_RECORD,
                 attached="other_attachments",
             ),
         ),
@@ -658,7 +687,8 @@ REJOIN = Ladder(
                 refused,
                 Reason.NON_FOLLOWING_SEEN,
                 "an engine without the layout plugin fetched these weights: a rejoin would move experts under "
-                "it" + _NOT_REJOINED + ".",
+                "it" + _NOT_REJOINED + "; stop that engine, start this daemon again (alone, "
+                "--expert-layout-start-alone, where its peers run), then the engine" + _KEEP_THE_RECORD,
             ),
         ),
         rung(
@@ -667,7 +697,8 @@ REJOIN = Ladder(
                 refused,
                 Reason.BAD_ROWS,
                 "the record to rejoin at (version {req.version}) is not a moved map of this daemon's shape with "
-                "digest {req.digest}" + _NOT_REJOINED + ".",
+                "digest {req.digest}" + _NOT_REJOINED + "; start the engine with the daemons' model and "
+                "--ep-num-redundant-experts",
             ),
         ),
     ),

@@ -214,6 +214,12 @@ def notice_message() -> dict[str, Any]:
     return {"type": NOTICE}
 
 
+def is_notice(message: object) -> bool:
+    """Whether a message read on an attach connection is the daemon's notice (``notice_message``): the
+    one message a daemon writes there after the attach's reply."""
+    return isinstance(message, dict) and message.get("type") == NOTICE and len(message) == 1
+
+
 def fetch_layout_field(engine_id: str, session: str, version: int, digest: str) -> dict[str, Any]:
     return {"engine_id": engine_id, "session": session, "version": version, "digest": digest}
 
@@ -386,6 +392,16 @@ def malformed_frame(problem: str) -> Reply:
         f"plain values (ints, strings, lists, dicts) per connection, as sglang's send_msg does.",
         field="",
     )
+
+
+def sglang_failed(request_type: object, error: BaseException) -> dict[str, Any]:
+    """The reply to one of sglang's own requests that sglang's handler raised on, in sglang's error shape
+    (the one its clients read): what failed, and that the daemon serves on."""
+    return {
+        "status": "error",
+        "message": f"{request_type!r} request failed in sglang's handler: {type(error).__name__}: {error}; "
+        f"the daemon changed nothing and serves on",
+    }
 
 
 def overloaded(open_connections: int) -> Reply:

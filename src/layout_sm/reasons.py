@@ -22,8 +22,19 @@ RESTART_DAEMONS = "restart the weight cache daemons (the engines reload the weig
 REPAIR_OR_RESTART = f"run `expert-layout repair --socket <daemon socket>`, or {RESTART_DAEMONS}"
 
 
+def standby_lost_its_daemon(rank: int | None, socket: str | None) -> str:
+    """What a parked warm standby says when its daemon goes away: it maps that daemon's memory, so it
+    cannot take over, and sglang's daemon watchdog ends it; the way back."""
+    return (
+        f"rank {rank}: the weight cache daemon at {socket} went away (its attach connection closed): this warm "
+        "standby maps that daemon's memory and cannot take over; sglang's daemon watchdog ends it. Start that "
+        "daemon again (alone, --expert-layout-start-alone, where the other daemons of the set run; on GPUs, the "
+        "whole set), then start the primary if it is gone, and a new warm standby"
+    )
+
+
 def repair_failed(why: str | None) -> str:
-    """A failed repair's cause (the daemon's one record of it, ``DaemonView.repair_failure``), as every
+    """A failed repair's cause (the daemon's one record of it, ``DaemonView.repair_failed``), as every
     refusal of a dirty daemon quotes it after the torn move: the daemon's own refusals and the engine's
     startup refusal alike. Empty when no repair failed."""
     return "" if not why else f"; its repair failed: {why}"

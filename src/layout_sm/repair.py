@@ -14,9 +14,11 @@ Going back to the base version is no ABA hazard: the map after the repair *is* t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from layout_sm.daemon_view import DaemonView
+from layout_sm.daemon_view import DaemonView, RepairDone, RepairFailed
 from layout_sm.ladders import NO_RECORD_TO_REPAIR, NOTHING_TO_REPAIR
 from layout_sm.messages import RepairRequest
 from layout_sm.reasons import Reason, Reply, refused
@@ -26,15 +28,32 @@ from layout_sm.record import LayoutRecord, Rows
 @dataclass(frozen=True)
 class RepairPlan:
     """Reload the routed experts of ``layers`` so that layer ``layers[i]`` holds ``rows[i]``; the
-    daemon is then clean at ``base_version`` (``record``, unchanged)."""
+    daemon is then clean at ``base_version`` (``record``, unchanged). ``rejoin``: the daemon started
+    again from disk reloads every layer at the record the other daemons hold."""
 
     layers: tuple[int, ...]
     rows: Rows
     base_version: int
     record: LayoutRecord
+    rejoin: bool = False
 
     def to_wire(self) -> dict[str, object]:
         return {"layers": list(self.layers), "base_version": self.base_version, "digest": self.record.digest}
+
+    def ended(self, report: Mapping[str, Any]) -> RepairDone:
+        """The reload of every layer of the plan ended well; ``report``: what it read (seconds,
+        ``bytes_read`` of ``checkpoint_bytes``)."""
+        message = (
+            f"layers {list(self.layers)} reloaded from the checkpoint in {report.get('seconds', 0):.3f} s "
+            f"({report.get('bytes_read')} of {report.get('checkpoint_bytes')} checkpoint bytes); clean at "
+            f"version {self.base_version}"
+        )
+        return RepairDone(self.layers, message, {k: v for k, v in report.items() if k != "layers"})
+
+    def failed(self, reason: Reason, why: str) -> RepairFailed:
+        """The reload failed (``Reason.REPAIR_FAILED``: a read error, a missing file) or was refused
+        before it wrote anything (``Reason.REPAIR_UNSUPPORTED``); ``why``: what happened."""
+        return RepairFailed(reason, why)
 
 
 def repair_plan(view: DaemonView) -> RepairPlan | Reply:
@@ -61,4 +80,4 @@ def repair_plan(view: DaemonView) -> RepairPlan | Reply:
             f"(0..{record.num_layers - 1}), so the daemon stays dirty.",
         )
     layers = tuple(sorted(dirty.layers))
-    return RepairPlan(layers, tuple(record.rows[layer] for layer in layers), record.version, record)
+    return RepairPlan(layers, tuple(record.rows[layer] for layer in layers), record.version, record, dirty.rejoin)

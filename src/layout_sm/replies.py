@@ -254,7 +254,7 @@ class Words:
 
     @property
     def failure(self) -> str:
-        return repair_failed(self.view.repair_failure)
+        return repair_failed(self.view.repair_failed)
 
     @property
     def being_repaired(self) -> str:

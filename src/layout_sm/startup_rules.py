@@ -220,12 +220,9 @@ class StartupRules(EngineModel):
         return self._fail_where("dirty", Reason.DIRTY, "found its daemon dirty", f"; {REPAIR_OR_RESTART}")
 
     def fail_rejoin_refused(self) -> Step:
-        return self._fail_where(
-            "rejoin_refused",
-            Reason.REJOIN_REFUSED,
-            "asked its daemon to rejoin and was refused",
-            f"; {RESTART_DAEMONS}",
-        )
+        # Each daemon's refusal names the way back (another engine starting: start this one again once it
+        # is up; a daemon that moved: restart the set ...): quoted, never a blanket restart of the daemons.
+        return self._fail_where("rejoin_refused", Reason.REJOIN_REFUSED, "asked its daemon to rejoin and was refused")
 
     def mark_rejoin(self) -> Step:
         """The agreement's rejoin branch: the fresh ranks are to rejoin at the moved record (its map

@@ -39,7 +39,7 @@ def in_process() -> Iterator[FakeLoadedLayoutAwareDaemon]:
     )
     daemon.set_initial_layout(INITIAL_MAP, NUM_LOGICAL)
     machine, _ = daemon._machine()
-    assert machine.handle(AttachRequest("A"), session=SESSION).ok
+    assert machine.handle(AttachRequest("A"), session=SESSION).reply.ok
     yield daemon
 
 

@@ -26,6 +26,7 @@ from tools.realserver.server import RunDir, StandaloneDaemons, Topology
 from daemon_adapter import client
 from layout_sm.engine import EngineLayout, Go, RankFinding
 from layout_sm.messages import begin_request, claim_request, fetch_layout_field, park_request
+from layout_sm.ready import Attached, FindingsGathered
 from layout_sm.session import EngineSession
 from tests.realserver.conftest import LOCK_PATH, hold_lock
 
@@ -77,7 +78,7 @@ def test_every_refusal_quotes_the_failed_repairs_cause(dirty_daemons: Standalone
     sockets = [daemons.run.socket_path(rank) for rank in range(TP)]
     states = torn_move.queried_states(sockets)
     for state in states:
-        assert state["phase"] == "dirty" and CAUSE in (state["repair_failure"] or ""), state
+        assert state["phase"] == "dirty" and CAUSE in (state["repair_failed"] or ""), state
     shape = states[0]["shape"]
 
     # A starting engine: each rank's attach reply, its finding, and the startup refusal of both ranks.
@@ -88,10 +89,9 @@ def test_every_refusal_quotes_the_failed_repairs_cause(dirty_daemons: Standalone
     try:
         for rank, (_, reply) in enumerate(attached):
             _quotes_the_cause(RankFinding.from_attach_reply(rank, reply).detail, f"rank {rank}'s attach finding")
-            engine.attached(rank, reply)
-        engine.gathered([engine.finding(rank) for rank in range(TP)])
-        refusal = engine.agree()
-        assert refusal.go is Go.STOP and "startup check failed" in refusal.message, refusal
+            engine.step(Attached(rank, reply))
+        refusal = engine.step(FindingsGathered(engine.view().findings)).done
+        assert refusal is not None and refusal.go is Go.STOP and "startup check failed" in refusal.message, refusal
         _quotes_the_cause(refusal.message, "the startup refusal")
 
         for rank, (_, reply) in enumerate(attached):

@@ -58,12 +58,12 @@ def test_auto_repair_starts_at_the_movers_eof_and_its_end_is_the_machines(tmp_pa
         assert status_reason(request(path, repair_request())) == ("busy", "repair_running")
         handle.end_repair(False)
         wait_for(lambda: query(path)["phase"] == "dirty", what="dirty after the failed reload")
-        assert "read error" in query(path)["repair_failure"]
+        assert "read error" in query(path)["repair_failed"]
         handle.end_repair(True)  # the operator's repair, below, ends well
         reply = request(path, repair_request())
         assert status_reason(reply) == ("ok", "repaired") and reply["version"] == 0 and reply["layers"] == [1]
         state = query(path)
-        assert state["phase"] == "clean" and state["version"] == 0 and state["repair_failure"] is None
+        assert state["phase"] == "clean" and state["version"] == 0 and state["repair_failed"] is None
         assert status_reason(b.begin([0])) == ("ok", "begun")
     finally:
         handle.stop()

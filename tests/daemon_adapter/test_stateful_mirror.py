@@ -87,7 +87,7 @@ class DaemonAgainstMirror(RuleBasedStateMachine):
     @rule(engine=st.sampled_from(ENGINES))
     def attach(self, engine: str) -> None:
         conn, reply = attach(self.path, engine)
-        mirror_reply = self.mirror.handle(AttachRequest(engine), session=reply.get("session", UNKNOWN_SESSION))
+        mirror_reply = self.mirror.handle(AttachRequest(engine), session=reply.get("session", UNKNOWN_SESSION)).reply
         same(reply, mirror_reply)
         if reply["status"] == "ok":
             self.conns[engine] = conn
@@ -114,7 +114,7 @@ class DaemonAgainstMirror(RuleBasedStateMachine):
         base = self.mirror.view().record.version + version_offset
         session = self._session(engine, stale)
         reply = request(self.path, begin_request(engine, session, base, layers))
-        same(reply, self.mirror.handle(BeginRequest(engine, session, base, tuple(layers))))
+        same(reply, self.mirror.handle(BeginRequest(engine, session, base, tuple(layers))).reply)
 
     @rule(engine=st.sampled_from(ENGINES), expert=st.integers(min_value=0, max_value=NUM_LOGICAL), stale=st.booleans())
     def commit(self, engine: str, expert: int, stale: bool) -> None:
@@ -123,12 +123,14 @@ class DaemonAgainstMirror(RuleBasedStateMachine):
         rows = [[(expert + slot) % (NUM_LOGICAL + 1) for slot in range(6)] for _ in layers]  # sometimes out of range
         session = self._session(engine, stale)
         reply = request(self.path, commit_request(engine, session, layers, rows))
-        same(reply, self.mirror.handle(CommitRequest(engine, session, tuple(layers), tuple(map(tuple, rows)))))
+        same(reply, self.mirror.handle(CommitRequest(engine, session, tuple(layers), tuple(map(tuple, rows)))).reply)
 
     @rule(engine=st.sampled_from(ENGINES), stale=st.booleans())
     def abort(self, engine: str, stale: bool) -> None:
         session = self._session(engine, stale)
-        same(request(self.path, abort_request(engine, session)), self.mirror.handle(AbortRequest(engine, session)))
+        same(
+            request(self.path, abort_request(engine, session)), self.mirror.handle(AbortRequest(engine, session)).reply
+        )
 
     @rule(engine=st.sampled_from((*ENGINES, None)), right_digest=st.booleans(), stale=st.booleans())
     def fetch(self, engine: str | None, right_digest: bool, stale: bool) -> None:
@@ -146,7 +148,7 @@ class DaemonAgainstMirror(RuleBasedStateMachine):
         if not hasattr(self, "mirror"):
             return
         state = query(self.path, include_map=True)
-        expected = self.mirror.handle(QueryRequest(include_map=True)).to_wire()
+        expected = self.mirror.handle(QueryRequest(include_map=True)).reply.to_wire()
         assert state == expected
 
 

@@ -22,8 +22,8 @@ from tools.trace_check import check_all, check_order
 
 from daemon_adapter import client
 from daemon_adapter import daemon as daemon_module
-from daemon_adapter.trace import TRACE_ENV
 from layout_sm.messages import FETCH_FIELD, NOTICE, begin_request, park_request
+from layout_sm.trace_codec import TRACE_ENV
 from tests.model_based.daemon_hosts import InProcessHost
 from tests.model_based.suites import SPEC
 from tests.model_based.test_replay_adapters import replay_on_adapters, sample

@@ -21,7 +21,7 @@ from tools.mirror.system import load_model
 from tools.mirror.trace_tla import check_with_tlc, engine_logs, module, runs
 from tools.trace_check import check_all
 
-from daemon_adapter.trace import TRACE_ENV
+from layout_sm.trace_codec import TRACE_ENV
 from tests.model_based.daemon_hosts import InProcessHost
 from tests.model_based.suites import SPEC
 from tests.model_based.test_replay_adapters import replay_on_adapters

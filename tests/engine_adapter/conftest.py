@@ -20,7 +20,7 @@ from ea_helpers import Daemons
 from tools.harness.engine_ranks import EngineRanks
 from tools.trace_check import check_all, reports
 
-from daemon_adapter.trace import TRACE_ENV
+from layout_sm.trace_codec import TRACE_ENV
 
 
 @pytest.fixture(scope="session")

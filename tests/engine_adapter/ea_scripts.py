@@ -14,7 +14,7 @@ def spec(sockets: tuple[str | None, ...], **kwargs: Any) -> EngineSpec:
     (``TRACE_ENV``): the ranks are processes of the whole session, each engine is a test's."""
     import os
 
-    from daemon_adapter.trace import TRACE_ENV
+    from layout_sm.trace_codec import TRACE_ENV
 
     env = tuple(kwargs.pop("env", ()))
     if os.environ.get(TRACE_ENV):
@@ -163,8 +163,10 @@ def rebalance(rank: EngineRank, phase: int, kill_daemon_pid: int | None = None) 
     lo = rank.rank * rank.spec.cfg.num_local
     read_ns = time.monotonic_ns()
     slots = rank.slots()
-    if st.trace is not None:  # the spec's truth: what this rank's daemon's memory holds, read slot by slot
-        st.trace.truth(read_ns, lo, slots)
+    if st.trace is not None and st.socket_path is not None:  # the spec's truth: its daemon's memory, slot by slot
+        from tools.demo.memory_probe import ProbeTrace
+
+        ProbeTrace(st.trace.path.parent, st.socket_path).truth(read_ns, lo, slots)
     out.update(
         before=before,
         steps=steps,

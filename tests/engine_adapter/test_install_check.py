@@ -162,7 +162,19 @@ def test_an_incomplete_install_on_an_untested_version_still_blocks():
     result = InstallCheck((CHUNK,), "0.6.0", "3.11")
     assert result.warning is not None and result.error is not None and CHUNK in result.error
     assert compat.TESTED_SGLANG_VERSIONS[0] in result.error
-    assert not result.no_hook_stops_moves and InstallCheck((REBALANCE, CHUNK), "0.5.23", "3.11").no_hook_stops_moves
+
+
+def test_the_verdict_blocks_shared_moves_and_refuses_a_start_only_when_no_hook_could_stop_a_move():
+    from layout_sm.engine import hooks_verdict
+
+    error = "hooks missing"
+    assert hooks_verdict(None, False, False, True, True) == hooks_verdict(error, True, True, False, True)
+    assert not hooks_verdict(None, False, False, True, True).moves_blocked  # complete, or no weight cache
+    one = hooks_verdict(error, False, True, True, True)
+    assert one.moves_blocked and one.refuse_start is None  # the rebalance hook still refuses the move
+    both = hooks_verdict(error, True, True, True, True)
+    assert both.moves_blocked and both.refuse_start is not None and both.refuse_start.startswith(error)
+    assert hooks_verdict(error, True, True, True, False).refuse_start is None  # EPLB off: nothing moves
 
 
 def test_the_installed_pins_are_the_tested_versions():

@@ -128,10 +128,9 @@ CHUNK = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from engine_adapter import metrics
     metrics.use(metrics.EngineMetrics({"model_name": "m", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}))
-    metrics.protocol_time(0.001)  # what the chunk hook calls per chunk
-    metrics.chunk_begun("proceed", [{"status": "ok", "reason": "begun"}] * 2, 0)
-    metrics.protocol_time(0.001)
-    metrics.committed(7)
+    sys.path.insert(0, sys.argv[2])
+    from tools.bench.metrics import _chunk
+    _chunk()  # what the chunk hook and the session's metrics observer call per chunk
     print(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     """
 )
@@ -142,6 +141,8 @@ def test_chunk_series_go_to_sglangs_per_process_files(tmp_path):
     cost per chunk is `make bench`'s metrics row (against the same calls with metrics off)."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    done = subprocess.run([sys.executable, "-c", CHUNK, src], capture_output=True, text=True, env=env, timeout=120)
+    repo = os.path.join(os.path.dirname(__file__), "..", "..")
+    argv = [sys.executable, "-c", CHUNK, src, repo]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path) and os.listdir(tmp_path)  # the series went to per-process files

@@ -26,6 +26,7 @@ print(json.dumps({
     "startup_wrapped": hasattr(ModelRunner.maybe_init_expert_location_metadata, "__wrapped__"),
     "send_rebound": ipc_loader.send_msg is protocol.send_msg and hasattr(protocol.send_msg, "__wrapped__"),
     "daemon_class": daemon.WeightCacheDaemon.__name__,
+    "plugin_name": __import__("engine_adapter.state").state.PLUGIN_NAME,
 }))
 """
 
@@ -41,6 +42,15 @@ def test_load_plugins_installs_every_hook():
     assert set(info["targets"]) <= set(info["patched"])
     assert info["startup_wrapped"] and info["send_rebound"]
     assert info["daemon_class"] == "LayoutAwareDaemon"  # daemon mode: spawned daemons are layout-aware
+    assert [info["plugin_name"], "engine_adapter.plugin:register", "sglang-expert-layout"] in info["eps"]
+
+
+def test_the_hooks_pass_through_while_sglang_plugins_does_not_select_the_plugin(monkeypatch):
+    from engine_adapter import state
+
+    for selected, on in (("", True), ("other, expert_layout", True), ("other", False), ("expert_layout_x", False)):
+        monkeypatch.setenv("SGLANG_PLUGINS", selected)
+        assert state.enabled() is on, selected
 
 
 STANDBY_PROBE = r"""

@@ -20,7 +20,7 @@ from typing import Any
 import ea_scripts
 from tools.trace_check import check_all
 
-from daemon_adapter.trace import TRACE_ENV
+from layout_sm.trace_codec import TRACE_ENV
 
 
 def _rebalanced(ranks: Any, daemons: Any, traces: Path, copy_to: Path | None = None) -> list[Path]:
@@ -104,11 +104,14 @@ def test_memory_that_differs_from_a_clean_record_is_reported(ranks, daemons, tra
     verdicts = check_all(written)
     assert sum(v.truths for v in verdicts) == 2, verdicts  # each rank read its daemon's memory once
     engine = next(path for path in sorted(written) if path.name.startswith("engine-") and "-r0-" in path.name)
-    lines = _lines(engine)
+    socket = _lines(engine)[0]["socket"]
+    # Rank 0's reading of its daemon's memory (a probe's file of its own, on that daemon's socket).
+    probe = next(path for path in written if path.name.startswith("probe-") and _lines(path)[0]["socket"] == socket)
+    lines = _lines(probe)
     (truth,) = [line for line in lines if line["kind"] == "truth"]
     # What a rank reads where an expert moved with no begin and commit: layer 0's first slot holds another.
     truth["slots"][0][0] += 1
-    _write(engine, lines)
+    _write(probe, lines)
     (daemon,) = [v for v in check_all(written) if v.kind == "daemon" and not v.ok]
     report = daemon.divergence.report(daemon.path)
     assert "memory holds another layout: layer 0" in report, report

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm import messages
-from layout_sm.daemon import DaemonMachine, DaemonView
+from layout_sm.daemon import DaemonMachine, DaemonView, RepairDone, RepairFailed
 from layout_sm.reasons import Reason, Reply, Status
 from layout_sm.record import LayoutRecord
 
@@ -85,9 +85,9 @@ class ScenarioRunner:
         elif command == "repair":
             out = _render_reply(daemon.begin_repair())
         elif command == "repair_done":
-            out = _render_noticing(daemon.repair_ended(tuple(args["layers"]), "reloaded"))
+            out = _render_noticing(daemon.handle(RepairDone(tuple(args["layers"]), "reloaded")).reply)
         elif command == "repair_failed":
-            out = _render_noticing(daemon.repair_fails(Reason.REPAIR_FAILED, str(args["why"])))
+            out = _render_noticing(daemon.handle(RepairFailed(Reason.REPAIR_FAILED, str(args["why"]))).reply)
         elif command == "park":
             out = _render_noticing(daemon.park_engine(messages.ParkRequest(engine, self._session(engine, args))))
         elif command == "claim":
@@ -141,7 +141,7 @@ def _render_state(view: DaemonView) -> str:
     return (
         f"state: {view.phase} {version} pending={pending} dirty={dirty} "
         f"attached={sorted(view.attachments)} non_following={'yes' if view.non_following_seen else 'no'}"
-        + ("" if view.repair_failure is None else f" repair_failure={view.repair_failure!r}")
+        + ("" if view.repair_failed is None else f" repair_failed={view.repair_failed!r}")
         + ("" if not view.parked else f" parked={sorted(view.parked)}")
     )
 

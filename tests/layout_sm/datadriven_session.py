@@ -1,26 +1,29 @@
 """Data-driven tests of one ``EngineSession``, in the manner of etcd's raft ``testdata/*.txt``.
 
 The same file format as ``datadriven.py`` (a command, ``----``, the expected output, a blank
-line; ``REWRITE=1`` regenerates the outputs, to review as a diff). Each command is one step of
-the session as the plugin takes it; the output is the step's ``Step`` (``go(reason) severity:
-message``) or the error it raised, then the session's state.
+line; ``REWRITE=1`` regenerates the outputs, to review as a diff). Each command is one event the
+session's ``step`` takes, as the mirror hands them (one rank's reply at a time); the output is what
+the session says next (the ``Ready``: the request to send, the part to all-gather, the move, the map
+to install, the attachment to close, and the step the sequence ends with: ``go(reason) severity:
+message``) or the error it raised, then the session's state. The session is rank 0's process.
 
 Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rotated;
 ``narrow``, in a session with a redundant slot, is a map without it):
   session ranks=2 [static] [redundant=1]   a new engine E (static: it routes by the static layout)
   attach R record [version=N] [map=moved] | no_record [no_eplb] | pending | repairing | dirty | unreadable | none
-                                           what rank R found (none: no daemon at its socket; repairing:
-                                           a daemon machine's own attach reply while it repairs layer 0)
+                                           rank R's daemon's attach reply (no_record: an older daemon's,
+                                           no_eplb: a layout-aware daemon without a record; none: no daemon
+                                           at its socket; repairing: a daemon machine's own reply while it
+                                           repairs layer 0)
   poll R record [version=N] [map=moved] | pending | repairing | dirty | lost
-                                           a waiting rank's poll (lost: not sent)
-  timeout R                                the wait of rank R ran out
-  gather                                   the ranks' findings, all-gathered
-  agree
+                                           a waiting rank's poll (lost: not answered)
+  timeout R                                rank R polls past its wait's timeout
+  agree                                    the ranks' findings, all-gathered: the agreement
   fetch R ok | refused | error
   loaded R ...                             the ranks' gathered load results: the listed ranks loaded
-  start daemon disk none ... [elastic]     where each rank's weights came from (none: unknown)
-  install ok | missing                     whether sglang applied every hook of the plugin
-  rebalance
+  start daemon disk none ... [elastic]     where each rank's weights came from, gathered (none: unknown)
+  install ok | missing                     a rebalance begins: whether sglang applied every hook
+  rebalance                                a rebalance begins (every hook in place)
   chunk [0]
   begin R ok | busy | refused | none       rank R's begin reply (none: no readable reply)
   decide
@@ -29,14 +32,14 @@ Commands (maps: ``initial`` is the engine's own, ``moved`` has layer 0's row rot
   commit R ok [version=N] [map=moved] | refused | none
   committed                                the chunk ends: route moved, claim the next version, owe the check
   verify                                   the all-gather that ends a rebalance checks what is owed
-  session ranks=2 standby                  a warm standby E (issue 18)
+  session ranks=2 standby                  a warm standby E
   park R [notified]                        rank R's park reply (notified: it is the notice)
   notice R                                 rank R's daemon wrote the notice on its attach connection
   notices [R ...]                          the gathered notices: the listed ranks' readers have theirs
   next park | claim                        the rank that parks or claims next (none: no rank)
   claim R granted [version=N] [map=moved] | taken | dirty
                                            rank R's claim reply
-  promote                                  the gathered claims
+  promote                                  the claims ended
 """
 
 from __future__ import annotations
@@ -45,12 +48,38 @@ import ast
 import shlex
 from typing import Any
 
-from layout_sm.daemon import DaemonMachine
-from layout_sm.engine import EngineLayout, RankFinding, Step
-from layout_sm.messages import AttachRequest, BeginRequest
+from layout_sm.daemon import DaemonMachine, Detach
+from layout_sm.engine import EngineLayout, RankAnswer, RankFinding, Step
+from layout_sm.messages import SGLANG_UNKNOWN_REQUEST, AbortRequest, AttachRequest, BeginRequest
+from layout_sm.ready import (
+    Aborted,
+    Attached,
+    BeginAnswered,
+    ChunkAsked,
+    ChunkEnded,
+    ClaimAnswered,
+    ClaimsEnded,
+    CommitAnswered,
+    Decided,
+    Event,
+    Fetched,
+    FindingsGathered,
+    LoadsGathered,
+    Moved,
+    Noticed,
+    NoticesGathered,
+    OwedGathered,
+    ParkAnswered,
+    Polled,
+    Ready,
+    RebalanceAsked,
+    SourcesGathered,
+    Started,
+    Unanswered,
+)
 from layout_sm.reasons import Reason, busy, ok, refused
 from layout_sm.record import LayoutRecord, layout_digest
-from layout_sm.session import EngineSession
+from layout_sm.session import DEFAULT_WAIT_TIMEOUT_S, EngineSession
 
 INITIAL = ((0, 1, 2, 3), (3, 2, 1, 0))
 MOVED = ((1, 2, 3, 0), (3, 2, 1, 0))
@@ -78,6 +107,7 @@ class SessionRunner:
                 layout,
                 standby="standby" in positional,
             )
+            self.session.step(Started(0, initial))  # rank 0's process
             return _render_state(self.session)
         session = self.session
         assert session is not None, "start with a 'session' command"
@@ -93,96 +123,105 @@ class SessionRunner:
     def _step(self, session: EngineSession, command: str, positional: list[str], args: dict[str, Any]) -> str:
         rank = int(positional[0]) if positional and positional[0].isdigit() else -1
         what = positional[1] if len(positional) > 1 else ""
+        ranks = range(session.view().num_ranks)
+        event: Event
         if command == "attach":
-            return _render_step(session.found(rank, self._finding(rank, what, positional, args), f"s{rank}"))
-        if command == "poll":
-            return _render_step(session.polled(rank, self._query(what, args)))
-        if command == "timeout":
-            return _render_step(session.timed_out(rank, 300.0))
-        if command == "gather":
-            session.gathered([session.finding(r) for r in range(session.view().num_ranks)])
-            return "gathered"
-        if command == "agree":
-            step = session.agree()
-            installs = session.layout_to_install()
-            return _render_step(step) + ("" if installs is None else f"\ninstall: {_map_name(self.maps, installs)}")
-        if command == "fetch":
-            return _render_step(session.fetched(rank, _fetch_reply(what)))
-        if command == "loaded":
-            listed = {int(r) for r in positional}
-            return _render_step(session.loaded_all([r in listed for r in range(session.view().num_ranks)]))
-        if command == "install":
-            session.install_checked("hooks X were not applied" if "missing" in positional else None)
-            return "checked"
-        if command == "start":
+            event = Attached(rank, self._attach_reply(rank, what, positional, args))
+        elif command == "poll":
+            event = Polled(rank, self._query(what, args))
+        elif command == "timeout":
+            event = Polled(rank, None, now_s=DEFAULT_WAIT_TIMEOUT_S)  # the session began its wait at 0
+        elif command == "agree":
+            event = FindingsGathered([f for f in session.view().findings if f is not None])
+        elif command == "fetch":
+            event = Fetched(rank, _fetch_reply(what))
+        elif command == "loaded":
+            event = LoadsGathered([str(r) in positional for r in ranks])
+        elif command == "install":
+            event = RebalanceAsked(0, "hooks X were not applied" if "missing" in positional else None)
+        elif command == "start":
             sources = [None if s == "none" else s for s in positional if s != "elastic"]
-            return _render_step(session.start_rebalance(sources, elastic_ep="elastic" in positional))
-        if command == "rebalance":
-            step = session.rebalance()
-            return _render_step(step) + f"\nshares: {'yes' if session.shares else 'no'}"
-        if command == "chunk":
-            session.begin_chunk(ast.literal_eval(positional[0]))
-            return "chunk begun"
-        if command == "begin":
-            session.begun(rank, _begin_reply(what, session.view().version))
-            return "answered"
-        if command == "decide":
-            step = session.decide()
-            aborts = [r for r in range(session.view().num_ranks) if session.abort_request(r) is not None]
-            return _render_step(step) + (f"\nabort: ranks {aborts}" if aborts else "")
-        if command == "abort":
-            session.aborted(rank)
-            return "aborted"
-        if command == "move":
-            session.moved(self.maps[str(args.get("map", "moved"))])
-            return "moved"
-        if command == "commit":
-            session.committed(rank, self._commit_reply(what, session, args))
-            return "answered"
-        if command == "committed":
-            return _render_step(session.chunk_committed())
-        if command == "verify":
-            return _render_step(session.verify())
-        if command == "park":
-            session.park_request(rank)  # raises when the rank has no park to send
+            event = SourcesGathered(sources, elastic_ep="elastic" in positional)
+        elif command == "rebalance":
+            return self._render(session.step(RebalanceAsked(0))) + f"\nshares: {'yes' if session.shares else 'no'}"
+        elif command == "chunk":
+            event = ChunkAsked(0, ast.literal_eval(positional[0]))
+        elif command == "begin":
+            event = BeginAnswered(rank, _begin_reply(what, session.view().version))
+        elif command == "decide":
+            ready = session.step(Decided())
+            aborts = [r for r in ranks if isinstance(session.next_request(r), AbortRequest)]
+            return self._render(ready) + (f"\nabort: ranks {aborts}" if aborts else "")
+        elif command == "abort":
+            event = Aborted(rank)
+        elif command == "move":
+            event = Moved(0, self.maps[str(args.get("map", "moved"))])
+        elif command == "commit":
+            event = CommitAnswered(rank, self._commit_reply(what, session, args))
+        elif command == "committed":
+            event = ChunkEnded()
+        elif command == "verify":
+            event = OwedGathered(session.view().owed)
+        elif command == "park":
             notified = ["E"] if "notified" in positional else []
-            return _render_step(session.parked(rank, ok(Reason.PARKED, "parked", notified=notified).to_wire()))
-        if command == "notice":
-            return _render_step(session.noticed(rank))
-        if command == "notices":
-            listed = {int(r) for r in positional}
-            return _render_step(session.noticed_all([r in listed for r in range(session.view().num_ranks)]))
-        if command == "next":
-            nxt = session.next_to_park() if positional[0] == "park" else session.next_to_claim()
+            event = ParkAnswered(rank, ok(Reason.PARKED, "parked", notified=notified).to_wire())
+        elif command == "notice":
+            event = Noticed(rank)
+        elif command == "notices":
+            event = NoticesGathered([str(r) in positional for r in ranks])
+        elif command == "next":
+            nxt = session.model.next_to_park() if positional[0] == "park" else session.model.next_to_claim()
             return f"next: {'none' if nxt is None else nxt}"
-        if command == "claim":
-            session.claim_request(rank)  # raises when the rank may not claim yet
-            return _render_step(session.claimed(rank, self._claim_reply(what, args)))
-        if command == "promote":
-            step = session.promote()
-            installs = session.layout_to_install()
-            shown = step.go.value == "proceed" and installs is not None
-            return _render_step(step) + (f"\ninstall: {_map_name(self.maps, installs)}" if shown else "")
-        raise ValueError(f"unknown session command {command!r}")
+        elif command == "claim":
+            event = ClaimAnswered(rank, self._claim_reply(what, args))
+        elif command == "promote":
+            event = ClaimsEnded()
+        else:
+            raise ValueError(f"unknown session command {command!r}")
+        return self._render(session.step(event))
 
-    def _finding(self, rank: int, kind: str, positional: list[str], args: dict[str, Any]) -> RankFinding:
+    def _render(self, ready: Ready) -> str:
+        """What the session says next, one line a part."""
+        lines = []
+        if ready.close:
+            lines.append("close the attachment")
+        if ready.install is not None:
+            lines.append(f"install: {_map_name(self.maps, ready.install)}")
+        if ready.send is not None:
+            later = " (its reply read later)" if ready.read_later else ""
+            lines.append(f"send: {type(ready.send).__name__}{later}")
+        if ready.gathers:
+            lines.append(f"gather: {_render_part(ready.gather)}")
+        if ready.move:
+            lines.append("move: sglang moves the chunk")
+        if ready.await_notice_s is not None:
+            lines.append(f"await the notice ({ready.await_notice_s:.0f} s)")
+        if ready.next is not None:
+            lines.append(f"next: {type(ready.next).__name__}")
+        if ready.done is not None:
+            lines.append(_render_step(ready.done) + (" (repeat)" if ready.repeat else ""))
+        return "\n".join(lines) or "nothing"
+
+    def _attach_reply(self, rank: int, kind: str, positional: list[str], args: dict[str, Any]) -> object:
+        """Rank ``rank``'s daemon's attach reply, from a daemon machine in that state."""
         if kind == "none":
-            return RankFinding.no_daemon(rank, "no socket")
-        if kind in ("record", "pending"):
-            detail = "engine 'X' is moving layers [0] from version 0" if kind == "pending" else ""
-            return RankFinding(rank, kind, self._record(args), detail)  # type: ignore[arg-type]
-        if kind == "repairing":
-            reply = _repairing_daemon(self._record(args)).attach_engine(AttachRequest("E"), "sE")
-            return RankFinding.from_attach_reply(rank, reply.to_wire())
-        if kind == "no_record":
-            return RankFinding(rank, "no_record", detail="no record", without_eplb="no_eplb" in positional)
+            return Unanswered("no weight cache daemon socket at /run/wc.sock", absent=True)
+        if kind == "unreadable":
+            return Unanswered("the attach was not answered (ConnectionRefusedError)")
+        if kind == "no_record" and "no_eplb" not in positional:  # an older daemon: sglang's own answer
+            return {"status": "error", "message": f"{SGLANG_UNKNOWN_REQUEST}: 'expert_layout_attach'"}
+        record = None if kind == "no_record" else self._record(args)
+        daemon = _repairing_daemon(record) if kind == "repairing" else DaemonMachine(record, auto_repair=False)
+        if kind in ("pending", "dirty"):
+            daemon.handle(AttachRequest("X"), session="sX")
+            daemon.handle(BeginRequest("X", "sX", record.version, (0,)))  # type: ignore[union-attr]
         if kind == "dirty":
-            return RankFinding(rank, "dirty", detail="engine 'X' went away while moving layers [0]")
-        return RankFinding.unreachable(rank, "connection refused")
+            daemon.handle(Detach("X", "sX"))
+        return daemon.handle(AttachRequest("E"), session=f"s{rank}").reply.to_wire()
 
-    def _query(self, what: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    def _query(self, what: str, args: dict[str, Any]) -> object:
         if what == "lost":
-            return None
+            return Unanswered("its expert_layout_query was not answered (ConnectionRefusedError)")
         reply: dict[str, Any] = {"status": "ok", "reason": "queried", "message": "", "has_record": True}
         if what == "dirty":
             return {**reply, "dirty": {"engine_id": "X", "layers": [0], "base_version": 0}}
@@ -214,9 +253,9 @@ class SessionRunner:
 def _repairing_daemon(record: LayoutRecord) -> DaemonMachine:
     """A daemon whose mover X left mid-move of layer 0: it repairs it (auto repair)."""
     daemon = DaemonMachine(record)
-    daemon.attach_engine(AttachRequest("X"), "sX")
-    daemon.begin_move(BeginRequest("X", "sX", record.version, (0,)))
-    daemon.detach_engine("X", "sX")
+    daemon.handle(AttachRequest("X"), session="sX")
+    daemon.handle(BeginRequest("X", "sX", record.version, (0,)))
+    daemon.handle(Detach("X", "sX"))
     assert daemon.phase == "repairing"
     return daemon
 
@@ -248,6 +287,17 @@ def _literal(text: str) -> object:
 
 def _map_name(maps: dict[str, Any], rows: Any) -> str:
     return next((name for name, m in maps.items() if m == rows), repr(rows))
+
+
+def _render_part(part: Any) -> str:
+    """A part of an all-gather: a finding by its kind, an answer by its status, a pair, or the value."""
+    if isinstance(part, tuple):
+        return "(" + ", ".join(_render_part(p) for p in part) + ")"
+    if isinstance(part, dict) and "kind" in part:
+        return f"finding {part['kind']}"
+    if isinstance(part, RankAnswer):
+        return _render_answer(part)
+    return repr(part)
 
 
 def _render_step(step: Step) -> str:

@@ -12,12 +12,12 @@ from layout_sm.record import LayoutRecord
 def test_attach_beyond_the_limit_is_busy_and_a_detach_frees_a_place() -> None:
     machine = DaemonMachine(LayoutRecord.initial(((0, 1),), 2))
     for i in range(MAX_ATTACHMENTS):
-        assert machine.handle(AttachRequest(f"E{i}"), session=f"s{i}").ok
-    reply = machine.handle(AttachRequest("extra"), session="sx")
+        assert machine.handle(AttachRequest(f"E{i}"), session=f"s{i}").reply.ok
+    reply = machine.handle(AttachRequest("extra"), session="sx").reply
     assert (reply.status, reply.reason) == (Status.BUSY, Reason.TOO_MANY_ATTACHMENTS)
     assert "expert-layout status" in reply.message and str(MAX_ATTACHMENTS) in reply.message
     assert "extra" not in machine.view().attachments
     # an engine id in use is refused first: permanent before transient
-    assert machine.handle(AttachRequest("E0"), session="s").reason is Reason.ENGINE_ID_IN_USE
+    assert machine.handle(AttachRequest("E0"), session="s").reply.reason is Reason.ENGINE_ID_IN_USE
     machine.detach_engine("E0", "s0")
-    assert machine.handle(AttachRequest("extra"), session="sx").ok
+    assert machine.handle(AttachRequest("extra"), session="sx").reply.ok

@@ -37,8 +37,8 @@ from layout_sm.daemon import (
     EventArguments,
     Fetch,
     Move,
-    RepairEnded,
-    RepairFailure,
+    RepairDone,
+    RepairFailed,
 )
 from layout_sm.ladders import LADDERS
 from layout_sm.reasons import Reason, Reply
@@ -165,8 +165,8 @@ def test_no_request_is_taken_before_the_weights_are_loaded() -> None:
         lambda: machine.abort_move(messages.AbortRequest("A", "sA")),
         lambda: machine.detach_engine("A", "sA"),
         lambda: machine.begin_repair(),
-        lambda: machine.repair_ended((0,), "reloaded"),
-        lambda: machine.repair_fails(Reason.REPAIR_FAILED, "a read error"),
+        lambda: machine.handle(RepairDone((0,), "reloaded")).reply,
+        lambda: machine.handle(RepairFailed(Reason.REPAIR_FAILED, "a read error")).reply,
     ):
         with pytest.raises(TransitionNotAllowed):
             step()
@@ -210,8 +210,8 @@ REQUESTS: dict[str, list[Any]] = {
     "abort": [messages.AbortRequest("A", "sA"), messages.AbortRequest("A", "old"), messages.AbortRequest("B", "sB")],
     "detach": [Detach("A", "sA"), Detach("A", "old"), Detach("B", "sB")],
     "repair": [messages.RepairRequest()],
-    "repair_done": [RepairEnded((0,), "reloaded"), RepairEnded((1,), "reloaded")],
-    "repair_failed": [RepairFailure(Reason.REPAIR_FAILED, "a read error")],
+    "repair_done": [RepairDone((0,), "reloaded"), RepairDone((1,), "reloaded")],
+    "repair_failed": [RepairFailed(Reason.REPAIR_FAILED, "a read error")],
     "park": [messages.ParkRequest("A", "sA"), messages.ParkRequest("A", "old")],
     "claim": [messages.ClaimRequest("A", "sA"), messages.ClaimRequest("A", "old")],
     "rejoin": [REJOIN, replace(REJOIN, session="old"), replace(REJOIN, digest=INITIAL.digest)],
@@ -224,8 +224,8 @@ ENTRY: dict[str, Callable[[DaemonMachine, Any], Any]] = {
     "abort": DaemonMachine.abort_move,
     "detach": lambda m, r: m.detach_engine(r.engine_id, r.session),
     "repair": lambda m, r: m.begin_repair(),
-    "repair_done": lambda m, r: m.repair_ended(r.layers, r.message, **r.data),
-    "repair_failed": lambda m, r: m.repair_fails(r.reason, r.why),
+    "repair_done": lambda m, r: m.handle(r).reply,
+    "repair_failed": lambda m, r: m.handle(r).reply,
     "park": DaemonMachine.park_engine,
     "claim": DaemonMachine.claim_primary,
     "rejoin": DaemonMachine.rejoin_layout,
@@ -242,7 +242,7 @@ def _event_arguments(request: Any) -> dict[str, Any]:
     arguments = {"request": request}
     for f in dataclasses.fields(request):
         arguments[f.name] = getattr(request, f.name)
-    if isinstance(request, RepairEnded):
+    if isinstance(request, RepairDone):
         arguments["data"] = dict(request.data)
     if isinstance(request, Fetch) and request.claim is not None:
         arguments.update(engine_id=request.engine_id, session=request.session, digest=request.digest)
@@ -298,10 +298,10 @@ ACCEPTED: dict[str, tuple[DaemonView, Any, Reason | tuple[bool, bool], str]] = {
     "abort": (PENDING_VIEW, messages.AbortRequest("A", "sA"), Reason.ABORTED, CLEAN),
     "detach": (PENDING_VIEW, Detach("A", "sA"), (True, True), REPAIRING),
     "repair": (VIEWS["dirty"], messages.RepairRequest(), Reason.REPAIR_BEGUN, REPAIRING),
-    "repair_done": (VIEWS["repairing"], RepairEnded((0,), "reloaded"), Reason.REPAIRED, CLEAN),
+    "repair_done": (VIEWS["repairing"], RepairDone((0,), "reloaded"), Reason.REPAIRED, CLEAN),
     "repair_failed": (
         VIEWS["repairing"],
-        RepairFailure(Reason.REPAIR_FAILED, "a read error"),
+        RepairFailed(Reason.REPAIR_FAILED, "a read error"),
         Reason.REPAIR_FAILED,
         DIRTY,
     ),
@@ -349,9 +349,9 @@ BREAKS = [
     Break("repair", "has_record", VIEWS["no_record"], messages.RepairRequest(), Reason.NO_RECORD),
     Break("repair", "is_repairing", VIEWS["repairing"], messages.RepairRequest(), Reason.REPAIR_RUNNING),
     Break("repair", "is_dirty", CLEAN_VIEW, messages.RepairRequest(), Reason.NOT_DIRTY),
-    Break("repair_done", "is_repairing", VIEWS["dirty"], RepairEnded((0,), "reloaded"), Reason.NOT_DIRTY),
-    Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairEnded((1,), "reloaded"), Reason.REPAIR_UNSAFE),
-    Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailure(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
+    Break("repair_done", "is_repairing", VIEWS["dirty"], RepairDone((0,), "reloaded"), Reason.NOT_DIRTY),
+    Break("repair_done", "repair_is_of", VIEWS["repairing"], RepairDone((1,), "reloaded"), Reason.REPAIR_UNSAFE),
+    Break("repair_failed", "is_repairing", CLEAN_VIEW, RepairFailed(Reason.REPAIR_FAILED, "x"), Reason.NOT_DIRTY),
     Break("park", "holds", CLEAN_VIEW, messages.ParkRequest("A", "old"), Reason.NOT_ATTACHED),
     Break("claim", "holds", VIEWS["clean, A parked"], messages.ClaimRequest("A", "old"), Reason.NOT_ATTACHED),
     Break("claim", "is_parked", CLEAN_VIEW, messages.ClaimRequest("A", "sA"), Reason.NOT_PARKED),
@@ -502,11 +502,11 @@ def test_a_repairing_daemon_reports_the_repair_and_a_failed_one_keeps_why() -> N
     assert state["repairing"] == {"engine_id": "B", "layers": [0], "base_version": RECORD.version}
     attach = machine.attach_engine(messages.AttachRequest("C"), "sC")
     assert attach.ok and attach.data["phase"] == REPAIRING and attach.data["dirty"] is None
-    failed = machine.repair_fails(Reason.REPAIR_FAILED, "no such file: model-00001.safetensors")
+    failed = machine.handle(RepairFailed(Reason.REPAIR_FAILED, "no such file: model-00001.safetensors")).reply
     assert machine.phase == DIRTY and "no such file" in failed.message
     assert "no such file" in machine.fetch_check(_claim()).message  # every refusal says why
-    assert machine.query_state().data["repair_failure"] == "no such file: model-00001.safetensors"
-    assert machine.begin_repair().reason is Reason.REPAIR_BEGUN and machine.view().repair_failure is None
-    done = machine.repair_ended((0,), "reloaded", seconds=1.5)
+    assert machine.query_state().data["repair_failed"] == "no such file: model-00001.safetensors"
+    assert machine.begin_repair().reason is Reason.REPAIR_BEGUN and machine.view().repair_failed is None
+    done = machine.handle(RepairDone((0,), "reloaded", {"seconds": 1.5})).reply
     assert machine.phase == CLEAN and machine.view().record == RECORD
     assert done.data == {**_REPAIRED, "version": RECORD.version, "digest": RECORD.digest}

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from layout_sm.daemon import DaemonMachine
+from layout_sm.daemon import DaemonMachine, RepairDone
 from layout_sm.engine import EngineLayout, Go, RankFinding, RecordStamp, StartupOutcome, needs_wait
 from layout_sm.messages import AttachRequest, BeginRequest, CommitRequest
+from layout_sm.ready import Attached, FindingsGathered
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord, layout_digest
 from layout_sm.session import EngineSession
@@ -31,8 +32,7 @@ def startup_decision(findings: list[RankFinding], engine: EngineLayout) -> Start
     """What a session agrees on ``findings`` (gathered in rank order): its outcome."""
     ordered = sorted(findings, key=lambda f: f.rank)
     session = EngineSession("E", len(ordered), engine)
-    session.gathered(ordered)
-    step = session.agree()
+    step = session.step(FindingsGathered(ordered)).done
     outcome = session.view().outcome
     assert outcome is not None and (step.go is Go.STOP) == outcome.failed and step.reason == outcome.reason
     return outcome
@@ -60,7 +60,7 @@ def test_findings_come_from_attach_replies() -> None:
     assert "repairing layers [0]" in repairing.detail
     polled = RankFinding.from_query_reply(1, daemon.query_state(include_map=True).to_wire())
     assert polled.kind == "pending" and polled.record == V0
-    daemon.repair_ended((0,), "reloaded")
+    daemon.handle(RepairDone((0,), "reloaded"))
     polled = RankFinding.from_query_reply(1, daemon.query_state(include_map=True).to_wire())
     assert polled.kind == "record" and polled.record == V0 and not needs_wait(polled)
     assert (
@@ -83,10 +83,11 @@ def test_findings_round_trip_for_the_all_gather_without_their_maps() -> None:
     assert not rec(0).same_as(rec(0, V1)) and not rec(0).same_as(rec(1))
     # a rank's own finding keeps its map through the gather; another rank's is a stamp
     session = EngineSession("E", 2, ENGINE)
-    session.found(0, rec(0, V1))
-    session.gathered([RankFinding.from_wire(f.to_wire()) for f in (rec(0, V1), rec(1, V1))])
-    assert session.finding(0).record == V1 and session.finding(1).record == RecordStamp.of_any(V1)
-    assert session.agree().reason is Reason.ADOPT and session.layout_to_install() == V1.rows
+    session.step(Attached(0, DaemonMachine(V1).handle(AttachRequest("E"), session="s0").reply.to_wire()))
+    agreed = session.step(FindingsGathered([RankFinding.from_wire(f.to_wire()) for f in (rec(0, V1), rec(1, V1))]))
+    findings = session.view().findings
+    assert findings[0].record == V1 and findings[1].record == RecordStamp.of_any(V1)
+    assert agreed.done.reason is Reason.ADOPT and agreed.install == V1.rows == session.layout_to_install()
 
 
 def test_a_waiting_rank_sees_the_move_end_through_query() -> None:
@@ -115,15 +116,14 @@ def test_an_attach_that_names_the_engines_digest_gets_the_record_without_its_map
     for record, needs_map in ((V0, False), (V1, True)):
         daemons = [DaemonMachine(record), DaemonMachine(record)]
         session = EngineSession("E", 2, ENGINE)
-        request = session.attach_request()
-        assert request.known_digest == ENGINE.initial_digest
+        request = session.next_request(0)
+        assert isinstance(request, AttachRequest) and request.known_digest == ENGINE.initial_digest
         replies = [d.attach_engine(request, f"s{r}").to_wire() for r, d in enumerate(daemons)]
         assert all(("map" in reply["record"]) is needs_map for reply in replies)
         for rank, reply in enumerate(replies):
-            assert session.attached(rank, reply).go is Go.PROCEED
-        assert isinstance(session.finding(0).record, LayoutRecord if needs_map else RecordStamp)
-        session.gathered([session.finding(r) for r in range(2)])
-        assert session.agree().go is Go.PROCEED
+            assert session.step(Attached(rank, reply)).gathers
+        assert isinstance(session.view().findings[0].record, LayoutRecord if needs_map else RecordStamp)
+        assert session.step(FindingsGathered(session.view().findings)).done.go is Go.PROCEED
         outcome, view = session.view().outcome, session.view()
         assert outcome is not None and view.digest == record.digest and view.version == record.version
         if needs_map:

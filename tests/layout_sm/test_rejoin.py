@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from layout_sm.daemon import DaemonMachine
+from layout_sm.daemon import DaemonMachine, RepairDone
 from layout_sm.engine import EngineLayout, Go, RankFinding
 from layout_sm.messages import (
     AttachRequest,
@@ -22,10 +22,19 @@ from layout_sm.messages import (
     rejoin_request,
     request_wire,
 )
+from layout_sm.ready import (
+    Attached,
+    FindingsGathered,
+    Polled,
+    Ready,
+    RejoinAnswered,
+    RejoinRowsGathered,
+    Started,
+)
 from layout_sm.reasons import Reason, Status
 from layout_sm.record import LayoutRecord
 from layout_sm.repair import RepairPlan, repair_plan
-from layout_sm.session import EngineSession, SessionError
+from layout_sm.session import POLL, EngineSession, SessionError
 
 INITIAL_ROWS = ((0, 1, 2, 3), (0, 1, 2, 3))
 INITIAL = LayoutRecord.initial(INITIAL_ROWS, 4)
@@ -56,7 +65,7 @@ def test_a_fresh_daemon_rejoins_and_its_repair_reloads_every_layer_at_the_target
     assert plan.layers == (0, 1) and plan.rows == MOVED.rows and plan.base_version == 1
     # Mid-rejoin the daemon serves nothing: a begin is refused.
     assert not machine.begin_move(BeginRequest("A", "sA", 1, (0,))).ok
-    assert machine.repair_ended((0, 1), "reloaded").ok
+    assert machine.handle(RepairDone((0, 1), "reloaded")).reply.ok
     assert machine.phase == "clean" and machine.view().record == MOVED
 
 
@@ -108,45 +117,54 @@ def _attached_session(records: list[LayoutRecord], rejoins: bool = True) -> Engi
     session = EngineSession("E", len(records), layout)
     for rank, record in enumerate(records):
         machine = DaemonMachine(record)
-        session.attached(rank, machine.attach_engine(AttachRequest("E", INITIAL.digest), session=f"s{rank}").to_wire())
+        reply = machine.attach_engine(AttachRequest("E", INITIAL.digest), session=f"s{rank}").to_wire()
+        session.step(Attached(rank, reply))
     return session
+
+
+def _agree(session: EngineSession) -> Ready:
+    return session.step(FindingsGathered(session.view().findings))
 
 
 def test_fresh_ranks_beside_one_moved_record_rejoin_then_the_engine_adopts_it() -> None:
     session = _attached_session([MOVED, INITIAL, MOVED])
-    step = session.agree()
+    ready = _agree(session)
+    step = ready.done
     assert step.go is Go.PAUSE and step.reason is Reason.REJOIN, step
-    assert [session.rejoins(r) for r in range(3)] == [False, True, False]
-    assert session.rejoin_request(1) == RejoinRequest("E", "s1", 1, MOVED.digest, MOVED.rows)
+    assert ready.gather == MOVED.rows  # this process holds the map: its part of the rows' all-gather
+    requests = [session.next_request(r) for r in range(3)]
+    assert requests == [None, RejoinRequest("E", "s1", 1, MOVED.digest, MOVED.rows), None]
     daemon = DaemonMachine(INITIAL)
     daemon.attach_engine(AttachRequest("E"), session="s1")
-    assert session.rejoined(1, daemon.rejoin_layout(session.rejoin_request(1)).to_wire()).go is Go.PAUSE
-    assert session.polled(1, daemon.query_state(include_map=True).to_wire()).go is Go.PAUSE  # still reloading
-    daemon.repair_ended((0, 1), "reloaded")
-    assert session.polled(1, daemon.query_state(include_map=True).to_wire()).go is Go.PROCEED
-    adopted = session.agree()
-    assert adopted.go is Go.PROCEED and adopted.reason is Reason.ADOPT, adopted
-    assert session.layout_to_install() == MOVED.rows
+    waiting = session.step(RejoinAnswered(1, daemon.rejoin_layout(requests[1]).to_wire()))
+    assert waiting.done.go is Go.PAUSE and waiting.send == POLL
+    assert session.step(Polled(1, daemon.query_state(include_map=True).to_wire())).send == POLL  # still reloading
+    daemon.handle(RepairDone((0, 1), "reloaded"))
+    assert session.step(Polled(1, daemon.query_state(include_map=True).to_wire())).gathers
+    adopted = _agree(session)
+    assert adopted.done.go is Go.PROCEED and adopted.done.reason is Reason.ADOPT, adopted
+    assert adopted.install == MOVED.rows == session.layout_to_install()
 
 
 def test_without_rejoin_the_same_findings_fail_as_records_that_differ() -> None:
-    step = _attached_session([MOVED, INITIAL], rejoins=False).agree()
+    step = _agree(_attached_session([MOVED, INITIAL], rejoins=False)).done
     assert step.go is Go.STOP and step.reason is Reason.DISAGREE, step
 
 
 def test_moved_records_that_differ_are_no_rejoin() -> None:
     other = LayoutRecord.build(((0, 1, 2, 3), (3, 2, 1, 0)), 4, 1)
-    step = _attached_session([MOVED, INITIAL, other]).agree()
+    step = _agree(_attached_session([MOVED, INITIAL, other])).done
     assert step.go is Go.STOP and step.reason is Reason.DISAGREE, step
 
 
 def test_a_refused_rejoin_fails_the_startup_with_the_reason() -> None:
     session = _attached_session([MOVED, INITIAL])
-    assert session.agree().reason is Reason.REJOIN
+    assert _agree(session).done.reason is Reason.REJOIN
     daemon = _fresh("E", "B")  # another engine attached: refused
     daemon.restore(daemon.view().evolve(attachments={"E": "s1", "B": "sB"}))
-    assert session.rejoined(1, daemon.rejoin_layout(session.rejoin_request(1)).to_wire()).go is Go.PROCEED
-    failed = session.agree()
+    refused = session.step(RejoinAnswered(1, daemon.rejoin_layout(session.next_request(1)).to_wire()))
+    assert refused.gathers  # the rank gathers its finding: the refusal
+    failed = _agree(session).done
     assert failed.go is Go.STOP and failed.reason is Reason.REJOIN_REFUSED, failed
     assert "'B'" in failed.message and "rank 1" in failed.message
 
@@ -154,13 +172,17 @@ def test_a_refused_rejoin_fails_the_startup_with_the_reason() -> None:
 def test_a_target_known_by_its_stamp_needs_rows_with_its_digest() -> None:
     # Rank 1's process: it attached to its own (fresh) daemon and gathers rank 0's finding as a stamp.
     session = EngineSession("E", 2, LAYOUT)
+    session.step(Started(1, INITIAL_ROWS))
     daemon = DaemonMachine(INITIAL)
-    session.attached(1, daemon.attach_engine(AttachRequest("E", INITIAL.digest), session="s1").to_wire())
+    session.step(Attached(1, daemon.attach_engine(AttachRequest("E", INITIAL.digest), session="s1").to_wire()))
     rank0 = RankFinding(0, "record", MOVED)
-    session.gathered([RankFinding.from_wire(rank0.to_wire()), session.finding(1)])
-    assert session.agree().reason is Reason.REJOIN
+    agreed = session.step(FindingsGathered([RankFinding.from_wire(rank0.to_wire()), session.view().findings[1]]))
+    assert agreed.done.reason is Reason.REJOIN and agreed.gather is None  # this process holds no map of it
     with pytest.raises(SessionError, match="rows of version 1 are needed"):
-        session.rejoin_request(1)
+        session.next_request(1)
     with pytest.raises(SessionError, match="do not have the digest"):
-        session.rejoin_request(1, INITIAL_ROWS)
-    assert session.rejoin_request(1, MOVED.rows).rows == MOVED.rows
+        session.next_request(1, INITIAL_ROWS)
+    assert session.next_request(1, MOVED.rows).rows == MOVED.rows
+    # The rows come with the all-gather from the rank whose daemon holds the map.
+    asked = session.step(RejoinRowsGathered([MOVED.rows, None]))
+    assert asked.send == RejoinRequest("E", "s1", 1, MOVED.digest, MOVED.rows)

@@ -16,17 +16,35 @@ from layout_sm.declared import Call, Declared, Rule
 from layout_sm.engine import (
     EngineLayout,
     Go,
-    RankFinding,
     RebalancePhase,
 )
 from layout_sm.engine_machines import EngineState, RebalanceMachine, StartupMachine
-from layout_sm.messages import AttachRequest
+from layout_sm.messages import AbortRequest, AttachRequest, BeginRequest, ClaimRequest, CommitRequest, ParkRequest
+from layout_sm.ready import (
+    Attached,
+    BeginAnswered,
+    ChunkAsked,
+    Decided,
+    Fetched,
+    FindingsGathered,
+    Moved,
+    ParkAsked,
+    Polled,
+    RebalanceAsked,
+    RebalanceEnded,
+    SourcesGathered,
+    Started,
+    TakeOverAsked,
+)
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord
-from layout_sm.session import EngineSession, EngineView, SessionError
+from layout_sm.session import POLL, EngineSession, EngineView, SessionError, Step
+
+from .ranks import Ranks
 
 INITIAL = ((0, 1, 2, 3), (3, 2, 1, 0))
 MOVED = ((1, 0, 2, 3), (3, 2, 1, 0))
+MOVED_TWICE = ((1, 0, 2, 3), (2, 3, 1, 0))
 RECORD = LayoutRecord.initial(INITIAL, 4)
 ENGINE = EngineLayout(2, 4, 4, RECORD.digest, routes_by_metadata=True)
 
@@ -41,169 +59,159 @@ def _session_class(statemachine: bool) -> type[EngineSession]:
     return ReferenceEngineSession if statemachine else EngineSession
 
 
-def _started(daemons: list[DaemonMachine], engine_id: str = "A", statemachine: bool = False) -> EngineSession:
-    session = _session_class(statemachine)(engine_id, len(daemons), ENGINE)
-    for rank, daemon in enumerate(daemons):
-        reply = daemon.attach_engine(session.attach_request(), f"s{engine_id}{rank}")
-        assert session.attached(rank, reply.to_wire()).go is Go.PROCEED
-    assert session.agree().reason is Reason.INITIAL_LAYOUT
-    for rank, daemon in enumerate(daemons):
-        assert session.fetched(rank, daemon.fetch_check(session.fetch_claim(rank)).to_wire()).go is Go.PROCEED
-    assert session.view().phase == "run"
-    assert session.start_rebalance(["daemon"] * len(daemons)).reason is Reason.SHARED
-    return session
+def _started(daemons: list[DaemonMachine], engine_id: str = "A", statemachine: bool = False) -> Ranks:
+    """An engine of ``len(daemons)`` ranks through startup, each rank's fetch, and its first rebalance's mode."""
+    ranks = Ranks(daemons, ENGINE, engine_id, _session_class(statemachine))
+    steps = ranks.step(lambda r: Started(r, INITIAL))
+    assert {s.reason for s in steps if s is not None} == {Reason.INITIAL_LAYOUT} and None not in steps
+    for r, rank in enumerate(ranks.ranks):
+        reply = daemons[r].fetch_check(rank.session.fetch_claim(r)).to_wire()
+        assert rank.session.step(Fetched(r, reply)).done.go is Go.PROCEED
+    assert {s.reason for s in ranks.step(lambda r: RebalanceAsked(r, source="daemon"))} == {Reason.SHARED}
+    return ranks
 
 
-def _chunk(session: EngineSession, daemons: list[DaemonMachine], layers: list[int]):  # type: ignore[no-untyped-def]
-    assert session.rebalance().go is Go.PROCEED and session.shares
-    session.begin_chunk(layers)
-    for rank, daemon in enumerate(daemons):
-        session.begun(rank, daemon.begin_move(session.begin_request(rank)))
-    return session.decide()
+def _decided(steps: list[Step | None]) -> Step:
+    """The step every rank ended with: the same on all, since they decide on the same gathered lists."""
+    assert len({(s.go, s.reason) for s in steps if s is not None}) == 1 and None not in steps, steps
+    assert steps[0] is not None
+    return steps[0]
+
+
+def _chunk(ranks: Ranks, layers: list[int], move: tuple[tuple[int, ...], ...] = MOVED) -> Step:
+    """One chunk as the adapter runs it: the begins, one all-gather, the decision, the move and the commits
+    (their replies read before the ranks' next step)."""
+    return _decided(ranks.step(lambda r: ChunkAsked(r, layers), move=move))
+
+
+def _end(ranks: Ranks) -> Step | None:
+    """The rebalance's end on every rank: the last chunk's commits read, and checked when owed."""
+    steps = ranks.step(lambda r: RebalanceEnded(r))
+    return None if steps[0] is None else _decided(steps)
 
 
 def test_a_chunk_moves_commits_and_verifies(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
-    assert _chunk(session, daemons, [0]).go is Go.PROCEED
-    session.moved(MOVED)
-    for rank, daemon in enumerate(daemons):
-        request = session.commit_request(rank)
-        assert request.rows == (MOVED[0],) and request.session == f"sA{rank}"
-        session.committed(rank, daemon.commit_move(request))
-    assert session.chunk_committed().go is Go.PROCEED and session.owes_check
-    verdict = session.verify()
-    view = session.view()
-    assert verdict.go is Go.PROCEED and verdict.reason is Reason.COMMITTED
-    assert view.version == 1 and view.rows == MOVED and view.rebalance == "idle" and view.shares
+    ranks = _started(daemons, statemachine=statemachine)
+    assert _chunk(ranks, [0]).go is Go.PROCEED
+    commits = [rank.sent[-1] for rank in ranks.ranks]
+    assert [(c.rows, c.session) for c in commits] == [((MOVED[0],), "sA0"), ((MOVED[1 - 1],), "sA1")]
+    verdict = _end(ranks)
+    assert verdict is not None and verdict.go is Go.PROCEED and verdict.reason is Reason.COMMITTED
+    for rank in ranks.ranks:
+        view = rank.session.view()
+        assert view.version == 1 and view.rows == MOVED and view.rebalance == "idle" and view.shares
     assert all(d.view().record.rows == MOVED for d in daemons)
 
 
-def test_a_commit_sent_before_the_move_is_taken_is_the_same_commit(statemachine: bool) -> None:
-    """The adapter sends each rank's commit first and checks the engine's map while the daemon records
-    it: the requests are the ones built after ``moved``, and the chunk verifies the same way."""
-    early_daemons, late_daemons = (
-        [DaemonMachine(RECORD), DaemonMachine(RECORD)],
-        [
-            DaemonMachine(RECORD),
-            DaemonMachine(RECORD),
-        ],
-    )
-    early, late = _started(early_daemons, statemachine=statemachine), _started(late_daemons, statemachine=statemachine)
-    assert _chunk(early, early_daemons, [0]).go is Go.PROCEED and _chunk(late, late_daemons, [0]).go is Go.PROCEED
-    with pytest.raises(SessionError, match="has no commit to send"):
-        early.commit_request(0)  # without the map, only once the move is taken
-    sent = [early.commit_request(rank, {0: list(MOVED[0])}) for rank in range(2)]
-    early.moved(MOVED)
-    late.moved(MOVED)
-    assert sent == [late.commit_request(rank) for rank in range(2)]
-    with pytest.raises(SessionError, match="before the move is taken"):
-        early.commit_request(0, MOVED)  # once the move is taken, the commit is built from it
-    for rank, daemon in enumerate(early_daemons):
-        early.committed(rank, daemon.commit_move(sent[rank]))
-    early.chunk_committed()
-    assert early.verify().reason is Reason.COMMITTED and early.view().rows == MOVED
-
-
-def test_a_map_changed_after_its_commit_went_out_fails_the_verification(statemachine: bool) -> None:
-    """Rows sent early and a map taken after that differ: the daemons recorded the rows sent, the
-    engine's digest is of the map it routes with, and the chunk stops unverified."""
-    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
-    assert _chunk(session, daemons, [0]).go is Go.PROCEED
-    sent = [session.commit_request(rank, MOVED) for rank in range(2)]
-    session.moved(((0, 1, 3, 2), MOVED[1]))  # not the rows that went out
-    for rank, daemon in enumerate(daemons):
-        session.committed(rank, daemon.commit_move(sent[rank]))
-    session.chunk_committed()
-    verdict = session.verify()
-    assert verdict.go is Go.STOP and verdict.reason is Reason.COMMIT_UNVERIFIED
+def test_the_move_is_taken_with_its_commits_answer_and_its_rows_are_the_commits() -> None:
+    """The commit goes out with the chunk's rows of the map sglang moved to, and the engine reads, checks
+    and hashes that map when the commit's answer is taken: while the daemon records it."""
+    daemons = [DaemonMachine(RECORD)]
+    ranks = _started(daemons)
+    assert _chunk(ranks, [0]).go is Go.PROCEED
+    session = ranks.session
+    assert session.view().rebalance == "moving" and session.view().version == 0  # the answer is unread
+    assert ranks.ranks[0].sent[-1].rows == (MOVED[0],)
+    ranks.flush()
+    assert session.view().rebalance == "idle" and session.view().version == 1 and session.view().rows == MOVED
+    with pytest.raises(SessionError, match="a move outside a chunk"):
+        session.step(Moved(0, MOVED))
 
 
 def test_busy_aborts_the_begun_ranks_then_pauses(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
+    ranks = _started(daemons, statemachine=statemachine)
     daemons[1].attach_engine(AttachRequest("standby"), "sS")  # a warm standby on rank 1's daemon
-    step = _chunk(session, daemons, [1])
+    step = _chunk(ranks, [1])
     assert (step.go, step.reason) == (Go.PAUSE, Reason.BEGIN_BUSY)
-    assert session.view().rebalance == "aborting" and session.view().shares
-    assert session.abort_request(1) is None  # rank 1's begin was busy: nothing to abort
-    with pytest.raises(TransitionNotAllowed):
-        session.aborted(1)
-    request = session.abort_request(0)
-    assert request is not None and daemons[0].abort_move(request).reason is Reason.ABORTED
-    session.aborted(0)
-    assert session.view().rebalance == "idle" and session.view().chunk == ()
+    assert [type(rank.sent[-1]) for rank in ranks.ranks] == [AbortRequest, BeginRequest]  # rank 1: nothing begun
+    for rank in ranks.ranks:
+        assert rank.session.view().rebalance == "idle" and rank.session.view().chunk == () and rank.session.shares
     assert daemons[0].view().pending is None
 
 
 def test_a_refusal_switches_rebalancing_off_for_good_with_the_reason(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
+    ranks = _started(daemons, statemachine=statemachine)
     daemons[1].fetch_check(None)  # an engine without the plugin was served: non-following seen
-    step = _chunk(session, daemons, [0])
+    step = _chunk(ranks, [0])
     assert step.go is Go.STOP and step.reason is Reason.BEGIN_REFUSED
-    request = session.abort_request(0)
-    assert request is not None
-    daemons[0].abort_move(request)
-    session.aborted_all()
-    view = session.view()
+    assert isinstance(ranks.ranks[0].sent[-1], AbortRequest) and daemons[0].view().pending is None
+    view = ranks.session.view()
     assert view.rebalance == "off" and not view.shares and view.off is not None
     assert view.off.reason is Reason.BEGIN_REFUSED and "non_following_seen" in view.off.message
-    assert session.rebalance() == view.off
+    assert ranks.session.step(RebalanceAsked(0)).done == view.off
     with pytest.raises(TransitionNotAllowed):
-        session.begin_chunk([0])
+        ranks.session.step(ChunkAsked(0, [0]))
 
 
 def test_a_rank_waits_for_another_engines_move_and_keeps_its_finding_while_it_lasts(statemachine: bool) -> None:
     daemon = DaemonMachine(RECORD)
     mover = _started([daemon], "M", statemachine=statemachine)
-    assert _chunk(mover, [daemon], [0]).go is Go.PROCEED
+    assert _chunk(mover, [0]).go is Go.PROCEED  # moved; its commit went out, the daemon holds it
     session = _session_class(statemachine)("B", 1, ENGINE)
-    step = session.attached(0, daemon.attach_engine(session.attach_request(), "sB").to_wire())
-    assert step.go is Go.PAUSE and "'M'" in step.message
+    attach = session.step(Started(0)).send
+    ready = session.step(Attached(0, daemon.attach_engine(attach, "sB").to_wire()))
+    assert ready.send == POLL and ready.done is not None and ready.done.go is Go.PAUSE and "'M'" in ready.done.message
     before = session.view()
-    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.PAUSE
-    assert session.view() == before
+    ready = session.step(Polled(0, daemon.query_state(include_map=True).to_wire()))
+    assert ready.send == POLL and session.view() == before
     with pytest.raises(TransitionNotAllowed):
-        session.agree()  # a rank still waits
-    mover.moved(MOVED)
-    mover.committed(0, daemon.commit_move(mover.commit_request(0)))
-    mover.chunk_committed()
-    assert mover.verify().go is Go.PROCEED
-    assert session.polled(0, daemon.query_state(include_map=True).to_wire()).go is Go.PROCEED
-    step = session.agree()
-    assert step.go is Go.PROCEED and step.reason is Reason.ADOPT and session.view().version == 1
-    assert session.layout_to_install() == MOVED
+        session.step(FindingsGathered([before.findings[0]]))  # a rank still waits
+    mover.flush()
+    assert _end(mover).go is Go.PROCEED
+    ready = session.step(Polled(0, daemon.query_state(include_map=True).to_wire()))
+    assert ready.gathers and ready.send is None
+    agreed = session.step(ready.then([ready.gather], 0.0))
+    assert agreed.done.go is Go.PROCEED and agreed.done.reason is Reason.ADOPT and session.view().version == 1
+    assert agreed.install == MOVED == session.layout_to_install()
+
+
+def test_a_wait_ends_at_its_timeout_and_the_rank_gathers_the_timeout() -> None:
+    daemon = DaemonMachine(RECORD)
+    mover = _started([daemon], "M")
+    assert _chunk(mover, [0]).go is Go.PROCEED
+    session = EngineSession("B", 1, ENGINE, wait_timeout_s=30.0)
+    attach = session.step(Started(0)).send
+    assert session.step(Attached(0, daemon.attach_engine(attach, "sB").to_wire(), now_s=100.0)).send == POLL
+    assert session.step(Polled(0, daemon.query_state(include_map=True).to_wire(), now_s=129.0)).send == POLL
+    ready = session.step(Polled(0, daemon.query_state(include_map=True).to_wire(), now_s=130.0))
+    assert ready.gathers and session.view().findings[0].kind == "timeout"
+    failed = session.step(ready.then([ready.gather], 130.0))
+    assert failed.done.go is Go.STOP and failed.done.reason is Reason.WAIT_TIMEOUT and failed.close
 
 
 def test_restore_puts_the_session_in_a_view(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
+    session = _started(daemons, statemachine=statemachine).session
     idle = session.view()
-    _chunk(session, daemons, [0])
+    session.step(ChunkAsked(0, [0]))
     session.restore(idle)
     assert session.view() is idle and session.model.view is idle  # the model is the view: no copy
-    session.begin_chunk([1])  # from idle again
+    session.step(ChunkAsked(0, [1]))  # from idle again
     session.restore(EngineView.fresh("A", 2))  # back before startup: out of final states too
-    assert session.found(0, RankFinding(0, "record", RECORD)).go is Go.PROCEED
+    ready = session.step(Attached(0, daemons[0].attach_engine(AttachRequest("A2"), "sA2").to_wire()))
+    assert ready.gathers and session.view().findings[0].kind == "record"
 
 
 def test_no_decision_reads_what_the_bare_view_drops(statemachine: bool) -> None:
     """The mirror keeps bare views: the same steps from a bare view decide the same."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    session = _started(daemons, statemachine=statemachine)
+    ranks = _started(daemons, statemachine=statemachine)
+    session = ranks.session
     daemons[1].attach_engine(AttachRequest("standby"), "sS")
-    session.begin_chunk([0])
-    for rank, daemon in enumerate(daemons):
-        session.begun(rank, daemon.begin_move(session.begin_request(rank)))
+    for rank, daemon in enumerate(daemons):  # each rank's own begin, its answers taken one by one by rank 0
+        own = ranks.ranks[rank].session
+        begin = own.step(ChunkAsked(rank, [0])).send
+        session.step(BeginAnswered(rank, daemon.begin_move(begin).to_wire()))
     full = session.view()
     bare = full.bare()
     assert bare != full and bare.bare() == bare and hash(bare)
-    decided = session.decide()
+    decided = session.step(Decided()).done
     after = session.view().bare()
     session.restore(bare)
-    again = session.decide()
+    again = session.step(Decided()).done
     assert (again.go, again.reason) == (decided.go, decided.reason)
     assert session.view().bare() == after
 
@@ -211,13 +219,13 @@ def test_no_decision_reads_what_the_bare_view_drops(statemachine: bool) -> None:
 def test_steps_out_of_order_are_refused(statemachine: bool) -> None:
     session = _session_class(statemachine)("A", 2, ENGINE)
     with pytest.raises(TransitionNotAllowed):
-        session.agree()  # no rank has found anything
+        session.step(FindingsGathered([]))  # no rank has found anything
     with pytest.raises(TransitionNotAllowed):
-        session.begin_chunk([0])  # the rebalance mode is not known yet
-    with pytest.raises(SessionError):
-        session.begin_request(0)
-    with pytest.raises(SessionError):
-        session.rebalance()
+        session.step(ChunkAsked(0, [0]))  # the rebalance mode is not known yet
+    with pytest.raises(TransitionNotAllowed):
+        session.step(BeginAnswered(0, None))  # no chunk begun
+    with pytest.raises(SessionError, match="not an event"):
+        session.step("begin")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         EngineSession("A", 0, ENGINE)
 
@@ -225,80 +233,63 @@ def test_steps_out_of_order_are_refused(statemachine: bool) -> None:
 def test_an_unknown_weight_source_fails_safe_and_never_attached_sessions_come_from_the_core() -> None:
     for sources in ((None, "daemon"), ("disk", None), ("gpu-direct",)):
         session = EngineSession.never_attached(len(sources))
-        step = session.start_rebalance(sources)
-        assert (step.go, step.reason) == (Go.STOP, Reason.UNKNOWN_SOURCE)
-        assert session.rebalance() == step and not session.shares
+        step = session.step(SourcesGathered(sources)).done
+        assert step is not None and (step.go, step.reason) == (Go.STOP, Reason.UNKNOWN_SOURCE)
+        assert session.step(RebalanceAsked(0)).done == step and not session.shares
     local = EngineSession.never_attached(2)
-    assert local.start_rebalance(["disk", "disk"]).reason is Reason.LOCAL
-    assert local.rebalance().go is Go.PROCEED and not local.shares  # sglang's own rebalance, no protocol
-    assert EngineSession.never_attached(1).start_rebalance(["daemon"]).reason is Reason.NOT_ATTACHED
+    step = local.step(SourcesGathered(["disk", "disk"])).done
+    assert step is not None and step.reason is Reason.LOCAL and step.go is Go.PROCEED and not local.shares
+    assert EngineSession.never_attached(1).step(SourcesGathered(["daemon"])).done.reason is Reason.NOT_ATTACHED
 
 
 def test_missing_hooks_are_one_of_the_off_reasons(statemachine: bool) -> None:
     cls = _session_class(statemachine)
     session = cls.never_attached(2)
-    session.install_checked(None)  # every hook in place: nothing changes
-    assert not session.rebalance_started and session.view().rebalance == "starting"
-    session.install_checked("hooks X, Y were not applied")
-    step = session.rebalance()
+    ready = session.step(RebalanceAsked(0, None))  # every hook in place: the sources are gathered first
+    assert ready.gathers and session.view().rebalance == "starting"
+    step = session.step(RebalanceAsked(0, "hooks X, Y were not applied")).done
     assert (step.go, step.reason) == (Go.STOP, Reason.PLUGIN_INCOMPLETE) and "hooks X, Y" in step.message
-    assert session.rebalance_started and not session.shares and session.view().rebalance == "off"
-    session.install_checked("hooks Z were not applied")  # off already: the first reason stays
-    assert session.rebalance() == step
-    shared = _started([DaemonMachine(RECORD), DaemonMachine(RECORD)], statemachine=statemachine)
-    shared.install_checked(None)
-    assert shared.rebalance().go is Go.PROCEED and shared.shares
-    shared.install_checked("hooks X were not applied")
-    assert shared.rebalance().reason is Reason.PLUGIN_INCOMPLETE and not shared.shares
+    assert not session.shares and session.view().rebalance == "off"
+    assert session.step(RebalanceAsked(0, "hooks Z were not applied")).done == step  # the first reason stays
+    shared = _started([DaemonMachine(RECORD), DaemonMachine(RECORD)], statemachine=statemachine).session
+    assert shared.step(RebalanceAsked(0, None)).done.go is Go.PROCEED and shared.shares
+    assert shared.step(RebalanceAsked(0, "hooks X were not applied")).done.reason is Reason.PLUGIN_INCOMPLETE
+    assert not shared.shares
 
 
-def _standby_loaded(daemons: list[DaemonMachine], statemachine: bool) -> EngineSession:
-    """A warm standby through startup; only rank 0's own fetch is taken, the others come from the all-gather."""
-    session = _session_class(statemachine)("S", len(daemons), ENGINE, standby=True)
-    for rank, daemon in enumerate(daemons):
-        assert (
-            session.attached(rank, daemon.attach_engine(session.attach_request(), f"sS{rank}").to_wire()).go
-            is Go.PROCEED
-        )
-    assert session.agree().go is Go.PROCEED
-    assert session.fetched(0, daemons[0].fetch_check(session.fetch_claim(0)).to_wire()).go is Go.PROCEED
-    assert session.loaded_all([True, False]).go is Go.PAUSE and session.view().phase == "load"
-    assert session.loaded_all([True, True]).go is Go.PROCEED and session.view().phase == "run"
-    return session
+def _standby_loaded(daemons: list[DaemonMachine], statemachine: bool) -> Ranks:
+    """A warm standby through startup, each rank's own fetch taken (the others come from the all-gather)."""
+    ranks = Ranks(daemons, ENGINE, "S", _session_class(statemachine), standby=True)
+    assert {s.go for s in ranks.step(lambda r: Started(r, INITIAL))} == {Go.PROCEED}
+    for r, rank in enumerate(ranks.ranks):
+        reply = daemons[r].fetch_check(rank.session.fetch_claim(r)).to_wire()
+        assert rank.session.step(Fetched(r, reply)).done.go is Go.PROCEED
+        assert rank.session.view().phase == "load"  # its peers' loads are learnt at the park
+    return ranks
 
 
 def test_a_standby_s_rounds_are_the_session_s(statemachine: bool) -> None:
-    """Park, notices, claims: the session says which rank goes next and whether the round goes on."""
+    """Park, notices, claims: the session says which rank goes next, and whether the round goes on."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
     daemons[0].attach_engine(AttachRequest("P"), "sP")  # a primary on rank 0's daemon
-    session = _standby_loaded(daemons, statemachine)
-    assert session.start_rebalance(["daemon", "daemon"]).reason is Reason.SHARED
-    assert (session.rebalance().go, session.rebalance().reason) == (Go.PAUSE, Reason.PARKED)  # not the primary
-    parked = []
-    while (rank := session.next_to_park()) is not None:
-        parked.append(rank)
-        session.parked(rank, daemons[rank].park_engine(session.park_request(rank)).to_wire())
-    assert parked == [0, 1] and session.standby_parked and not session.standby_promoted
-    assert session.awaits_notice(0) and not session.awaits_notice(1)  # rank 1's park reply was its notice
-    assert session.noticed_all().go is Go.PAUSE and session.next_to_claim() is None
+    ranks = _standby_loaded(daemons, statemachine)
+    assert {s.reason for s in ranks.step(lambda r: RebalanceAsked(r, source="daemon"))} == {Reason.PARKED}
+    step = _decided(ranks.step(lambda r: ParkAsked(r)))  # both park; rank 1's park reply is its notice
+    assert step.go is Go.PAUSE and all(rank.session.standby_parked for rank in ranks.ranks)
+    assert [type(rank.sent[-1]) for rank in ranks.ranks] == [ParkRequest, ParkRequest]
+    assert ranks.session.view().phase == "run" and ranks.session.view().claims == ("parked", "notified")
     daemons[0].detach_engine("P", "sP")  # rank 0's notice
+    ranks.noticed[0] = True
     daemons[1].attach_engine(AttachRequest("Q"), "sQ")  # another engine attaches before the claims
-    assert session.noticed_all([True, False]).go is Go.PROCEED and not session.awaits_notice(0)
-    claims = []
-    while (rank := session.next_to_claim()) is not None:
-        claims.append(session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()))
-    assert [c.go for c in claims] == [Go.PROCEED, Go.PAUSE]  # rank 1's claim taken: the round ended there
-    assert session.promote().go is Go.PAUSE and session.next_to_park() == 0 and session.standby_parked
-    for rank in (0, 1):
-        session.parked(rank, daemons[rank].park_engine(session.park_request(rank)).to_wire())
+    step = _decided(ranks.step(lambda r: TakeOverAsked(r)))  # rank 1's claim taken: every rank parks again
+    assert step.go is Go.PAUSE and all(rank.session.standby_parked for rank in ranks.ranks)
+    assert [type(r) for r in ranks.ranks[0].sent[-2:]] == [ClaimRequest, ParkRequest]
     daemons[1].detach_engine("Q", "sQ")
-    assert session.noticed_all([True, True]).go is Go.PROCEED
-    while (rank := session.next_to_claim()) is not None:
-        assert (
-            session.claimed(rank, daemons[rank].claim_primary(session.claim_request(rank)).to_wire()).go is Go.PROCEED
-        )
-    assert session.promote().go is Go.PROCEED and session.standby_promoted and not session.standby_parked
-    assert session.rebalance().go is Go.PROCEED and session.shares
+    ranks.noticed = [False, True]
+    step = _decided(ranks.step(lambda r: TakeOverAsked(r)))
+    assert step.go is Go.PROCEED and all(rank.session.standby_promoted for rank in ranks.ranks)
+    assert all(rank.installed == INITIAL for rank in ranks.ranks)
+    assert ranks.session.step(RebalanceAsked(0)).done.go is Go.PROCEED and ranks.session.shares
 
 
 def test_the_views_phases_are_the_machines_states() -> None:
@@ -414,57 +405,20 @@ def test_the_diagrams_are_drawn_from_the_declarations() -> None:
     assert "parked" in drawn["standby_machine"]
 
 
-def _ranks_of(session: EngineSession) -> list[EngineSession]:
-    """One session per rank, as every rank process keeps its own (the same view after startup)."""
-    sessions = [session]
-    for _ in range(1, session.view().num_ranks):
-        other = EngineSession(session.view().engine_id, session.view().num_ranks, ENGINE)
-        other.restore(session.view())
-        sessions.append(other)
-    return sessions
-
-
-def _one_collective_chunk(
-    sessions: list[EngineSession], daemons: list[DaemonMachine], layers: list[int], rows_of: object = None
-):  # type: ignore[no-untyped-def]
-    """A chunk as the adapter runs it: each rank's begin, one all-gather of the begin replies with the
-    last chunk's commit answers, the move, each rank's commit with no collective after it."""
-    for s in sessions:
-        assert s.rebalance().go is Go.PROCEED
-        s.begin_chunk(layers)
-    pairs = enumerate(zip(sessions, daemons, strict=True))
-    gathered = [(d.begin_move(s.begin_request(r)), s.owed_answer(r)) for r, (s, d) in pairs]
-    steps = [s.begun_all([b for b, _ in gathered], owed=[o for _, o in gathered]) for s in sessions]
-    assert len({(step.go, step.reason) for step in steps}) == 1  # every rank decides the same
-    if steps[0].go is not Go.PROCEED:
-        for r, (s, d) in enumerate(zip(sessions, daemons, strict=True)):
-            abort = s.abort_request(r)
-            if abort is not None:
-                d.abort_move(abort)
-            s.aborted_all()
-        return steps[0]
-    for r, (s, d) in enumerate(zip(sessions, daemons, strict=True)):
-        s.moved(MOVED)
-        request = s.commit_request(r)
-        if rows_of is not None and r == 1:
-            request = replace(request, rows=((0, 1, 2),))  # rows the daemon refuses: the move stays pending
-        s.committed(r, d.commit_move(request))
-        assert s.chunk_committed().go is Go.PROCEED  # no collective: it always goes on
-    return steps[0]
-
-
 def test_the_commit_check_rides_the_next_begin_and_the_rebalance_end() -> None:
     """One all-gather per chunk: each rank knows only its own commit answer until the next chunk's
     begin gathers every rank's; the rebalance's end gathers them once more."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    sessions = _ranks_of(_started(daemons))
-    assert _one_collective_chunk(sessions, daemons, [0]).go is Go.PROCEED
+    ranks = _started(daemons)
+    assert _chunk(ranks, [0]).go is Go.PROCEED
+    ranks.flush()
+    sessions = [rank.session for rank in ranks.ranks]
     assert [s.view().owed[1 - r] for r, s in enumerate(sessions)] == [None, None]  # the peers' are owed
-    assert all(s.owes_check and s.view().version == 1 for s in sessions)
-    assert _one_collective_chunk(sessions, daemons, [1]).go is Go.PROCEED
-    owed = [s.owed_answer(r) for r, s in enumerate(sessions)]
-    assert all(s.verify(owed).go is Go.PROCEED and not s.owes_check for s in sessions)
-    assert all(s.view().version == 2 and s.shares for s in sessions)
+    assert all(s.view().owed and s.view().version == 1 for s in sessions)
+    assert _chunk(ranks, [1], move=MOVED_TWICE).go is Go.PROCEED
+    verdict = _end(ranks)
+    assert verdict is not None and verdict.go is Go.PROCEED
+    assert all(s.view().version == 2 and s.shares and not s.view().owed for s in sessions)
     assert all(d.view().record.version == 2 and d.view().record.digest == sessions[0].view().digest for d in daemons)
 
 
@@ -473,13 +427,21 @@ def test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending() ->
     the engine's own pending move); the gathered check fails: the ranks that began abort, and
     rebalancing is off with the commit's reason."""
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
-    sessions = _ranks_of(_started(daemons))
-    assert _one_collective_chunk(sessions, daemons, [0], rows_of="bad").go is Go.PROCEED
+    ranks = _started(daemons)
+    assert _chunk(ranks, [0]).go is Go.PROCEED
+    # rank 1's commit reaches its daemon with rows it refuses: its move stays pending
+    ranks.on_the_way[1] = lambda request: (
+        replace(request, rows=((0, 1, 2),)) if isinstance(request, CommitRequest) else request
+    )
+    ranks.flush()
+    del ranks.on_the_way[1]
     assert daemons[1].view().phase == "pending"
-    step = _one_collective_chunk(sessions, daemons, [1])
+    step = _chunk(ranks, [1], move=MOVED_TWICE)
     assert (
         step.go is Go.STOP and step.reason is Reason.COMMIT_UNVERIFIED and "rank 1: commit not recorded" in step.message
     )
-    assert all(s.view().rebalance == "off" and not s.shares and not s.owes_check for s in sessions)
+    assert all(
+        r.session.view().rebalance == "off" and not r.session.shares and not r.session.view().owed for r in ranks.ranks
+    )
     assert daemons[0].view().phase == "clean" and daemons[0].view().record.version == 1  # rank 0's begin aborted
     assert daemons[1].view().phase == "pending" and daemons[1].view().pending.layers == (0,)

@@ -234,14 +234,14 @@ def test_a_rule_broken_in_the_declaration_fails_the_mirror_and_the_fast_path(
     from tests.layout_sm.datadriven import run_file
     from tests.layout_sm.datadriven_session import SessionRunner
 
-    from layout_sm.session import EngineSession
+    from layout_sm import session
 
     spec = _variant(tmp_path, "MCSmall", DaemonRestarts="FALSE", MaxMoves="1")
     assert explore(spec, "MCSmall", tmp_path / "mirror.dot", progress=None, statemachine=statemachine).ok
     chunks = Path(__file__).parents[1] / "layout_sm" / "testdata" / "session" / "03_chunks.txt"
     written, produced = run_file(chunks, SessionRunner())
     assert written == produced
-    monkeypatch.setattr(EngineSession, "rebalance_machine", BusyTurnsOff)
+    monkeypatch.setattr(session, "RebalanceMachine", BusyTurnsOff)  # the class the session reads its table from
     explore(spec, "MCSmall", tmp_path / "mutant.dot", progress=None, stop_on_violation=False, statemachine=statemachine)
     diff = compare_graphs(load_dot(tmp_path / "mirror.dot"), load_dot(tmp_path / "mutant.dot"))
     assert not diff.equal

@@ -42,6 +42,26 @@ from daemon_adapter import client
 from layout_sm import messages
 from layout_sm.engine import EngineLayout, Go
 from layout_sm.messages import request_wire
+from layout_sm.ready import (
+    Aborted,
+    Attached,
+    BeginAnswered,
+    ChunkAsked,
+    ChunkEnded,
+    ClaimAnswered,
+    ClaimsEnded,
+    CommitAnswered,
+    Decided,
+    Fetched,
+    FindingsGathered,
+    Moved,
+    Noticed,
+    OwedGathered,
+    ParkAnswered,
+    Polled,
+    RejoinAnswered,
+    SourcesGathered,
+)
 from layout_sm.reasons import Reply
 from layout_sm.record import layout_digest
 from layout_sm.session import EngineSession
@@ -166,32 +186,33 @@ class RealSystem:
     def do_Attach(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         self.touched.add(r)
-        att = client.Attachment(self.daemons[r].socket_path, request_wire(eng.steps.attach_request()))
+        att = client.Attachment(self.daemons[r].socket_path, request_wire(eng.steps.next_request(r - 1)))
         wire = att.reply
         self.log.append(f"  d{r} <- attach {eng.name}: {wire.get('status')}({wire.get('reason')})")
         if wire.get("status") == "ok":
             eng.conns[r] = att
         else:
             att.close()
-        eng.steps.attached(r - 1, wire)
+        eng.steps.step(Attached(r - 1, wire))
         self._expect_finding(eng, e, r, after, f"Attach({eng.name}, {r})")
 
     def do_Poll(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         wire = self.request(r, messages.query_request(include_map=True))
-        step = eng.steps.polled(r - 1, wire)
-        if step.go is Go.PAUSE:
-            raise Mismatch(f"Poll({eng.name}, {r}): the rank still waits ({step.message}); the spec's move ended")
+        ready = eng.steps.step(Polled(r - 1, wire))
+        if ready.send is not None:
+            raise Mismatch(f"Poll({eng.name}, {r}): the rank still waits ({ready.done}); the spec's move ended")
         self._expect_finding(eng, e, r, after, f"Poll({eng.name}, {r})")
 
     def do_Timeout(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        eng.steps.timed_out(r - 1, WAIT_TIMEOUT_S)
+        eng.steps.step(Polled(r - 1, None, now_s=WAIT_TIMEOUT_S))  # its wait began at 0
         self._expect_finding(eng, e, r, after, f"Timeout({eng.name}, {r})")
 
     def do_Agree(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        outcome = eng.steps.agree()
+        outcome = eng.steps.step(FindingsGathered(eng.steps.view().findings)).done
+        assert outcome is not None
         want_phase = after["ephase"][e]
         if outcome.go is Go.PAUSE:  # the rejoin branch: the fresh ranks are to rejoin, still starting
             marked = [f is not None and f.kind == "rejoin" for f in eng.steps.view().findings]
@@ -205,7 +226,7 @@ class RealSystem:
                            f"the spec's engine goes to {want_phase!r}")  # fmt: skip
         if outcome.go is Go.STOP:
             return
-        eng.steps.start_rebalance(("daemon",) * self.ranks)
+        eng.steps.step(SourcesGathered(("daemon",) * self.ranks))
         view = eng.steps.view()
         route = rows_of_perms(after["eroute"][e])
         got_rows = tuple(tuple(row) for row in view.rows) if view.rows is not None else self.initial_rows
@@ -223,7 +244,7 @@ class RealSystem:
             msg[messages.FETCH_FIELD] = request_wire(claim)
         wire = self.request(r, msg)
         if eng.session is not None:
-            eng.session.fetched(r - 1, wire)
+            eng.session.step(Fetched(r - 1, wire))
         served = r in after["eserv"][e]
         if (wire.get("status") == "ok") != served:
             raise Mismatch(f"Fetch({eng.name}, {r}): daemon replied {wire.get('status')}({wire.get('reason')}): "
@@ -232,19 +253,20 @@ class RealSystem:
             raise Mismatch(f"Fetch({eng.name}, {r}): refusal is {wire.get('status')}, expected layout_refused")
 
     def do_BeginChunk(self, before: Record, after: Record, e: Any, c: frozenset[int]) -> None:
-        self.engine(e).steps.begin_chunk(wire_layers(c))
+        self.engine(e).steps.step(ChunkAsked(0, wire_layers(c)))
 
     def do_Begin(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.begin_request(r - 1))))
-        eng.steps.begun(r - 1, reply)
+        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.next_request(r - 1))))
+        eng.steps.step(BeginAnswered(r - 1, reply.to_wire()))
         want = _at(after["reb"][e]["replies"], r)
         if reply.status.value != _BEGIN_STATUS[want]:
             raise Mismatch(f"Begin({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
     def do_Decide(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        decision = eng.steps.decide()
+        decision = eng.steps.step(Decided()).done
+        assert decision is not None
         step = after["reb"][e]["step"]
         if (decision.go is Go.PROCEED) != (step == "move"):
             raise Mismatch(
@@ -252,7 +274,7 @@ class RealSystem:
             )
         if decision.go is not Go.PROCEED:
             oks = {r - 1 for r in range(1, self.ranks + 1) if _at(before["reb"][e]["replies"], r) == "ok"}
-            aborts = {r for r in range(self.ranks) if eng.steps.abort_request(r) is not None}
+            aborts = {r for r in range(self.ranks) if isinstance(eng.steps.next_request(r), messages.AbortRequest)}
             if aborts != oks:
                 raise Mismatch(f"Decide({eng.name}): aborts ranks {sorted(aborts)}; the spec aborts "
                                f"the ok ranks {sorted(oks)}")  # fmt: skip
@@ -261,13 +283,13 @@ class RealSystem:
 
     def do_Abort(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        abort = eng.steps.abort_request(r - 1)
-        if abort is None:
+        abort = eng.steps.next_request(r - 1)
+        if not isinstance(abort, messages.AbortRequest):
             raise Mismatch(f"Abort({eng.name}, {r}): the session has no begun move of rank {r} to abort")
         reply = Reply.from_wire(self.request(r, request_wire(abort)))
         if reply.reason.value != "aborted":
             raise Mismatch(f"Abort({eng.name}, {r}): daemon replied {reply}; the spec aborts the move")
-        eng.steps.aborted(r - 1)
+        eng.steps.step(Aborted(r - 1))
 
     def do_MoveLayer(self, before: Record, after: Record, e: Any, r: int, layer: int) -> None:
         pass  # truth only (see the module docstring)
@@ -275,16 +297,18 @@ class RealSystem:
     def do_Commit(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
         if eng.steps.view().rebalance == "moving":  # the first commit: sglang's move has ended
-            eng.steps.moved(self._target(before, e))
-        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.commit_request(r - 1))))
-        eng.steps.committed(r - 1, reply)
+            commit = eng.steps.step(Moved(r - 1, self._target(before, e))).send
+        else:
+            commit = eng.steps.next_request(r - 1)
+        reply = Reply.from_wire(self.request(r, request_wire(commit)))
+        eng.steps.step(CommitAnswered(r - 1, reply.to_wire()))
         want = _at(after["reb"][e]["replies"], r)
         if reply.ok != (want == "committed"):
             raise Mismatch(f"Commit({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
     def do_Committed(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        eng.steps.chunk_committed()
+        eng.steps.step(ChunkEnded())
         view = eng.steps.view()
         want = after["reb"][e]["owed"]
         good = eng.steps.model.owed_checks()  # the session's own guard: what the next all-gather will judge
@@ -295,7 +319,8 @@ class RealSystem:
 
     def do_Verify(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        verdict = eng.steps.verify()
+        verdict = eng.steps.step(OwedGathered(eng.steps.view().owed)).done
+        assert verdict is not None
         if (verdict.go is Go.PROCEED) != after["eshare"][e]:
             raise Mismatch(f"Verify({eng.name}): the session said {verdict.go.value} ({verdict.message}); "
                            f"spec eshare {after['eshare'][e]}")  # fmt: skip
@@ -307,22 +332,23 @@ class RealSystem:
 
     def do_Park(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        wire = self.request(r, request_wire(eng.steps.park_request(r - 1)))
+        wire = self.request(r, request_wire(eng.steps.next_request(r - 1)))
         if wire.get("reason") != "parked":
             raise Mismatch(f"Park({eng.name}, {r}): daemon replied {wire.get('status')}({wire.get('reason')})")
-        eng.steps.parked(r - 1, wire)
+        eng.steps.step(ParkAnswered(r - 1, wire))
         self._read_notices(r, [n for n in wire.get("notified", ()) if n != eng.name], f"Park({eng.name}, {r})")
         self._expect_claims(after, f"Park({eng.name}, {r})")
 
     def do_Claim(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        wire = self.request(r, request_wire(eng.steps.claim_request(r - 1)))
-        eng.steps.claimed(r - 1, wire)
+        wire = self.request(r, request_wire(eng.steps.next_request(r - 1)))
+        eng.steps.step(ClaimAnswered(r - 1, wire))
         self._expect_claims(after, f"Claim({eng.name}, {r})")
 
     def do_Promote(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
-        step = eng.steps.promote()
+        step = eng.steps.step(ClaimsEnded()).done
+        assert step is not None
         want = after["ephase"][e]
         got = {"proceed": "run", "stop": "failed", "pause": "parked"}[step.go.value]
         if got != want:
@@ -342,11 +368,11 @@ class RealSystem:
             if conn is None:
                 continue
             notice = conn.notice(NOTICE_TIMEOUT_S)
-            if not isinstance(notice, dict) or notice.get("type") != messages.NOTICE:
+            if not messages.is_notice(notice):
                 raise Mismatch(f"{where}: {name} got {notice!r} on its attach connection to daemon {r}, not the notice")
             self.log.append(f"  d{r} -> {name}: notice")
             if not eng.dead:
-                eng.steps.noticed(r - 1)
+                eng.steps.step(Noticed(r - 1))
 
     def _expect_claims(self, after: Record, where: str) -> None:
         for name, eng in self.engines.items():
@@ -392,8 +418,8 @@ class RealSystem:
 
     def do_AskRejoin(self, before: Record, after: Record, e: Any, r: int) -> None:
         eng = self.engine(e)
-        wire = self.request(r, request_wire(eng.steps.rejoin_request(r - 1)))
-        eng.steps.rejoined(r - 1, wire)
+        wire = self.request(r, request_wire(eng.steps.next_request(r - 1)))
+        eng.steps.step(RejoinAnswered(r - 1, wire))
         self._expect_finding(eng, e, r, after, f"AskRejoin({eng.name}, {r})")
 
     def _read_notices_if_told(self, after: Record, r: int, where: str) -> None:

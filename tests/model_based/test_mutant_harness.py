@@ -45,3 +45,30 @@ def test_each_mutant_is_applied_at_import_in_a_fresh_process() -> None:
 
 def test_no_mutant_without_the_environment_variable() -> None:
     assert _probe(None) == "None"
+
+
+REPLACES_ONLY = """
+import importlib, inspect, json
+from tests.model_based.mutants.catalog import MUTANTS
+added = {}
+for name, m in MUTANTS.items():
+    mod = importlib.reload(importlib.import_module(m.target))
+    before = {n: {a for c in v.__mro__ for a in vars(c)} if inspect.isclass(v) else None for n, v in vars(mod).items()}
+    m.patch(mod)
+    new = [n for n in vars(mod) if n not in before and n != "__layout_mutant__"]
+    for n, v in vars(mod).items():
+        new += [f"{n}.{a}" for a in vars(v) if a not in before[n]] if before.get(n) is not None else []
+    if new:
+        added[name] = new
+print(json.dumps(added))
+"""
+
+
+def test_each_mutant_replaces_a_name_its_target_defines() -> None:
+    # A patch that adds a name instead of replacing one breaks nothing: its mutant would look alive
+    # only because the code it meant to break was renamed.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    env.pop(ENV, None)
+    out = subprocess.run([sys.executable, "-c", REPLACES_ONLY], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "{}"

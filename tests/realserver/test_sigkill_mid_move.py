@@ -156,7 +156,7 @@ def test_sigkill_mid_move_makes_the_next_server_fail_at_startup(between_chunks: 
     finally:
         checkpoint.with_name(CHECKPOINT + ".away").rename(checkpoint)
     assert done.returncode != 0, f"the repair without a checkpoint did not fail: {done.stdout}"
-    failures = [s.get("repair_failure") or "" for s in _states(run_dir)]
+    failures = [s.get("repair_failed") or "" for s in _states(run_dir)]
     assert all(NO_WEIGHTS in f for f in failures), f"the daemons keep no repair failure: {failures}"
 
     e = RealServer(run_dir, topology, ServerSpec("E", rebalance_iterations=100_000, plugins=B_PLUGINS)).start()

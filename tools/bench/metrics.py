@@ -1,7 +1,9 @@
 """The engine adapter's metrics calls per chunk (``engine_adapter.metrics``), on against off.
 
-A rebalance chunk calls ``protocol_time`` twice, ``chunk_begun`` and ``committed``. With sglang's
-metrics off each call returns at once: that is the floor, timed in the same process right before.
+A rebalance chunk calls ``protocol_time`` once, and the session tells its metrics observer
+(``metrics.ChunkWatch``) of each machine event of the chunk (the chunk, every rank's begin answer, the
+decision, the move, this rank's commit answer, the chunk's end). With sglang's metrics off each call
+returns at once: that is the floor, timed in the same process right before.
 The calls run in a fresh interpreter in prometheus_client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR``), as sglang runs them, where every update writes to a per-process file.
 
@@ -19,17 +21,31 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter import metrics
+from layout_sm.engine import RankAnswer, Step
+from layout_sm.reasons import Reason, Status
 
 ROOT = Path(__file__).resolve().parents[2]
-BEGUN = [{"status": "ok", "reason": "begun"}, {"status": "ok", "reason": "begun"}]
+BEGUN = RankAnswer(Status.OK, text="begun", reason="begun")
+COMMITTED = RankAnswer(Status.OK, 7, "d" * 64, "committed", "committed")
+PROCEED = Step.proceed(Reason.BEGUN, "every daemon accepted the move")
+# A two-rank chunk that moves, as rank 0's session tells its observers: (event, its arguments, its result).
+CHUNK_EVENTS: list[tuple[str, dict[str, Any], Any]] = [
+    ("chunk", {"layers": (0,)}, None),
+    ("begin", {"rank": 0, "answer": BEGUN, "owed": None}, None),
+    ("begin", {"rank": 1, "answer": BEGUN, "owed": None}, None),
+    ("decide", {}, PROCEED),
+    ("move", {"rows": ()}, None),
+    ("commit", {"rank": 0, "answer": COMMITTED}, None),
+    ("committed", {}, PROCEED),
+]
+WATCH = metrics.ChunkWatch(0)
 
 
 def _chunk() -> None:
-    """What the chunk hook adds to one chunk that moves."""
-    metrics.protocol_time(0.001)
-    metrics.chunk_begun("proceed", BEGUN, 0)
-    metrics.protocol_time(0.001)
-    metrics.committed(7)
+    """What the metrics add to one chunk that moves."""
+    metrics.protocol_time(0.002)
+    for event, arguments, result in CHUNK_EVENTS:
+        WATCH(event, arguments, result, None)
 
 
 def _per_chunk_ns(n: int, rounds: int = 5) -> float:

@@ -111,8 +111,9 @@ def _rank_worker(
 
     from daemon_adapter import client
     from engine_adapter.collective import all_gather_small
-    from layout_sm.engine import EngineLayout, RankFinding
+    from layout_sm.engine import EngineLayout
     from layout_sm.messages import request_wire
+    from layout_sm.ready import NOTHING, ChunkAsked, Fetched, Ready, RebalanceAsked, RebalanceEnded, Started
     from layout_sm.record import layout_digest
     from layout_sm.session import EngineSession
 
@@ -141,14 +142,49 @@ def _rank_worker(
     }
 
     attachments: list[Any] = []
+    unread: list[Any] = []  # a commit sent and not read yet: (its reader, the session's event for its reply)
+
+    def carry_out(session: EngineSession, ready: Ready) -> Ready:
+        """What the session says, done as the engine adapter does (``engine_adapter.runner``): each request
+        to this rank's daemon, each all-gather over the ranks, the move (the map ``rows``), a commit left
+        unread; the last ``Ready`` that said how the sequence ended."""
+        ended = NOTHING
+        while True:
+            if ready.done is not None:
+                ended = ready
+            if ready.send is not None and ready.attach:
+                att = client.Attachment(path, request_wire(ready.send))
+                attachments.append(att)
+                event = ready.then(att.reply, 0.0) if ready.then else None
+            elif ready.send is not None and ready.read_later:
+                unread.append((client.send_request(path, request_wire(ready.send)), ready.then))
+                event = None
+            elif ready.send is not None:
+                reply = client.request(path, request_wire(ready.send))
+                event = ready.then(reply, 0.0) if ready.then else None
+            elif ready.gathers:
+                gathers[shape_now[0]] += 1
+                event = ready.then(gather(ready.gather), 0.0)
+            elif ready.move:
+                event = ready.then(rows, 0.0)
+            else:
+                event = None
+            event = event or ready.next
+            if event is None:
+                return ended
+            ready = session.step(event)
+
+    def flush(session: EngineSession) -> None:
+        while unread:
+            sent, then = unread.pop()
+            carry_out(session, session.step(then(sent.read(), 0.0)))
+
+    gathers = {"startup": 0, "chunk": 0, "two_collectives": 0, "rebalance_end": 0}
+    shape_now = ["startup"]
 
     def startup() -> None:
         session = EngineSession(f"bench-{rank}", world, engine)
-        att = client.Attachment(path, request_wire(session.attach_request()))
-        session.attached(rank, att.reply)
-        session.gathered([RankFinding.from_wire(w) for w in gather(session.finding(rank).to_wire())])
-        session.agree()
-        attachments.append(att)
+        carry_out(session, session.step(Started(rank, rows)))
 
     def startup_floor() -> None:
         client.request(path, {"type": "query_config"})
@@ -168,34 +204,26 @@ def _rank_worker(
         attachments.pop().close()
 
     session = EngineSession("bench-chunks", world, engine)
-    att = client.Attachment(path, request_wire(session.attach_request()))
-    session.attached(rank, att.reply)
-    session.gathered([RankFinding.from_wire(w) for w in gather(session.finding(rank).to_wire())])
-    assert session.agree().reason == "initial"
-    session.fetched(rank, {"status": "ok"})  # the load's fetch_state is not timed here
-    session.start_rebalance(["daemon"] * world)
+    agreed = carry_out(session, session.step(Started(rank, rows)))
+    assert agreed.done is not None and agreed.done.reason == "initial", agreed
+    session.step(Fetched(rank, {"status": "ok"}))  # the load's fetch_state is not timed here
+    assert carry_out(session, session.step(RebalanceAsked(rank, source="daemon"))).done.go == "proceed"
+    att = attachments.pop()
     time.sleep(0.05)
-    gathers = {"chunk": 0, "two_collectives": 0, "rebalance_end": 0}
 
     def chunk(layer: int, shape: str) -> None:
-        """One chunk as the engine adapter runs it: begin, one all-gather (the begin replies and the last
-        chunk's commit answers), the commit with no collective after it. ``two_collectives``: the shape
-        before it, the commit's answers all-gathered and checked at once (the same session steps plus
-        that all-gather and ``verify``)."""
-        session.begin_chunk([layer])
-        began = gather((client.request(path, request_wire(session.begin_request(rank))), session.owed_answer(rank)))
-        gathers[shape] += 1
-        decision = session.begun_all([b for b, _ in began], owed=[o for _, o in began])
-        assert decision.go == "proceed", decision.message
-        # As the engine adapter does: the commit goes out first, the engine checks its map meanwhile.
-        sent = client.send_request(path, request_wire(session.commit_request(rank, rows)))
-        session.moved(rows)
-        session.committed(rank, sent.read())
-        session.chunk_committed()
+        """One chunk as the engine adapter runs it: the last chunk's commit read, the begin, one all-gather
+        (the begin replies and the last chunk's commit answers), the commit sent with no collective after
+        it. ``two_collectives``: the shape before it, the commit's answers all-gathered and checked at once
+        (the same steps plus that all-gather, as a rebalance's end makes it)."""
+        shape_now[0] = shape
+        flush(session)
+        decision = carry_out(session, session.step(ChunkAsked(rank, [layer])))
+        assert decision.done is not None and decision.done.go == "proceed", decision.done
         if shape == "two_collectives":
-            verdict = session.verify(gather(session.owed_answer(rank)))
-            gathers[shape] += 1
-            assert verdict.go == "proceed", verdict.message
+            flush(session)
+            verdict = carry_out(session, session.step(RebalanceEnded(rank)))
+            assert verdict.done is not None and verdict.done.go == "proceed", verdict.done
 
     # The floors in the same loop, right before each chunk: their round trips and all-gathers then run
     # in the state the chunks' own run in (a hot loop of pings alone is a best case). The chunk's own
@@ -226,9 +254,10 @@ def _rank_worker(
             series.append(time.perf_counter() - t0)
         if shape == "chunk":  # the rebalance ends: the last chunk's check, one all-gather
             barrier()
+            shape_now[0] = "rebalance_end"
             t0 = time.perf_counter()
-            assert session.verify(gather(session.owed_answer(rank))).go == "proceed"
-            gathers["rebalance_end"] += 1
+            flush(session)
+            assert carry_out(session, session.step(RebalanceEnded(rank))).done.go == "proceed"
             end_s.append(time.perf_counter() - t0)
     att.close()
     conn.send(
@@ -361,12 +390,12 @@ def bench_scale(n: int) -> dict[str, Any]:
         new_rows = [[(p + layer + version + 1) % LOGICAL for p in range(PHYSICAL)] for layer in range(LAYERS)]
         begin = parse_request(begin_request("bench", session, version, layers))
         assert not isinstance(begin, Reply)
-        assert machine.handle(begin).ok
+        assert machine.handle(begin).reply.ok
         wire = pickle.loads(pickle.dumps(commit_request("bench", session, layers, new_rows)))  # as received
         t0 = time.perf_counter()
         parsed = parse_request(wire)  # daemon-side: validate, then the machine, then the reply dict
         assert not isinstance(parsed, Reply)
-        reply = machine.handle(parsed)
+        reply = machine.handle(parsed).reply
         reply.to_wire()
         commit_s.append(time.perf_counter() - t0)
         assert reply.ok, reply.message
@@ -444,8 +473,8 @@ def bench_trace(n: int, workdir: str) -> dict[str, Any]:
         commit = parse_request(commit_request("bench", session, [layer], new_row))
         for side in ("off", "on") if version % 2 else ("on", "off"):
             t0 = time.perf_counter()
-            assert machines[side].handle(begin).ok  # type: ignore[arg-type]
-            assert machines[side].handle(commit).ok  # type: ignore[arg-type]
+            assert machines[side].handle(begin).reply.ok  # type: ignore[arg-type]
+            assert machines[side].handle(commit).reply.ok  # type: ignore[arg-type]
             samples[side].append(time.perf_counter() - t0)
     off = machines["off"]
     check_s = _timeit(lambda: off.observer is not None, n)  # what the off path adds, once a step
@@ -469,13 +498,38 @@ def _on_against_off(samples: dict[str, list[float]], prefix: str = "") -> dict[s
     }
 
 
+def _carry_in_process(session: Any, daemon: Any, ready: Any, rows: Any) -> Any:
+    """One rank's ``Ready``s carried out against a daemon machine in this process (its only rank: a
+    gather is its own part), sglang's move the map ``rows``; the last ``Ready`` that ended a sequence."""
+    from layout_sm.messages import AttachRequest
+    from layout_sm.ready import NOTHING
+
+    ended = NOTHING
+    while True:
+        if ready.done is not None:
+            ended = ready
+        if ready.send is not None:
+            step = daemon.handle(ready.send, session="s" * 32 if isinstance(ready.send, AttachRequest) else None)
+            event = ready.then(step.reply.to_wire(), 0.0) if ready.then else None
+        elif ready.gathers:
+            event = ready.then([ready.gather], 0.0)
+        elif ready.move:
+            event = ready.then(rows, 0.0)
+        else:
+            event = None
+        event = event or ready.next
+        if event is None:
+            return ended
+        ready = session.step(event)
+
+
 def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
-    """A one-layer chunk through one rank's ``EngineSession`` (its six events; a daemon machine in this
-    process answers), tracing off and on, alternated: what an engine rank's trace adds to a chunk."""
-    from daemon_adapter.trace import EngineTrace
+    """A one-layer chunk through one rank's ``EngineSession`` (a daemon machine in this process answers),
+    tracing off and on, alternated: what an engine rank's trace adds to a chunk."""
+    from engine_adapter.trace import EngineTrace
     from layout_sm.daemon import DaemonMachine
     from layout_sm.engine import EngineLayout
-    from layout_sm.messages import parse_request
+    from layout_sm.ready import ChunkAsked, Fetched, RebalanceAsked, Started
     from layout_sm.record import LayoutRecord, layout_digest
     from layout_sm.session import EngineSession
 
@@ -486,28 +540,20 @@ def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
     for side in ("off", "on"):
         session = EngineSession(f"bench-{side}", 1, layout)
         daemons[side] = daemon = DaemonMachine(LayoutRecord.initial(rows, LOGICAL))  # answers, in this process
-        attach = parse_request({"type": "expert_layout_attach", "engine_id": f"bench-{side}"})
-        session.attached(0, daemon.handle(attach, session="s" * 32).to_wire())  # type: ignore[arg-type]
-        session.gathered([session.finding(0)])
-        session.agree()
-        session.fetched(0, {"status": "ok"})
-        session.start_rebalance(["daemon"])
+        _carry_in_process(session, daemon, session.step(Started(0, rows)), rows)
+        session.step(Fetched(0, {"status": "ok"}))
+        _carry_in_process(session, daemon, session.step(RebalanceAsked(0, source="daemon")), rows)
         sessions[side] = session
     trace.start(sessions["on"], 0, "bench.sock", False, rows)
-    sessions["on"].observer = trace.step
+    sessions["on"].observers.append(trace.step)
     size_before = trace.path.stat().st_size
     samples: dict[str, list[float]] = {"off": [], "on": []}
     for version in range(n):
         for side in ("off", "on") if version % 2 else ("on", "off"):
             session, daemon = sessions[side], daemons[side]
             t0 = time.perf_counter()
-            session.begin_chunk([version % LAYERS])
-            decision = session.begun_all([daemon.handle(session.begin_request(0))])  # type: ignore[arg-type]
-            assert decision.go == "proceed", decision.message
-            commit = session.commit_request(0, rows)
-            session.moved(rows)
-            session.committed(0, daemon.handle(commit))  # type: ignore[arg-type]
-            session.chunk_committed()
+            decision = _carry_in_process(session, daemon, session.step(ChunkAsked(0, [version % LAYERS])), rows)
+            assert decision.done is not None and decision.done.go == "proceed", decision.done
             samples[side].append(time.perf_counter() - t0)
     return {
         **_on_against_off(samples, "engine_"),
@@ -688,18 +734,23 @@ def bench_throughput(workdir: str, seconds: float) -> dict[str, Any]:
 
 
 def bench_request_check(n: int) -> dict[str, Any]:
-    from daemon_adapter.wire import request_pickle_problem
+    """The daemon's check of a request's pickle before it is unpickled (``daemon_adapter.wire``: one
+    compiled pattern), against unpickling it, and against the same check read opcode by opcode
+    (``pickletools``, the pattern's reference): whether the pattern is needed."""
+    from daemon_adapter.wire import opcode_problem, request_pickle_problem
     from layout_sm.messages import commit_request
 
     rows = deepseek_map()
     out: dict[str, Any] = {"repetitions": n}
     for name, layers in (("full_map", list(range(LAYERS))), ("one_layer", [0])):
         blob = pickle.dumps(commit_request("bench", "s" * 32, layers, [rows[i] for i in layers]), protocol=5)
-        assert request_pickle_problem(blob) is None
+        assert request_pickle_problem(blob) is None and opcode_problem(blob) is None
         check_us = _median_us(_timeit(lambda blob=blob: request_pickle_problem(blob), n))
         unpickle_us = _median_us(_timeit(lambda blob=blob: pickle.loads(blob), n))
+        opcodes_us = _median_us(_timeit(lambda blob=blob: opcode_problem(blob), n))
         out[f"{name}_check_us"], out[f"{name}_unpickle_us"] = check_us, unpickle_us
         out[f"{name}_ratio"] = round(check_us / unpickle_us, 1)
+        out[f"{name}_opcodes_us"], out[f"{name}_opcodes_ratio"] = opcodes_us, round(opcodes_us / unpickle_us, 1)
     return out
 
 
@@ -781,8 +832,9 @@ def markdown(data: dict[str, Any]) -> str:
             return f"≤{t['one_layer_check_ratio_max']}x: {yes(ratio <= t['one_layer_check_ratio_max'])}"
 
         lines += [
-            f"| request check before unpickling, {what} commit | {rc[f'{key}_check_us']} µs | "
-            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x | "
+            f"| request check before unpickling, {what} commit (one compiled pattern) | {rc[f'{key}_check_us']} µs | "
+            f"{rc[f'{key}_unpickle_us']} µs (unpickling it) | {rc[f'{key}_ratio']}x; read opcode by opcode "
+            f"(pickletools, the pattern's reference): {rc[f'{key}_opcodes_us']} µs, {rc[f'{key}_opcodes_ratio']}x | "
             f"{target(key, rc[f'{key}_ratio'])} |"
             for key, what in (("full_map", "full-map (61x288)"), ("one_layer", "one-layer"))
         ]

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon_adapter.trace import TRACE_ENV
 from layout_sm.messages import query_request
+from layout_sm.trace_codec import TRACE_ENV
 from tools.chaos import rank_scripts
 from tools.chaos.rank_scripts import KillPoint
 from tools.harness import toy_moe

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tools.demo import memory_probe
 from tools.demo.harness import rank_scripts
 from tools.harness.engine_ranks import EngineRank, EngineSpec
 
@@ -90,9 +91,10 @@ def report(rank: EngineRank, truth: bool) -> dict[str, Any]:
     read_ns = time.monotonic_ns()
     out = rank_scripts.report(rank)
     st = state.get()
-    if truth and st.trace is not None and out["slots"]:
+    if truth and st.trace is not None and st.socket_path is not None and out["slots"]:
         assert rank.spec is not None
-        st.trace.truth(read_ns, rank.rank * rank.spec.cfg.num_local, out["slots"])
+        reading = memory_probe.ProbeTrace(st.trace.path.parent, st.socket_path)
+        reading.truth(read_ns, rank.rank * rank.spec.cfg.num_local, out["slots"])
     return out
 
 

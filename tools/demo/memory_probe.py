@@ -16,6 +16,7 @@ engine is mid-move on those daemons, or it would be told to wait like any other 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -123,8 +124,10 @@ class ProbeTrace(TraceFile):
     socket and the probe's engine id (its steps on the daemon are an instrument's, not the protocol's),
     then ``truth`` lines as an engine rank's trace writes them."""
 
+    _made = itertools.count()  # a file of its own for each reading, however many a process takes
+
     def __init__(self, directory: Path, socket_path: str) -> None:
-        super().__init__(directory, "probe")
+        super().__init__(directory, f"probe-{next(self._made)}")
         self._write("start", socket=socket_path, engine_id=PROBE_ENGINE_ID)
 
     def truth(self, read_ns: int, first_slot: int, slots: Any) -> None:

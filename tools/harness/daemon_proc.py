@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon_adapter.client import FRAME_HEADER as _FRAME_HEADER
 from daemon_adapter.client import attach, connect, recv_frame, request, send_frame
-from daemon_adapter.trace import TRACE_ENV
+from layout_sm.trace_codec import TRACE_ENV
 from tools import with_project_path
 
 if TYPE_CHECKING:

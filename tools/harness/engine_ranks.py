@@ -279,11 +279,11 @@ class EngineRank:
             self._saved_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value
         args = self._publish(spec)
+        self._set_plugin_enabled(spec.plugin)  # before sglang loads the plugins, which reads it too
         if spec.plugin:
             from sglang.srt import plugins
 
             plugins.load_plugins()  # idempotent: the hooks stay installed for the process
-        self._set_plugin_enabled(spec.plugin)
         self._model_config = ModelConfig(model_path=args.model_path, dtype="float32")
         ModelRunner.maybe_init_expert_location_metadata(FakeModelRunner(self._model_config, self.rank))
         return self.map()
@@ -296,12 +296,9 @@ class EngineRank:
 
     @staticmethod
     def _set_plugin_enabled(enabled: bool) -> None:
-        # The hooks cannot be removed from a process once applied; an "older engine" turns them off.
-        try:
-            from engine_adapter import state as adapter_state
-        except ImportError:
-            return
-        adapter_state.set_enabled(enabled)
+        # The hooks cannot be removed from a process once applied; an "older engine" is one whose
+        # SGLANG_PLUGINS does not select the plugin, which the hooks read each time.
+        os.environ["SGLANG_PLUGINS"] = "" if enabled else "no_expert_layout"
 
     def metadata(self) -> Any:
         from sglang.srt.eplb.expert_location import get_global_expert_location_metadata

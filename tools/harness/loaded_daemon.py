@@ -28,6 +28,7 @@ from sglang.srt.weight_cache.transport import TorchIpcTransportBackend
 
 from daemon_adapter.daemon import LayoutAwareDaemon
 from layout_sm.daemon import DaemonView
+from layout_sm.daemon_view import RepairDone, RepairFailed
 from layout_sm.reasons import Reason
 from layout_sm.repair import RepairPlan
 from tools.harness import toy_moe
@@ -47,14 +48,14 @@ class FakeReload:
             self._ends.append(ok)
             self._ready.notify_all()
 
-    def run(self, plan: RepairPlan, timeout: float = 60.0) -> Any:
+    def run(self, plan: RepairPlan, timeout: float = 60.0) -> RepairDone | RepairFailed:
         with self._ready:
             if not self._ready.wait_for(lambda: bool(self._ends), timeout=timeout):
-                return (Reason.REPAIR_FAILED, f"the fake reload was not ended within {timeout} s")
+                return plan.failed(Reason.REPAIR_FAILED, f"the fake reload was not ended within {timeout} s")
             ok = self._ends.pop(0)
         if not ok:
-            return (Reason.REPAIR_FAILED, "a read error (the fake reload failed)")
-        return {"layers": list(plan.layers), "seconds": 0.0, "bytes_read": 0, "checkpoint_bytes": 0}
+            return plan.failed(Reason.REPAIR_FAILED, "a read error (the fake reload failed)")
+        return plan.ended({"seconds": 0.0, "bytes_read": 0, "checkpoint_bytes": 0})
 
 
 class FakeCheckpointReload:
@@ -75,7 +76,7 @@ class FakeCheckpointReload:
     ) -> None:
         self.cfg, self.rank, self.tensors, self.die_marker = cfg, rank, tensors, die_marker
 
-    def run(self, plan: RepairPlan) -> Any:
+    def run(self, plan: RepairPlan) -> RepairDone:
         started = time.perf_counter()
         checkpoint = toy_moe.rank_state(self.cfg, self.rank, plan.record.rows)
         names = [name.format(layer=layer) for layer in plan.layers for name in (toy_moe.W13, toy_moe.W2)]
@@ -84,12 +85,13 @@ class FakeCheckpointReload:
             if n == 0 and self.die_marker is not None:
                 Path(self.die_marker).write_text(f"layers {list(plan.layers)} at version {plan.base_version}\n")
                 os.kill(os.getpid(), signal.SIGKILL)
-        return {
-            "layers": list(plan.layers),
-            "seconds": time.perf_counter() - started,
-            "bytes_read": sum(checkpoint[n].numel() * checkpoint[n].element_size() for n in names),
-            "checkpoint_bytes": sum(t.numel() * t.element_size() for t in checkpoint.values()),
-        }
+        return plan.ended(
+            {
+                "seconds": time.perf_counter() - started,
+                "bytes_read": sum(checkpoint[n].numel() * checkpoint[n].element_size() for n in names),
+                "checkpoint_bytes": sum(t.numel() * t.element_size() for t in checkpoint.values()),
+            }
+        )
 
 
 class FakeLoadedDaemon(WeightCacheDaemon):
@@ -141,7 +143,7 @@ class FakeLoadedLayoutAwareDaemon(LayoutAwareDaemon, FakeLoadedDaemon):
         self._auto_repair = auto_repair
         self.fake_reload = fake_reload
 
-    def _reload_layers(self, plan: RepairPlan) -> Any:
+    def _reload_layers(self, plan: RepairPlan) -> RepairDone | RepairFailed:
         if self.fake_reload is None:
             return super()._reload_layers(plan)
         return self.fake_reload.run(plan)

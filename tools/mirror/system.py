@@ -25,6 +25,7 @@ layer's row is permutation 0 = (0, 1) or 1 = (1, 0); spec layers are 1-based, ``
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -32,9 +33,31 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from layout_sm.daemon import DaemonMachine, DaemonView
+from layout_sm.daemon import DaemonMachine, DaemonView, RepairDone, RepairFailed
 from layout_sm.engine import EngineLayout, Go, RankFinding, needs_wait
 from layout_sm.messages import AttachRequest
+from layout_sm.ready import (
+    Aborted,
+    Attached,
+    BeginAnswered,
+    ChunkAsked,
+    ChunkEnded,
+    ClaimAnswered,
+    ClaimsEnded,
+    CommitAnswered,
+    Decided,
+    Event,
+    Fetched,
+    FindingsGathered,
+    Moved,
+    Noticed,
+    OwedGathered,
+    ParkAnswered,
+    Polled,
+    Ready,
+    RejoinAnswered,
+    SourcesGathered,
+)
 from layout_sm.reasons import Reason
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
@@ -263,7 +286,8 @@ class System:
         # Each engine's view at its start (a standby's has taken its role).
         self.fresh = {e: session.view().bare() for e, session in self.sessions.items()}
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
-        self._session_memo: dict[tuple[Any, ...], tuple[Any, EngineView]] = {}
+        self._session_memo: dict[tuple[Any, ...], tuple[Ready, EngineView]] = {}
+        self._commit_memo: dict[tuple[Any, ...], tuple[EngineView, DaemonView]] = {}
         self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
         self.eidx = {e: i for i, e in enumerate(model.engines)}
 
@@ -293,9 +317,9 @@ class System:
         elif op == "repair":
             result = m.begin_repair()
         elif op == "repair_done":
-            result = m.repair_ended(arg, "reloaded")
+            result = m.handle(RepairDone(arg, "reloaded")).reply
         elif op == "repair_failed":
-            result = m.repair_fails(Reason.REPAIR_FAILED, "a read error")
+            result = m.handle(RepairFailed(Reason.REPAIR_FAILED, "a read error")).reply
         elif op == "park":
             result = m.park_engine(arg)
         elif op == "claim":
@@ -310,22 +334,27 @@ class System:
 
     # -- engine steps: the engines' own EngineSession (memoised like the daemon calls) -------
 
-    def _step(self, e: str, view: EngineView, op: str, *args: Any, memo: Any = None) -> tuple[Any, EngineView]:
-        """``EngineSession.<op>(*args)`` on engine ``e`` in ``view``; the result and the bare view after.
+    def _step(self, e: str, view: EngineView, event: Event, memo: Any = None) -> tuple[Ready, EngineView]:
+        """``EngineSession.step(event)`` on engine ``e`` in ``view``: what it says next, and the bare view after.
 
-        ``memo`` stands for ``args`` in the memo's key when they are not hashable (a daemon's reply
-        is a function of the daemon's view before the request).
+        ``memo`` stands for the event in the memo's key when it is not hashable (a daemon's reply is a
+        function of the daemon's view before the request).
         """
-        key = (op, view, args if memo is None else memo)
+        key = (view, event if memo is None else (type(event), memo))
         hit = self._session_memo.get(key)
         if hit is not None:
             return hit
         session = self.sessions[e]
         session.restore(view)
-        result = getattr(session, op)(*args)
-        out = (result, session.view().bare())
+        out = (session.step(event), session.view().bare())
         self._session_memo[key] = out
         return out
+
+    def _request(self, e: str, view: EngineView, rank: int) -> Any:
+        """What rank ``rank`` of engine ``e`` sends its daemon next in ``view`` (None: nothing now)."""
+        session = self.sessions[e]
+        session.restore(view)
+        return session.next_request(rank)
 
     # -- initial states ------------------------------------------------------------------
 
@@ -379,7 +408,7 @@ class System:
         if any(f is None for f in v.findings[: r - 1]):
             return None  # ranks attach in rank order
         reply, daemon = self._call(r, s.daemons[r - 1], "attach", e)
-        _, v2 = self._step(e, v, "attached", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        _, v2 = self._step(e, v, Attached(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Poll(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -387,24 +416,24 @@ class System:
         if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
             return None
         reply, _ = self._call(r, s.daemons[r - 1], "query", None)
-        _, v2 = self._step(e, v, "polled", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        _, v2 = self._step(e, v, Polled(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2)  # still pending: the same state (no edge)
 
     def Timeout(self, s: SysState, e: str, r: int) -> SysState | None:
         v = self._view(s, e)
         if v is None or v.phase != "start" or not _waits(v.findings[r - 1]):
             return None
-        _, v2 = self._step(e, v, "timed_out", r - 1, 300.0)
+        _, v2 = self._step(e, v, Polled(r - 1, None, now_s=math.inf))  # the spec has no clock: any time
         return self._with(s, e, v2)
 
     def Agree(self, s: SysState, e: str) -> SysState | None:
         v = self._view(s, e)
         if v is None or not _may_agree(v):
             return None
-        outcome, v2 = self._step(e, v, "agree")
-        if outcome.go is Go.PROCEED:  # a pause: the fresh daemons' ranks rejoin first (AskRejoin)
+        agreed, v2 = self._step(e, v, FindingsGathered(v.findings))
+        if agreed.done is not None and agreed.done.go is Go.PROCEED:  # a pause: the fresh ranks rejoin first
             # Every rank of the spec's engines loads from its daemon.
-            _, v2 = self._step(e, v2, "start_rebalance", ("daemon",) * self.R)
+            _, v2 = self._step(e, v2, SourcesGathered(("daemon",) * self.R))
         return self._with(s, e, v2)
 
     def Fetch(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -421,9 +450,10 @@ class System:
                 return self._with(s, e, GoneEngine("failed"), daemons=daemons)
             served = es.serv | {r}
             return self._with(s, e, OlderEngine("run" if len(served) == self.R else "load", served), daemons=daemons)
-        claim, _ = self._step(e, es, "fetch_claim", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "fetch", claim)
-        _, v2 = self._step(e, es, "fetched", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        session = self.sessions[e]
+        session.restore(es)
+        reply, daemon = self._call(r, s.daemons[r - 1], "fetch", session.fetch_claim(r - 1))
+        _, v2 = self._step(e, es, Fetched(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def BeginChunk(self, s: SysState, e: str, c: frozenset[int]) -> SysState | None:
@@ -432,7 +462,7 @@ class System:
             return None
         if not self._guard(e, v, "acts_as_primary"):
             return None
-        _, v2 = self._step(e, v, "begin_chunk", _layers(c))
+        _, v2 = self._step(e, v, ChunkAsked(0, _layers(c)))
         return self._with(s, e, v2, moves=s.moves + 1)
 
     def Begin(self, s: SysState, e: str, r: int) -> SysState | None:
@@ -442,11 +472,11 @@ class System:
         if any(a is None for a in v.begins[: r - 1]):
             return None  # ranks begin in rank order
         reply, daemon = self._ask_daemon(s, e, v, r, "begin")
-        _, v2 = self._step(e, v, "begun", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        _, v2 = self._step(e, v, BeginAnswered(r - 1, reply), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Decide(self, s: SysState, e: str) -> SysState | None:
-        return self._once_every_rank_answered(s, e, "beginning", "begins", "decide")
+        return self._once_every_rank_answered(s, e, "beginning", "begins", Decided())
 
     def Abort(self, s: SysState, e: str, r: int) -> SysState | None:
         v = self._view(s, e)
@@ -456,7 +486,7 @@ class System:
             return None  # ranks abort in rank order
         reply, daemon = self._ask_daemon(s, e, v, r, "abort")
         assert reply.ok, reply
-        _, v2 = self._step(e, v, "aborted", r - 1)
+        _, v2 = self._step(e, v, Aborted(r - 1))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def MoveLayer(self, s: SysState, e: str, r: int, l: int) -> SysState | None:  # noqa: E741
@@ -482,34 +512,47 @@ class System:
         target = self.target(v)
         if any(s.truth[q - 1][k] != target[k] for q in self.model.ranks for k in v.chunk):
             return None  # the device synchronize waits for every layer on every rank
-        if v.rebalance == "moving":
-            _, v = self._step(e, v, "moved", rows_of_perms(target))
-        reply, daemon = self._ask_daemon(s, e, v, r, "commit")
-        _, v2 = self._step(e, v, "committed", r - 1, reply, memo=(r, s.daemons[r - 1]))
+        key = ("Commit", v, r, s.daemons[r - 1])
+        hit = self._commit_memo.get(key)
+        if hit is None:
+            # sglang's move and the commit's answer, in one step of the session: the moved map is held by
+            # the session (not its view) until the answer comes, so the two are never apart here.
+            session = self.sessions[e]
+            session.restore(v)
+            if v.rebalance == "moving":
+                request = session.step(Moved(r - 1, rows_of_perms(target))).send
+            else:
+                request = session.next_request(r - 1)
+            reply, daemon = self._call(r, s.daemons[r - 1], "commit", request)
+            session.step(CommitAnswered(r - 1, reply))
+            hit = (session.view().bare(), daemon)
+            self._commit_memo[key] = hit
+        v2, daemon = hit
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Committed(self, s: SysState, e: str) -> SysState | None:
-        return self._once_every_rank_answered(s, e, "committing", "commits", "chunk_committed")
+        return self._once_every_rank_answered(s, e, "committing", "commits", ChunkEnded())
 
     def Verify(self, s: SysState, e: str) -> SysState | None:
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance != "idle" or not v.owed:
             return None  # the rebalance ends between chunks with a check owed (EPLB's choice: any time)
-        _, v2 = self._step(e, v, "verify")
+        _, v2 = self._step(e, v, OwedGathered(v.owed))
         return self._with(s, e, v2)
 
     def _ask_daemon(self, s: SysState, e: str, v: EngineView, r: int, op: str) -> tuple[Any, DaemonView]:
         """Rank ``r`` of engine ``e`` sends its ``op`` request to its daemon: the reply and the daemon after."""
-        req, _ = self._step(e, v, f"{op}_request", r - 1)
-        return self._call(r, s.daemons[r - 1], op, req)
+        return self._call(r, s.daemons[r - 1], op, self._request(e, v, r - 1))
 
-    def _once_every_rank_answered(self, s: SysState, e: str, waiting: str, answers: str, op: str) -> SysState | None:
-        """The engine's ``op`` (Decide, Committed): enabled in rebalance phase ``waiting`` once every rank has its
+    def _once_every_rank_answered(
+        self, s: SysState, e: str, waiting: str, answers: str, event: Decided | ChunkEnded
+    ) -> SysState | None:
+        """The engine's Decide or Committed: enabled in rebalance phase ``waiting`` once every rank has its
         reply in ``answers``."""
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance != waiting or any(a is None for a in getattr(v, answers)):
             return None
-        _, v2 = self._step(e, v, op)
+        _, v2 = self._step(e, v, event)
         return self._with(s, e, v2)
 
     def Crash(self, s: SysState, e: str) -> SysState | None:
@@ -559,7 +602,7 @@ class System:
         if any(self._guard(e, v, "to_rejoin", q) for q in range(r - 1)):
             return None
         reply, daemon = self._ask_daemon(s, e, v, r, "rejoin")
-        _, v2 = self._step(e, v, "rejoined", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        _, v2 = self._step(e, v, RejoinAnswered(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def RepairDone(self, s: SysState, r: int) -> SysState | None:
@@ -600,9 +643,8 @@ class System:
             return None
         if not self._guard(e, v, "to_park", r - 1):
             return None
-        req, _ = self._step(e, v, "park_request", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "park", req)
-        _, v2 = self._step(e, v, "parked", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        reply, daemon = self._ask_daemon(s, e, v, r, "park")
+        _, v2 = self._step(e, v, ParkAnswered(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         s2 = self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
         return self._notify(s2, r, tuple(f for f in reply.data.get("notified", ()) if f != e))
 
@@ -610,16 +652,15 @@ class System:
         v = self._view(s, e)
         if v is None or v.role != "parked" or not self._guard(e, v, "may_claim", r - 1):
             return None
-        req, _ = self._step(e, v, "claim_request", r - 1)
-        reply, daemon = self._call(r, s.daemons[r - 1], "claim", req)
-        _, v2 = self._step(e, v, "claimed", r - 1, reply.to_wire(), memo=(r, s.daemons[r - 1]))
+        reply, daemon = self._ask_daemon(s, e, v, r, "claim")
+        _, v2 = self._step(e, v, ClaimAnswered(r - 1, reply.to_wire()), memo=(r, s.daemons[r - 1]))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Promote(self, s: SysState, e: str) -> SysState | None:
         v = self._view(s, e)
         if v is None or v.role != "parked" or not self._guard(e, v, "claims_ended"):
             return None
-        _, v2 = self._step(e, v, "promote")
+        _, v2 = self._step(e, v, ClaimsEnded())
         return self._with(s, e, v2)
 
     def _guard(self, e: str, v: EngineView, name: str, *args: Any) -> bool:
@@ -633,7 +674,7 @@ class System:
         for f in engines:
             vf = self._view(s, f)
             if vf is not None:
-                _, vf2 = self._step(f, vf, "noticed", r - 1)
+                _, vf2 = self._step(f, vf, Noticed(r - 1))
                 s = self._with(s, f, vf2)
         return s
 

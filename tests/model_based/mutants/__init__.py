@@ -1,1 +1,1 @@
-"""The mutant harness of `make mutants` (see `run.py` and docs/mutants.md)."""
+"""The mutant harness of `make mutants` (see `run.py` and results/mutants.md)."""

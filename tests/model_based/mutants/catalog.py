@@ -491,8 +491,8 @@ RB = "engine_adapter.rebalance"
     tests=("tests/engine_adapter/test_rebalance.py", "tests/chaos/test_chaos.py"),
 )
 def _(mod: ModuleType) -> None:
-    # The adapter asks whether a check is owed; answered "no", it skips the rebalance's last all-gather.
-    mod.EngineSession.owes_check = property(lambda self: False)
+    # The adapter never tells the session that sglang's rebalance ended: the last all-gather is skipped.
+    mod._rebalance_ended = lambda st, manager, session, rank: None
 
 
 def apply(mod: ModuleType, name: str) -> None:
