@@ -146,6 +146,27 @@ def _older_engine_is_refused_on_each_node(two: cluster.Nodes) -> None:
         assert "experts have moved" in text, f"node {node}'s older engine shows no reason:\n{text[-3000:]}"
 
 
+def _refused_at_startup(two: cluster.Nodes, name: str) -> tuple[list[str], bool]:
+    """A server across the nodes whose startup check fails: each node's screen, and whether node 1
+    still ran ``EXIT_TIMEOUT_S`` after node 0's exit."""
+    servers = two.servers(ServerSpec(name, rebalance_iterations=QUIET))
+    try:
+        cluster.start(servers)
+        with pytest.raises(ServerFailed):
+            servers[0].wait_ready(timeout_s=START_TIMEOUT_S)
+        left_running = _left_running(servers[1])
+        return [server.log_text() for server in servers], left_running
+    finally:
+        cluster.kill(servers)
+
+
+def _refusal_lines(screens: list[str]) -> list[str]:
+    """The startup check's failure lines on every node's screen; at least one."""
+    lines = [line for text in screens for line in text.splitlines() if STARTUP_REFUSAL in line]
+    assert lines, "no startup failure on any node's screen:\n" + "\n".join(text[-2000:] for text in screens)
+    return lines
+
+
 def _assert_adopted(beliefs: dict[int, dict[str, Any]], tp_size: int, version: int, moved_map: list) -> None:
     assert sorted(beliefs) == list(range(tp_size)), f"a rank wrote no belief: {beliefs}"
     for rank, belief in beliefs.items():
@@ -179,7 +200,7 @@ def test_a_rebalance_across_two_nodes_is_recorded_on_both_and_adopted_on_both(
 
 
 @pytest.mark.timeout(3600)  # includes waiting for /tmp/realserver.lock
-@pytest.mark.slow("the rebalance case, then a node lost whole, its rejoin and a full restart")
+@pytest.mark.slow("the rebalance case, then a node lost whole: refused servers, its rejoin, a full restart")
 @pytest.mark.usefixtures("realserver_lock")
 @TP4
 def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the_other_nodes_version(
@@ -216,6 +237,28 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
         alone_start_s = daemons[1].wait_ready(START_TIMEOUT_S)
         apart = two.wait_states(lambda st: not any(s.get("attached") for s in st), 30.0)
         assert [(s["phase"], s["version"]) for s in apart] == [("clean", version)] * local + [("clean", 0)] * local
+        sockets = [run.socket_path(gpu) for run in two.runs for gpu in range(local)]  # in EP order
+
+        # Node 1's daemons die again before any server rejoined them (what a kill mid-rejoin leaves:
+        # the rejoin's reload takes milliseconds, too short to aim a SIGKILL at): the next server is
+        # refused, naming each socket and the way back, which is then followed.
+        daemons[1].kill()
+        lost_screens, lost_left_running = _refused_at_startup(two, "C-lost")
+        daemons[1] = two.daemons(extra_args={1: (START_ALONE,)})[1]
+        daemons[1].start()
+        daemons[1].wait_ready(START_TIMEOUT_S)
+
+        # Two servers start at once beside the daemons that must rejoin: C2 holds node 1's daemons
+        # attached (stopped before its rejoin), and C1, refused its rejoin, says to start it again once
+        # that one is up or has stopped; C2 then stops, and C, started again, rejoins.
+        waiting = two.servers(ServerSpec("C2", rebalance_iterations=QUIET, stop_at=StopPoint("before_rejoin", 1)))
+        try:
+            cluster.start(waiting)
+            waiting[1].wait_stopped(START_TIMEOUT_S, ranks=local)
+            refused_screens, refused_left_running = _refused_at_startup(two, "C1")
+        finally:
+            cluster.kill(waiting)
+        two.wait_states(lambda st: not any(s.get("attached") for s in st), 30.0)
 
         c = two.servers(ServerSpec("C", rebalance_iterations=QUIET))
         try:
@@ -226,7 +269,6 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
         finally:
             cluster.stop(c)
         rejoined = two.daemon_states(include_map=True)
-        sockets = [run.socket_path(gpu) for run in two.runs for gpu in range(local)]  # in EP order
         held = memory_probe.held_map(sockets, str(tiny_model))
         logs = [node.tree.log_path.read_text(errors="replace") for node in daemons]
 
@@ -240,6 +282,15 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
         cluster.stop(daemons)
 
     _assert_adopted(b_beliefs, topology.tp_size, version, moved_map)
+    assert not lost_left_running and not refused_left_running, "a refused server's node 1 still runs"
+    lost_refusals = _refusal_lines(lost_screens)
+    for socket in sockets[local:]:
+        assert any(str(socket) in line for line in lost_refusals), (socket, lost_refusals)
+    for words in ("ConnectionRefusedError", "start the daemon at that socket again", "--expert-layout-start-alone"):
+        assert all(words in line for line in lost_refusals), (words, lost_refusals)
+    refusals = _refusal_lines(refused_screens)
+    assert all("start this engine again once that one is up or has stopped" in line for line in refusals), refusals
+    assert not any("restart the weight cache daemons" in line for line in refusals), refusals
     assert all((s["phase"], s["version"], s["map"]) == ("clean", version, moved_map) for s in rejoined), rejoined
     assert held == moved_map, f"the daemons' memory holds {held}, the record says {moved_map}"
     assert sorted(c_beliefs) == list(range(topology.tp_size)), c_beliefs

@@ -28,7 +28,9 @@ processes our launchers start; each probe is on only when its environment variab
   ``before_commit:N`` the rank is about to send its N-th commit (sglang has moved that chunk's
   experts in the daemon's memory, the record still holds the base version: the torn move at its
   worst, memory and record apart); ``after_claim:N`` a warm standby's daemon has granted its N-th
-  claim (its takeover under way: the daemon has it as its primary, the other ranks may not yet). An
+  claim (its takeover under way: the daemon has it as its primary, the other ranks may not yet);
+  ``before_rejoin:N`` the rank is about to ask its daemon, started again from disk, for its N-th
+  rejoin (the engine attached there, its startup under way). An
   AROUND hook on ``daemon_adapter.client.send_request``
   (every request's: ``client.request`` sends through it): it reads the request type and, once the
   reply is read, its status only, and changes neither.
@@ -58,9 +60,10 @@ STOP_REQUEST = {
     "mid_move": "expert_layout_begin",
     "before_commit": "expert_layout_commit",
     "after_claim": "expert_layout_claim",
+    "before_rejoin": "expert_layout_rejoin",
 }
 # The points met before the request is sent (the others: once its ok reply is back).
-STOP_BEFORE = frozenset({"before_commit"})
+STOP_BEFORE = frozenset({"before_commit", "before_rejoin"})
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ class ChunkFloor:
         from sglang.srt.runtime_context import get_device
 
         from daemon_adapter import client
-        from engine_adapter.startup import all_gather, daemon_socket_path
+        from engine_adapter.collective import all_gather
+        from engine_adapter.startup import daemon_socket_path
 
         path = daemon_socket_path(runner.gpu_id)
         self._round_trip = lambda: client.request(path, {"type": "ping"})

@@ -26,7 +26,7 @@ from typing import Any
 
 from daemon_adapter.alone import START_ALONE_ENV
 from daemon_adapter.daemon import AUTO_REPAIR_ENV
-from daemon_adapter.trace import TRACE_ENV
+from layout_sm.trace_codec import TRACE_ENV
 from tools import with_project_path
 from tools.cpu_bridge import CPU_SERVER_ARGS, EXTRA_HOOKS_ENV, bridge_env
 from tools.cpu_bridge.bridges import cpu_device_uuid
@@ -410,10 +410,11 @@ class RealServer:
     def stopped_ranks(self) -> list[int]:
         return sorted(int(p.name[4:].split(".")[0]) for p in self.probe_dir.glob("rank*.stopped"))
 
-    def wait_stopped(self, timeout_s: float) -> None:
-        """Until every rank has reached the spec's stop point; ServerFailed otherwise."""
+    def wait_stopped(self, timeout_s: float, ranks: int | None = None) -> None:
+        """Until every rank (or ``ranks`` of them: a node's share, or the ranks that meet the point) has
+        reached the spec's stop point; ServerFailed otherwise."""
         deadline = time.monotonic() + timeout_s
-        while len(self.stopped_ranks()) < self.topology.tp_size:
+        while len(self.stopped_ranks()) < (self.topology.tp_size if ranks is None else ranks):
             if not self.tree.alive() or time.monotonic() > deadline:
                 raise ServerFailed(
                     f"server {self.spec.name}: ranks {self.stopped_ranks()} of {self.topology.tp_size} reached "
