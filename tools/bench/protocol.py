@@ -240,7 +240,8 @@ def _rank_worker(
         )
         for i in range(block):
             layer = (b * block + i) % num_layers
-            rows[layer] = rows[layer][1:] + rows[layer][:1]  # a move: the row rotates
+            # A move: the row rotates, in a new map (sglang's tolist hands the session a fresh one each chunk).
+            rows = [*rows[:layer], rows[layer][1:] + rows[layer][:1], *rows[layer + 1 :]]
             barrier()
             t0 = time.perf_counter()
             gather(client.request(path, ping))
