@@ -16,6 +16,10 @@ takeover: it must answer 503 while S is parked, never 200 before every rank of S
 promotion (each rank logs when), and 200 from its first 200 on. The time from the SIGKILL to that
 first 200 is written beside the first token's.
 
+Then, on the same daemons, a new standby S2 parks beside S (promoted) and the daemons are SIGKILLed:
+sglang's daemon watchdog ends S2, which says why and the way back (start the daemons again, then the
+primary and a new standby); that way, followed, brings a primary and a parked standby back.
+
 Case 2: on daemons with auto repair off, A is SIGKILLed mid-move (``before_commit:1``): S must exit
 by itself, promptly, with the dirty reason.
 """
@@ -99,6 +103,7 @@ class Takeover:
     s_log: str
     daemons_log: str
     ready_answers: list[ProbeAnswer]  # S's /ready, polled as a router does, from its park to after the takeover
+    daemons: StandaloneDaemons  # still serving S, now the primary
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +173,7 @@ def takeover(realserver_lock: None, tiny_model: Path, tmp_path_factory: pytest.T
             s.log_text(),
             run.log("daemons").read_text(errors="replace"),
             ready_answers,
+            daemons,
         )
     finally:
         if poller is not None:
@@ -277,6 +283,43 @@ def _killed_mid_move(tmp_path: Path, tiny_model: Path, daemon_args: tuple[str, .
             if server is not None:
                 server.kill()
         daemons.kill()
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.slow("a standby parked beside the promoted one, its daemons killed, then daemons, a primary, a standby")
+def test_a_parked_standby_whose_daemons_die_says_why_and_its_way_back_works(takeover: Takeover) -> None:
+    ran = takeover
+    run, topology = ran.run, ran.topology
+    s2 = start_standby_beside(run, ran.s, ServerSpec("S2", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)))
+    servers: list[RealServer] = [s2]
+    again: StandaloneDaemons | None = None
+    try:
+        wait_parked(run, s2, topology.tp_size, START_TIMEOUT_S)
+        ran.daemons.kill()
+        code = s2.wait_exit(120.0)
+        s2_log = s2.log_text()
+        ran.s.kill()
+        # The way back it names: the daemons again, then a primary and a new standby.
+        again = StandaloneDaemons(run, topology).start()
+        again.wait_ready(START_TIMEOUT_S)
+        p = RealServer(run, topology, ServerSpec("P", rebalance_iterations=100_000)).start()
+        servers.append(p)
+        s3 = start_standby_beside(run, p, ServerSpec("S3", rebalance_iterations=100_000, extra_env=dict(STANDBY_ENV)))
+        servers.append(s3)
+        p.wait_ready(START_TIMEOUT_S)
+        wait_parked(run, s3, topology.tp_size, START_TIMEOUT_S)
+        answered = p.generate([PROMPTS[0]], max_new_tokens=8)
+    finally:
+        for server in servers:
+            server.kill()
+        if again is not None:
+            again.kill()
+    assert code is not None, f"the parked standby outlived its daemons: {s2.tree.log_tail()}"
+    lost = [line for line in s2_log.splitlines() if "went away" in line]
+    assert len(lost) == topology.tp_size, f"not every rank of S2 said why it ended:\n{s2_log[-3000:]}"
+    for line in lost:
+        assert "Start that daemon again" in line and "a new warm standby" in line, line
+    assert len(answered) == 1 and len(answered[0]) == 8, answered
 
 
 @pytest.mark.timeout(3600)
