@@ -17,6 +17,12 @@ An engine rank's trace (``engine-*.ndjson``) is replayed on a fresh ``layout_sm.
 built as its start line says: each event must be enabled, give the logged result and end in the
 logged view. At each ``rebalance_end`` no check of a commit may be owed (the spec's
 ``(reb[e].owed # "none") ~> (reb[e].owed = "none")``, which a finished rebalance must have met).
+A ``routes`` line is the digest of the map sglang's model runner routes with, read back from it after
+an install or a move: it must be the digest of the map the session says the engine routes with (the
+map startup or a takeover installed, with each move since), so a map that sglang took otherwise than
+the session believes (a layer left out of an install, a row moved outside the chunk) is reported. The
+session takes a move with its commit's answer: a ``routes`` line written after sglang's move is checked
+when the ``move`` step that follows it is replayed (a rank killed before that leaves it unchecked).
 
 A ``truth`` line is a reading of a daemon's memory slot by slot, written by a rank (the harness) or by a
 memory probe (``probe-*.ndjson``: the demo, the real-server chaos schedules), with the times it began
@@ -58,7 +64,7 @@ from layout_sm.daemon import DaemonMachine
 from layout_sm.engine import RankAnswer
 from layout_sm.engine_machines import RebalanceMachine
 from layout_sm.reasons import Reply
-from layout_sm.record import LayoutRecord
+from layout_sm.record import LayoutRecord, layout_digest
 from layout_sm.session import EngineSession
 from layout_sm.trace_codec import decode, encode, engine_state_after, state_after
 
@@ -318,6 +324,34 @@ def _replay_engine(session: EngineSession, line: dict[str, Any], verdict: Verdic
     return None
 
 
+class _Routed:
+    """The map the session says the engine routes with, as the replay goes: the engine's own initial map,
+    the map an install put in its place (startup's adoption, a takeover), and each move's whole map."""
+
+    def __init__(self, initial: Any) -> None:
+        self.rows = None if initial is None else [list(row) for row in initial]
+        self.installed: Any = None
+
+    def before(self, session: EngineSession, line: dict[str, Any], initial: Any) -> None:
+        moves = line.get("kind") == "step" and line["event"] == "move" and "chunk_rows" in line["arguments"]
+        if moves and (session.view().rows is not None or initial is not None):
+            self.rows = _moved_rows(session, initial, line["arguments"]["chunk_rows"])
+
+    def after(self, session: EngineSession) -> None:
+        installed = session.layout_to_install()
+        if installed is not None and installed != self.installed:
+            self.installed, self.rows = installed, [list(row) for row in installed]
+
+    def differs(self, line: dict[str, Any]) -> str | None:
+        believed = None if self.rows is None else layout_digest(self.rows)
+        if line.get("digest") == believed:
+            return None
+        return (
+            f"sglang routes with the map of digest {line.get('digest')}, the session says the engine routes with "
+            f"the map of digest {believed}"
+        )
+
+
 def check_engine_trace(path: Path) -> Verdict:
     """Replay one engine rank's trace on the protocol's engine machines."""
     started = time.perf_counter()
@@ -327,9 +361,20 @@ def check_engine_trace(path: Path) -> Verdict:
     if not _begins(first, verdict):
         return verdict
     session, initial = _engine_started(first), first.get("initial_rows")
+    routed = _Routed(initial)
+    moved: dict[str, Any] | None = None  # a routes line written after sglang's move, before the session took it
     for line in lines:
         before, phase = _json(engine_state_after(session.view())), session.view().rebalance
-        why = _replay_engine(session, line, verdict, initial)
+        if line.get("kind") == "routes" and phase == "moving":
+            moved, why = line, None
+        elif line.get("kind") == "routes":
+            why = routed.differs(line)
+        else:
+            routed.before(session, line, initial)
+            why = _replay_engine(session, line, verdict, initial)
+            routed.after(session)
+            if why is None and moved is not None and line.get("event") == "move":
+                line, moved, why = moved, None, routed.differs(moved)
         if why is not None:
             changes = sorted({f"{t.event} -> {t.target.id}" for t in RebalanceMachine.states_map[phase].transitions})
             verdict.divergence = Divergence(line.get("seq", -1), line, why, before, changes)

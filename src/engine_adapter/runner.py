@@ -23,7 +23,7 @@ from daemon_adapter import client
 from engine_adapter import state
 from engine_adapter.collective import all_gather
 from layout_sm.messages import FETCH_CLAIMS_FIELD, LayoutRequest, request_wire
-from layout_sm.ready import NOTHING, Event, Ready, Unanswered
+from layout_sm.ready import NOTHING, Event, Moved, Ready, Unanswered
 
 logger = logging.getLogger("engine_adapter")
 
@@ -42,6 +42,10 @@ def run(ready: Ready, move: Callable[[], Any] | None = None) -> Ready:
             st.attachment = None
         if ready.install is not None:
             install(ready.install)
+            if st.trace is not None:
+                metadata = get_global_expert_location_metadata()
+                if metadata is not None:
+                    st.trace.routes(metadata.physical_to_logical_map_cpu.tolist())
         if ready.done is not None:
             if done.done is not None:  # a step the sequence went past: said, as the operator reads it
                 logger.log(int(done.done.severity), "[expert-layout] rank %s: %s", st.rank, done.done.message)
@@ -51,6 +55,8 @@ def run(ready: Ready, move: Callable[[], Any] | None = None) -> Ready:
             if event is None:
                 return done
             following = session.step(event)
+            if isinstance(event, Moved) and st.trace is not None:  # the map sglang routes with after its move
+                st.trace.routes(event.rows)
         except Exception as error:
             if ready.on_error is None:
                 raise

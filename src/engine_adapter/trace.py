@@ -4,8 +4,10 @@ With ``SGLANG_EXPERT_LAYOUT_TRACE`` set to a folder, each rank process of an eng
 ``engine-<engine id>-r<rank>-<pid>.ndjson`` there: a ``start`` line (the engine id, its ranks, its own
 layout and initial map, whether it started as a warm standby, its rank's daemon socket), a ``step`` line
 for each machine event its ``EngineSession`` took (the event, its arguments, its result and the view
-after: every rank logs every rank's answers as gathered; each rank's own are its daemon's replies), and
-a ``rebalance_end`` line when an EPLB rebalance ends. A rank's steps run on one thread (its scheduler's),
+after: every rank logs every rank's answers as gathered; each rank's own are its daemon's replies), a
+``routes`` line after each install and each move (the digest of the map sglang's model runner routes
+with, read back from its metadata: what the session believes is checked against what sglang does), and a
+``rebalance_end`` line when an EPLB rebalance ends. A rank's steps run on one thread (its scheduler's),
 so its lines need no lock.
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.engine import EngineView
+from layout_sm.record import DigestCache
 from layout_sm.session import EngineSession
 from layout_sm.trace_codec import TRACE_ENV, encode, engine_state_after
 
@@ -33,6 +36,7 @@ class EngineTrace:
         descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._file = open(descriptor, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
         self._seq = 0
+        self._routed = DigestCache()
 
     def _line(self, kind: str, **fields: Any) -> None:
         self._seq += 1
@@ -58,6 +62,10 @@ class EngineTrace:
             arguments = {"chunk_rows": {str(layer): list(rows[layer]) for layer in view.chunk}}
         after = engine_state_after(view)
         self._line("step", event=event, arguments=encode(dict(arguments)), result=encode(result), after=after)
+
+    def routes(self, rows: Any) -> None:
+        """The map sglang routes with, as its digest: a cache of this trace's own hashes the rows that changed."""
+        self._line("routes", digest=self._routed.digest(rows))
 
     def rebalance_end(self) -> None:
         self._line("rebalance_end")

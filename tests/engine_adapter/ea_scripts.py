@@ -60,6 +60,27 @@ def start(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
     return summary(rank)
 
 
+def start_installing_all_but_layer_0(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
+    """Start as a build whose install leaves layer 0 as it was: sglang then routes with another map than
+    the one the session adopted (what the trace's ``routes`` lines must show)."""
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    from engine_adapter import runner
+
+    original = runner.install
+
+    def install_all_but_layer_0(rows: Any) -> None:
+        kept = get_global_expert_location_metadata().physical_to_logical_map_cpu.tolist()[0]
+        original([kept, *rows[1:]])
+
+    runner.install = install_all_but_layer_0
+    try:
+        rank.start(engine)
+    finally:
+        runner.install = original
+    return summary(rank)
+
+
 def start_load(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
     rank.start(engine)
     rank.load()

@@ -4,8 +4,8 @@ rank took from its daemon is one that daemon's trace gave it.
 
 Real rank processes over gloo run sglang's EPLB rebalance against real daemon processes; then the
 checker must be able to fail on what a broken engine would write: a rebalance that ends with its
-last commits unverified, an answer that its daemon never gave, and memory that a clean record does
-not name.
+last commits unverified, an answer that its daemon never gave, memory that a clean record does not
+name, and a map sglang routes with that is not the session's (an install that left a layer out).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import ea_scripts
+import pytest
+from ea_helpers import OtherEngine, rotated_map
 from tools.trace_check import check_all
 
 from layout_sm.trace_codec import TRACE_ENV
@@ -62,7 +64,9 @@ def test_each_ranks_trace_replays_and_its_answers_are_its_daemons(ranks, daemons
     assert chunks >= 2 and events.count("begin") == 2 * chunks and events.count("commit") == chunks, events
     # Each rank's own begin and commit of every chunk was matched with its daemon's step.
     assert answers.matched == 2 * 2 * chunks, answers
-    assert "rebalance_end" in [line["kind"] for line in _lines(engines[0])]
+    kinds = [line["kind"] for line in _lines(engines[0])]
+    assert "rebalance_end" in kinds
+    assert kinds.count("routes") == chunks, kinds  # sglang's map read back after each move
 
 
 def test_a_rebalance_that_ends_with_its_commits_unverified_is_reported(
@@ -115,3 +119,23 @@ def test_memory_that_differs_from_a_clean_record_is_reported(ranks, daemons, tra
     (daemon,) = [v for v in check_all(written) if v.kind == "daemon" and not v.ok]
     report = daemon.divergence.report(daemon.path)
     assert "memory holds another layout: layer 0" in report, report
+
+
+def test_a_map_sglang_routes_with_other_than_the_sessions_is_reported(
+    ranks, daemons, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = daemons()
+    other = OtherEngine(d.paths)
+    other.move(list(range(d.cfg.num_layers)), rotated_map(d.cfg))
+    other.detach()
+    # The broken build's traces go to a folder of their own: the session's traces stay behaviours.
+    broken = tmp_path / "broken"
+    monkeypatch.setenv(TRACE_ENV, str(broken))
+    results = ranks.run(ea_scripts.start_installing_all_but_layer_0, ea_scripts.spec(d.sockets))
+    ranks.run(ea_scripts.stop)
+    assert [r.value["kind"] for r in results] == ["adopt", "adopt"], [r.trace for r in results]
+    verdicts = [v for v in check_all(sorted(broken.glob("engine-*.ndjson"))) if v.kind == "engine"]
+    assert len(verdicts) == 2 and all(v.divergence is not None for v in verdicts), verdicts
+    for verdict in verdicts:
+        assert verdict.divergence.line["kind"] == "routes", verdict.divergence
+        assert "sglang routes with the map of digest" in verdict.divergence.report(verdict.path)

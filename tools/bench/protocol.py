@@ -549,12 +549,18 @@ def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
     sessions["on"].observers.append(trace.step)
     size_before = trace.path.stat().st_size
     samples: dict[str, list[float]] = {"off": [], "on": []}
+    routed = [list(row) for row in rows]
     for version in range(n):
+        layer = version % LAYERS
+        # The map sglang routes with after the chunk's move, a new one each chunk, as its tolist gives it.
+        routed = [*routed[:layer], routed[layer][1:] + routed[layer][:1], *routed[layer + 1 :]]
         for side in ("off", "on") if version % 2 else ("on", "off"):
             session, daemon = sessions[side], daemons[side]
             t0 = time.perf_counter()
-            decision = _carry_in_process(session, daemon, session.step(ChunkAsked(0, [version % LAYERS])), rows)
+            decision = _carry_in_process(session, daemon, session.step(ChunkAsked(0, [layer])), rows)
             assert decision.done is not None and decision.done.go == "proceed", decision.done
+            if side == "on":
+                trace.routes(routed)  # the runner's line after each move
             samples[side].append(time.perf_counter() - t0)
     return {
         **_on_against_off(samples, "engine_"),
@@ -859,7 +865,8 @@ def markdown(data: dict[str, Any]) -> str:
         )
         if "engine_chunk_on_us" in tr:
             lines.append(
-                f"| an engine rank's protocol trace per one-layer chunk (its session's six events, a daemon machine "
+                f"| an engine rank's protocol trace per one-layer chunk (its session's six events and the digest of "
+                f"sglang's map after the move, a daemon machine "
                 f"answering in-process, 61x288; "
                 f"about {tr['engine_trace_bytes_per_chunk']} bytes written, the chunk's rows once) | "
                 f"{tr['engine_chunk_on_us']} µs on | {tr['engine_chunk_off_us']} µs off | "
