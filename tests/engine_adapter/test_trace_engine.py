@@ -1,4 +1,4 @@
-"""Engine rank traces (``daemon_adapter.trace.EngineTrace``) and the checks that take them
+"""Engine rank traces (``engine_adapter.trace.EngineTrace``) and the checks that take them
 (``tools.trace_check``): each rank's trace replays on the protocol's engine machines, and each answer a
 rank took from its daemon is one that daemon's trace gave it.
 
