@@ -200,13 +200,17 @@ class World:
             return None
         event, count, what = op.kill
         if what == "rank":
-            return KillPoint(event, count, (), what)
+            return KillPoint(event, count, (), what, str(self.kill_marker))
         daemon = self.daemons[rank].pid
         if daemon is None:
             return None
         others = [pid for engine in self.live() if engine.pool is not pool for pid in engine.pool.pids]
         own = [pid for r, pid in enumerate(pool.pids) if r != rank]
-        return KillPoint(event, count, (*others, *own, daemon), what)
+        return KillPoint(event, count, (*others, *own, daemon), what, str(self.kill_marker))
+
+    @property
+    def kill_marker(self) -> Path:
+        return self.root / "kill-point-fired"
 
     def lose_engines(self) -> None:
         """Every live engine dies: a daemon is about to die, or has died (the spec's ``Lose``)."""
@@ -252,7 +256,9 @@ class World:
         if op.kill is None:
             return
         event, count, what = op.kill
-        fired = results[op.rank].kind == "died"  # the rank SIGKILLs itself last, at either kill point
+        # The rank SIGKILLs itself last; the pool may see a peer it killed die first and call it "killed".
+        fired = results[op.rank].kind == "died" or self.kill_marker.exists()
+        self.kill_marker.unlink(missing_ok=True)
         if fired and what == "daemon":
             # Its SIGKILL was sent, but a process takes a moment to exit: the daemon is down before
             # anything else runs (the spec's Lose), and settle() starts it again.

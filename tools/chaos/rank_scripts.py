@@ -31,6 +31,7 @@ class KillPoint:
     count: int
     pids: tuple[int, ...]  # none for a rank's kill; a daemon's: the other ranks attached to it, then the daemon
     what: str  # "rank" or "daemon", for the report
+    marker: str = ""  # a file made before the first SIGKILL: the point fired, whichever death is seen first
 
     def describe(self) -> str:
         return f"SIGKILL its {self.what} after {self.event} #{self.count}"
@@ -52,6 +53,8 @@ def _arm(kill: KillPoint | None) -> None:
             if point is not None and event == point.event:
                 _trigger["seen"] += 1
                 if _trigger["seen"] == point.count:
+                    if point.marker:
+                        open(point.marker, "w").close()
                     for pid in point.pids:
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
