@@ -34,7 +34,9 @@ Then the processes are checked together, per folder (one machine's run): every a
 took from its own daemon (begin, commit, claim) must be an answer that daemon's trace gave that
 engine, in the same order. Each rank sends its daemon one request at a time on its own connection,
 so the two orders are the same without any clock. A rank's answer that no daemon step gave (a grant
-the daemon never made, a commit the engine took as recorded) is reported with the daemon's answers.
+the daemon never made, a commit the engine took as recorded) is reported with the daemon's answers,
+and so is one taken before the daemon's step that gave it (on the machine's monotonic clock: the
+daemon stamps its step before it replies, the rank stamps its line after it took the answer).
 
 And in one order, by ``t_ns``: the folder's lines merged on one machine's monotonic clock. Each line is
 stamped after the step it records, and a daemon's step is stamped before its reply is sent, so the
@@ -401,8 +403,9 @@ def _by_socket(traces: Mapping[Path, Lines]) -> dict[str, list[tuple[Path, Lines
     return found
 
 
-def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -> list[tuple[str, Any]]:
-    """What a daemon (its traces, one per process, in the order they started) answered ``engine_id``."""
+def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -> list[tuple[str, Any, int]]:
+    """What a daemon (its traces, one per process, in the order they started) answered ``engine_id``, each
+    with the time its step was stamped (before its reply was sent)."""
     answers = []
     for lines in daemon_traces:
         for line in lines:
@@ -413,7 +416,7 @@ def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -
             answer = line["answer"]
             if line["event"] != "claim":
                 answer = _json(encode(RankAnswer.of(answer)))
-            answers.append((line["event"], answer))
+            answers.append((line["event"], answer, line["t_ns"]))
     return answers
 
 
@@ -439,14 +442,25 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
             taken = arguments[_ANSWERED[line["event"]]]
             if line["event"] != "claim" and taken.get("status") is None:
                 continue  # no reply (the daemon unreachable): nothing to match
-            while n < len(given) and given[n] != (line["event"], taken):
+            while n < len(given) and given[n][:2] != (line["event"], taken):
                 n += 1
+            if n < len(given) and line["t_ns"] < given[n][2]:
+                why = (
+                    f"engine {engine_id} rank {rank} took a {line['event']} answer "
+                    f"{(given[n][2] - line['t_ns']) / 1e6:.3f} ms before its daemon ({start['socket']}) gave it: "
+                    f"{json.dumps(taken)}"
+                )
+                verdict.divergence = Divergence(
+                    line.get("seq", -1), {**line, "trace": str(path)}, why, {"the daemon's step at": given[n][2]}, []
+                )
+                verdict.seconds = time.perf_counter() - started
+                return verdict
             if n == len(given):
                 why = (
                     f"engine {engine_id} rank {rank} took a {line['event']} answer that its daemon "
                     f"({start['socket']}) never gave it: {json.dumps(taken)}"
                 )
-                shown = [answer for event, answer in given if event == line["event"]]
+                shown = [answer for event, answer, _ in given if event == line["event"]]
                 verdict.divergence = Divergence(
                     line.get("seq", -1), {**line, "trace": str(path)}, why, {"the daemon's answers": shown}, []
                 )

@@ -139,3 +139,20 @@ def test_a_map_sglang_routes_with_other_than_the_sessions_is_reported(
     for verdict in verdicts:
         assert verdict.divergence.line["kind"] == "routes", verdict.divergence
         assert "sglang routes with the map of digest" in verdict.divergence.report(verdict.path)
+
+
+def test_an_answer_taken_before_its_daemon_gave_it_is_reported(ranks, daemons, traces: Path, tmp_path: Path) -> None:
+    written = _rebalanced(ranks, daemons, traces, tmp_path)
+    engine = next(path for path in sorted(written) if path.name.startswith("engine-") and "-r1-" in path.name)
+    socket = _lines(engine)[0]["socket"]
+    daemon = next(path for path in written if path.name.startswith("daemon-") and _lines(path)[0]["socket"] == socket)
+    given = next(line for line in _lines(daemon) if line.get("event") == "begin")
+    # What a rank writes that stamped its begin answer 1 ms before its daemon's step that gave it.
+    lines = _lines(engine)
+    taken = next(line for line in lines if line.get("event") == "begin" and line["arguments"].get("rank") == 1)
+    taken["t_ns"] = given["t_ns"] - 1_000_000
+    _write(engine, lines)
+    (answers,) = [v for v in check_all(written) if v.kind == "answers"]
+    assert answers.divergence is not None, answers
+    report = answers.divergence.report(answers.path)
+    assert "took a begin answer 1.000 ms before its daemon" in report, report
