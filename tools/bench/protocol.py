@@ -113,7 +113,7 @@ def _rank_worker(
     from engine_adapter.collective import all_gather_small
     from layout_sm.engine import EngineLayout
     from layout_sm.messages import request_wire
-    from layout_sm.ready import NOTHING, ChunkAsked, Fetched, Ready, RebalanceAsked, RebalanceEnded, Started
+    from layout_sm.ready import ChunkAsked, Fetched, Ready, RebalanceAsked, RebalanceEnded, Started
     from layout_sm.record import layout_digest
     from layout_sm.session import EngineSession
 
@@ -144,35 +144,26 @@ def _rank_worker(
     attachments: list[Any] = []
     unread: list[Any] = []  # a commit sent and not read yet: (its reader, the session's event for its reply)
 
+    def send(ready: Ready) -> Any:
+        """A request to this rank's daemon, as the engine adapter sends it; None for a commit left unread."""
+        assert ready.send is not None
+        if ready.attach:
+            attachments.append(client.Attachment(path, request_wire(ready.send)))
+            return attachments[-1].reply
+        if ready.read_later:
+            unread.append((client.send_request(path, request_wire(ready.send)), ready.then))
+            return None
+        return client.request(path, request_wire(ready.send))
+
+    def all_gather(part: Any) -> list[Any]:
+        gathers[shape_now[0]] += 1
+        return gather(part)
+
     def carry_out(session: EngineSession, ready: Ready) -> Ready:
         """What the session says, done as the engine adapter does (``engine_adapter.runner``): each request
         to this rank's daemon, each all-gather over the ranks, the move (the map ``rows``), a commit left
         unread; the last ``Ready`` that said how the sequence ended."""
-        ended = NOTHING
-        while True:
-            if ready.done is not None:
-                ended = ready
-            if ready.send is not None and ready.attach:
-                att = client.Attachment(path, request_wire(ready.send))
-                attachments.append(att)
-                event = ready.then(att.reply, 0.0) if ready.then else None
-            elif ready.send is not None and ready.read_later:
-                unread.append((client.send_request(path, request_wire(ready.send)), ready.then))
-                event = None
-            elif ready.send is not None:
-                reply = client.request(path, request_wire(ready.send))
-                event = ready.then(reply, 0.0) if ready.then else None
-            elif ready.gathers:
-                gathers[shape_now[0]] += 1
-                event = ready.then(gather(ready.gather), 0.0)
-            elif ready.move:
-                event = ready.then(rows, 0.0)
-            else:
-                event = None
-            event = event or ready.next
-            if event is None:
-                return ended
-            ready = session.step(event)
+        return _carry(session, ready, send, all_gather, lambda: rows)
 
     def flush(session: EngineSession) -> None:
         while unread:
@@ -499,10 +490,10 @@ def _on_against_off(samples: dict[str, list[float]], prefix: str = "") -> dict[s
     }
 
 
-def _carry_in_process(session: Any, daemon: Any, ready: Any, rows: Any) -> Any:
-    """One rank's ``Ready``s carried out against a daemon machine in this process (its only rank: a
-    gather is its own part), sglang's move the map ``rows``; the last ``Ready`` that ended a sequence."""
-    from layout_sm.messages import AttachRequest
+def _carry(session: Any, ready: Any, send: Any, gather: Any, rows: Any) -> Any:
+    """One rank's ``Ready``s carried out as the engine adapter's loop does (``engine_adapter.runner``):
+    ``send(ready)`` gives the reply (None: read later), ``gather(part)`` the all-gathered list, ``rows()``
+    the map sglang moved to; the last ``Ready`` that said how the sequence ended."""
     from layout_sm.ready import NOTHING
 
     ended = NOTHING
@@ -510,18 +501,29 @@ def _carry_in_process(session: Any, daemon: Any, ready: Any, rows: Any) -> Any:
         if ready.done is not None:
             ended = ready
         if ready.send is not None:
-            step = daemon.handle(ready.send, session="s" * 32 if isinstance(ready.send, AttachRequest) else None)
-            event = ready.then(step.reply.to_wire(), 0.0) if ready.then else None
+            reply = send(ready)
+            event = ready.then(reply, 0.0) if ready.then and not (ready.read_later and reply is None) else None
         elif ready.gathers:
-            event = ready.then([ready.gather], 0.0)
+            event = ready.then(gather(ready.gather), 0.0)
         elif ready.move:
-            event = ready.then(rows, 0.0)
+            event = ready.then(rows(), 0.0)
         else:
             event = None
         event = event or ready.next
         if event is None:
             return ended
         ready = session.step(event)
+
+
+def _carry_in_process(session: Any, daemon: Any, ready: Any, rows: Any) -> Any:
+    """``_carry`` against a daemon machine in this process (its only rank: a gather is its own part)."""
+    from layout_sm.messages import AttachRequest
+
+    def send(ready: Any) -> Any:
+        attach = isinstance(ready.send, AttachRequest)
+        return daemon.handle(ready.send, session="s" * 32 if attach else None).reply.to_wire()
+
+    return _carry(session, ready, send, lambda part: [part], lambda: rows)
 
 
 def bench_engine_trace(n: int, folder: Any) -> dict[str, Any]:
