@@ -194,6 +194,7 @@ def _takeover_marks(s_log: str) -> list[dict[str, float]]:
 
 
 @pytest.mark.timeout(3600)
+@pytest.mark.slow("the module's takeover: daemons, a primary rebalancing beside a parked standby, its SIGKILL")
 def test_the_primary_rebalances_while_the_standby_is_parked(takeover: Takeover) -> None:
     ran = takeover
     assert ran.parked_before == [[ran.parked_before[0][0]]] * ran.topology.tp_size, ran.parked_before
