@@ -127,9 +127,10 @@ def _send(st: state.EngineLayoutState, request: LayoutRequest) -> Callable[[], o
     """Send one request to this rank's daemon now; the call returned reads its reply (``Unanswered`` when
     the daemon cannot be reached or answers nothing)."""
     assert st.socket_path is not None
-    kind = request_wire(request)["type"]
+    wire = request_wire(request)
+    kind = wire["type"]
     try:
-        sent = client.send_request(st.socket_path, request_wire(request))
+        sent = client.send_request(st.socket_path, wire)
     except Exception as error:
         unanswered = _unanswered(st, kind, error)
         return lambda: unanswered
