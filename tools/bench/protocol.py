@@ -850,7 +850,8 @@ def markdown(data: dict[str, Any]) -> str:
     if "metrics" in data:
         me = data["metrics"]
         lines.append(
-            f"| the engine adapter's metrics calls per chunk (2 `protocol_time`, `chunk_begun`, `committed`), "
+            f"| the engine adapter's metrics calls per chunk (one `protocol_time`, and the session telling "
+            f"`metrics.ChunkWatch` of each of the chunk's events), "
             f"sglang's metrics on, multiprocess mode | {me['on_ns']} ns | {me['off_ns']} ns (metrics off: each "
             f"call returns at once) | {me['ratio_on_to_off']}x; {100 * me['share_of_chunk']:.3f}% of a 2-rank "
             f"chunk ({me['chunk_us']} µs) | ≤{100 * t['metrics_share_of_chunk_max']:.0f}% of a chunk: "
