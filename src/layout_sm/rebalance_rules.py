@@ -282,25 +282,36 @@ class RebalanceRules(EngineModel):
 
     def _unverified(self) -> Step:
         """Why the owed check failed: the commits that were not recorded, or the daemons whose record
-        differs from the engine's claim (its version, the digest of its whole map)."""
+        differs from the engine's claim (its version, the digest of its whole map), and what happens next."""
         v = self.view
-        problems = []
+        unrecorded, differ = [], []
         for rank, answer in enumerate(v.owed):
             if answer is None or not answer.ok:
-                problems.append(f"rank {rank}: commit not recorded ({'no reply' if answer is None else answer.text})")
+                unrecorded.append(f"rank {rank}: commit not recorded ({'no reply' if answer is None else answer.text})")
             elif answer.digest != v.digest:
-                problems.append(f"rank {rank}: daemon's digest differs from the engine's map")
+                differ.append(f"rank {rank}: daemon's digest differs from the engine's map")
         versions = sorted({a.version for a in v.owed if a is not None and a.ok}, key=str)
-        if not problems and len(versions) != 1:
-            problems.append(f"daemons report different versions {versions}")
-        elif not problems:
-            problems.append(f"daemons report version {versions[0]}, expected {v.version}")
+        if not unrecorded and not differ and len(versions) != 1:
+            differ.append(f"daemons report different versions {versions}")
+        elif not unrecorded and not differ:
+            differ.append(f"daemons report version {versions[0]}, expected {v.version}")
+        if differ:
+            # A record the engine did not make: the daemons' records cannot be trusted.
+            then = f"; {RESTART_DAEMONS} before starting another engine on them."
+        else:
+            # A refused commit, or a lost reply: the protocol brings the daemons back by itself.
+            then = (
+                ". A daemon that did not record the commit keeps the move pending while this engine lives; once it "
+                "stops, that daemon is repaired at the version before (by itself with auto repair, else by "
+                "`expert-layout repair`), and the next engine's startup has it rejoin at the newest version: do not "
+                "restart the daemons."
+            )
         return Step.stop(
             Reason.COMMIT_UNVERIFIED,
             "expert move committed inconsistently: "
-            + "; ".join(problems)
-            + f". The engine keeps serving but rebalances no more; {RESTART_DAEMONS} before starting another "
-            "engine on them.",
+            + "; ".join(unrecorded + differ)
+            + ". The engine keeps serving with the experts each daemon's memory holds, and rebalances no more"
+            + then,
             Severity.ERROR,
         )
 
