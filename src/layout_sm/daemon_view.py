@@ -279,10 +279,9 @@ class DaemonConjuncts:
         """The rows are ``[len(layers)][P]`` experts of the record (the spec's maps are, by construction)."""
         return self.record is not None and not isinstance(self.record.successor(layers, rows), LayoutError)
 
-    def unmoved(self) -> bool:
-        """The daemon has not moved since it started (spec: ``dver[r] = 0 /\\ dmap[r] = InitialMap``): a
-        record at version 0 is the map the daemon loaded, since every commit adds a version."""
-        return self.record is not None and self.record.version == 0
+    def behind(self, version: int) -> bool:
+        """The record is older than ``version`` (spec: ``dver[r] < v``): a rejoin never rewinds a daemon."""
+        return self.record is not None and self.record.version < version
 
     def only_attached(self, engine_id: str) -> bool:
         """No engine but this one is attached, parked or not (spec: ``datt[r] \\subseteq {e}``)."""

@@ -190,13 +190,13 @@ class RankFinding:
             f"waited {waited_s:.0f} s for a move that did not end: {self.detail}",
         )
 
-    def to_rejoin(self, target: LayoutRecord | RecordStamp, fresh_ranks: Sequence[int]) -> RankFinding:
-        """A fresh daemon's rank, marked to have it rejoin at ``target`` (spec: Agree's rejoin branch)."""
+    def to_rejoin(self, target: LayoutRecord | RecordStamp, behind_ranks: Sequence[int]) -> RankFinding:
+        """The rank of a daemon behind, marked to have it rejoin at ``target`` (spec: Agree's rejoin branch)."""
         return RankFinding(
             self.rank,
             "rejoin",
             target,
-            f"its daemon is at version 0 (started again from disk; ranks {list(fresh_ranks)} are) beside daemons "
+            f"its daemon is at version {self.version} (ranks {list(behind_ranks)} are behind) beside daemons "
             f"at version {target.version}: it rejoins at that version",
         )
 
@@ -453,7 +453,10 @@ class RankAnswer:
         return self.status is None or self.status is Status.REFUSED
 
     def without_text(self) -> RankAnswer:
-        """The answer as the spec keeps it; no guard reads the text or the reason code."""
+        """The answer as the spec keeps it: no guard reads the text or the reason code, nor tells a
+        refusal from a missing reply (both are the spec's "commit_refused")."""
+        if not self.ok:
+            return RankAnswer(Status.REFUSED, text="")
         return RankAnswer(self.status, self.version, self.digest, "") if self.text or self.reason else self
 
 

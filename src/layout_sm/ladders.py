@@ -25,7 +25,7 @@ from layout_sm.daemon_view import (
     rejoin_target,
 )
 from layout_sm.messages import BeginRequest, ClaimRequest, CommitRequest, ParkRequest, QueryRequest, RejoinRequest
-from layout_sm.reasons import REPAIR_OR_RESTART, RESTART_DAEMONS, Reason, Reply, busy, ok, refused
+from layout_sm.reasons import REPAIR_OR_RESTART, Reason, Reply, busy, ok, refused
 from layout_sm.replies import (
     Ladder,
     Outcome,
@@ -616,8 +616,9 @@ _NOT_REJOINED = "; the daemon changed nothing (the engine's startup fails with t
 # Restarting the whole set throws away the record the other daemons keep: said where it is not the way back.
 _KEEP_THE_RECORD = " (do not restart the other daemons: that throws away the record they keep)"
 
-# A daemon started again from disk rejoins at the record every other daemon holds (spec: AskRejoin,
-# RejoinAllowed): only while it has not moved, and while no other engine is attached or was served.
+# A daemon behind the others (started again from disk, or repaired at the version before a commit it did not
+# record) rejoins at the newest record (spec: AskRejoin, RejoinAllowed): only while its own record is older,
+# and while no other engine is attached or was served.
 REJOIN = Ladder(
     (
         rung(
@@ -660,13 +661,13 @@ REJOIN = Ladder(
             ),
         ),
         rung(
-            "unmoved",
+            "behind",
             Say(
                 refused,
-                Reason.MOVED_SINCE_START,
-                "this daemon is at version {view.record.version}: it moved since it started, and only a daemon "
-                "started again from disk (version 0) rejoins" + _NOT_REJOINED + "; the daemons hold different "
-                "moved layouts, so " + RESTART_DAEMONS,
+                Reason.NOT_BEHIND,
+                "this daemon is at version {view.record.version}, not behind version {req.version}: a rejoin never "
+                "rewinds a daemon" + _NOT_REJOINED + "; start the engine again: its startup reads every daemon's "
+                "record again and rejoins only the daemons behind the newest one" + _KEEP_THE_RECORD,
             ),
         ),
         rung(

@@ -87,7 +87,7 @@ class Reason(StrEnum):
     # refused: a warm standby's request
     NOT_PARKED = "not_parked"
     # refused: a rejoin
-    MOVED_SINCE_START = "moved_since_start"
+    NOT_BEHIND = "not_behind"
     # busy: transient
     MOVE_PENDING = "move_pending"
     OTHER_ENGINE_ATTACHED = "other_engine_attached"

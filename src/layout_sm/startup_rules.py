@@ -77,24 +77,28 @@ class StartupRules(EngineModel):
         """StartupFails: a finding is "refused" (a daemon did not rejoin)."""
         return any(f.kind == "rejoin_refused" for f in self._found())
 
-    def _fresh(self) -> list[RankFinding]:
-        assert self.layout is not None
-        initial = self.layout.initial_digest
-        return [f for f in _ranks_where(self._found(), "record") if f.version == 0 and f.digest == initial]
+    def _newest(self) -> list[RankFinding]:
+        """The records at the newest version found (``NewestVersion(e)``)."""
+        recorded = _ranks_where(self._found(), "record")
+        newest = max((f.version for f in recorded), default=0)
+        return [f for f in recorded if f.version == newest]
+
+    def _behind(self) -> list[RankFinding]:
+        """``Behind(e, f)``: the records older than the newest one found."""
+        newest = self._newest()
+        return [f for f in _ranks_where(self._found(), "record") if newest and f.version < newest[0].version]
 
     def rejoin_wanted(self) -> bool:
-        """``RejoinWanted(e)``: every daemon keeps a record, some are fresh (version 0, the initial
-        map) and the others hold one moved record (version and digest)."""
+        """``RejoinWanted(e)``: every daemon keeps a record, some are behind the newest version, and
+        the daemons at the newest version hold one record (version and digest)."""
         assert self.layout is not None
         found = self._found()
-        moved = self._moved()
         return (
             self.layout.rejoins
             and len(found) == self.view.num_ranks
             and all(f.kind == "record" for f in found)
-            and bool(self._fresh())
-            and bool(moved)
-            and len({(f.version, f.digest) for f in moved}) == 1
+            and bool(self._behind())
+            and len({(f.version, f.digest) for f in self._newest()}) == 1
         )
 
     def to_rejoin(self, rank: int) -> bool:
@@ -225,20 +229,22 @@ class StartupRules(EngineModel):
         return self._fail_where("rejoin_refused", Reason.REJOIN_REFUSED, "asked its daemon to rejoin and was refused")
 
     def mark_rejoin(self) -> Step:
-        """The agreement's rejoin branch: the fresh ranks are to rejoin at the moved record (its map
+        """The agreement's rejoin branch: the ranks behind are to rejoin at the newest record (its map
         when some rank holds it, else its stamp: ``EngineSession.rejoin_request`` takes the rows)."""
-        moved = self._moved()
-        target = next((f.record for f in moved if isinstance(f.record, LayoutRecord)), moved[0].record)
+        newest = self._newest()
+        target = next((f.record for f in newest if isinstance(f.record, LayoutRecord)), newest[0].record)
         assert target is not None
-        fresh = [f.rank for f in self._fresh()]
+        behind = {f.rank: f.version for f in self._behind()}
         self._set(
             findings=tuple(
-                f.to_rejoin(target, fresh) if f is not None and f.rank in fresh else f for f in self.view.findings
+                f.to_rejoin(target, sorted(behind)) if f is not None and f.rank in behind else f
+                for f in self.view.findings
             )
         )
         return Step.pause(
             Reason.REJOIN,
-            f"ranks {fresh} found their daemons at version 0 (started again from disk) beside daemons at "
+            f"ranks {sorted(behind)} found their daemons behind, at versions {sorted(set(behind.values()))} (started "
+            f"again from disk, or repaired at the version before a commit they did not record), beside daemons at "
             f"version {target.version}: they rejoin at version {target.version}, then the ranks agree again",
         )
 

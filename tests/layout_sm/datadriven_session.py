@@ -83,7 +83,7 @@ from layout_sm.session import DEFAULT_WAIT_TIMEOUT_S, EngineSession
 
 INITIAL = ((0, 1, 2, 3), (3, 2, 1, 0))
 MOVED = ((1, 2, 3, 0), (3, 2, 1, 0))
-MAPS = {"initial": INITIAL, "moved": MOVED}
+MAPS = {"initial": INITIAL, "moved": MOVED, "other": ((2, 3, 0, 1), (3, 2, 1, 0))}
 WIDER = {"initial": ((0, 1, 2, 3, 0), (3, 2, 1, 0, 3)), "narrow": INITIAL}  # an engine with a redundant slot
 
 

@@ -382,7 +382,7 @@ BREAKS = [
     Break("rejoin", "is_dirty", VIEWS["dirty"], REJOIN, Reason.DIRTY),
     Break("rejoin", "is_repairing", VIEWS["repairing"], REJOIN, Reason.REPAIRING),
     Break("rejoin", "move_pending", PENDING_VIEW, REJOIN, Reason.MOVE_PENDING),
-    Break("rejoin", "unmoved", CLEAN_VIEW, REJOIN, Reason.MOVED_SINCE_START),
+    Break("rejoin", "behind", CLEAN_VIEW, REJOIN, Reason.NOT_BEHIND),
     Break(
         "rejoin",
         "only_attached",

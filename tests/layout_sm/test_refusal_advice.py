@@ -309,11 +309,11 @@ def rejoin_move_pending() -> None:
     assert machine.rejoin_layout(rejoin("A")).ok
 
 
-def rejoin_unmoved() -> None:
-    machine = moved(daemon("A"), "A")
-    refused(machine.rejoin_layout(rejoin("A", LayoutRecord.build(MOVED_ROWS, 4, 2))), Reason.MOVED_SINCE_START, RESTART)
-    # Restarted, every daemon is at the initial layout: the next engine starts there.
-    assert begin(daemon("A"), "A").ok
+def rejoin_behind() -> None:
+    machine = moved(daemon("A"), "A")  # at version 1: an engine's stale view asks it to rejoin at version 1
+    refused(machine.rejoin_layout(rejoin("A")), Reason.NOT_BEHIND, "start the engine again", "do not restart")
+    # Started again, the engine finds every daemon at version 1 and adopts it: the daemon serves as it was.
+    assert machine.view().record == MOVED and begin(machine, "A").ok
 
 
 def rejoin_only_attached() -> None:
@@ -367,7 +367,7 @@ ADVICE: dict[tuple[str, str], Callable[[], None]] = {
     ("rejoin", "is_dirty"): rejoin_is_dirty,
     ("rejoin", "is_repairing"): rejoin_is_repairing,
     ("rejoin", "move_pending"): rejoin_move_pending,
-    ("rejoin", "unmoved"): rejoin_unmoved,
+    ("rejoin", "behind"): rejoin_behind,
     ("rejoin", "only_attached"): rejoin_only_attached,
     ("rejoin", "saw_non_following"): rejoin_saw_non_following,
     ("rejoin", "rejoin_fits"): rejoin_rejoin_fits,

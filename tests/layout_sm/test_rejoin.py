@@ -1,10 +1,10 @@
 """A daemon started again from disk rejoins at the record the other daemons hold (spec: Lose, AskRejoin).
 
-The daemon's rule (``DaemonMachine.rejoin_layout``): only a daemon that has not moved since it started,
-with no engine attached but the asker and none served without attaching, and only at a moved map of its
-own shape; it then repairs every layer. The engine's (``EngineSession``): its agreement has the fresh
-ranks rejoin when every other daemon holds one moved record, and fails with the reason when a daemon
-refuses.
+The daemon's rule (``DaemonMachine.rejoin_layout``): only a daemon whose record is older than the one it
+rejoins at, with no engine attached but the asker and none served without attaching, and only at a moved
+map of its own shape; it then repairs every layer. The engine's (``EngineSession``): its agreement has the
+ranks behind rejoin when the daemons at the newest version hold one record, and fails with the reason when
+a daemon refuses.
 """
 
 from __future__ import annotations
@@ -69,13 +69,20 @@ def test_a_fresh_daemon_rejoins_and_its_repair_reloads_every_layer_at_the_target
     assert machine.phase == "clean" and machine.view().record == MOVED
 
 
-def test_a_moved_daemon_refuses_to_rejoin() -> None:
+def test_a_daemon_behind_rejoins_at_a_newer_version_and_none_is_rewound() -> None:
     machine = _fresh("A")
     assert machine.begin_move(BeginRequest("A", "sA", 0, (0,))).ok
     assert machine.commit_move(CommitRequest("A", "sA", (0,), ((1, 0, 3, 2),))).ok
-    reply = machine.rejoin_layout(_ask(target=LayoutRecord.build(((3, 2, 1, 0), (0, 1, 2, 3)), 4, 2)))
-    assert reply.status is Status.REFUSED and reply.reason is Reason.MOVED_SINCE_START, reply
-    assert machine.phase == "clean" and machine.view().record.version == 1  # type: ignore[union-attr]
+    at_one = machine.view()
+    # Not behind: a rejoin at its own version, or at an older one, is refused and changes nothing.
+    for target in (LayoutRecord.build(((3, 2, 1, 0), (0, 1, 2, 3)), 4, 1), MOVED):
+        reply = machine.rejoin_layout(_ask(target=target))
+        assert reply.status is Status.REFUSED and reply.reason is Reason.NOT_BEHIND, reply
+        assert machine.view() == at_one
+    # Behind version 2 (the others recorded a commit this daemon did not): it rejoins there.
+    newer = LayoutRecord.build(((3, 2, 1, 0), (0, 1, 2, 3)), 4, 2)
+    assert machine.rejoin_layout(_ask(target=newer)).ok
+    assert machine.phase == "repairing" and machine.view().record == newer
 
 
 def test_a_daemon_with_another_engine_attached_refuses_to_rejoin() -> None:
@@ -89,7 +96,7 @@ def test_a_daemon_with_another_engine_attached_refuses_to_rejoin() -> None:
     ("request_", "reason"),
     [
         (RejoinRequest("A", "sA", 1, "0" * 64, MOVED.rows), Reason.BAD_ROWS),  # digest of another map
-        (RejoinRequest("A", "sA", 0, MOVED.digest, MOVED.rows), Reason.BAD_ROWS),  # not a moved version
+        (RejoinRequest("A", "sA", 0, MOVED.digest, MOVED.rows), Reason.NOT_BEHIND),  # not newer
         (RejoinRequest("A", "sA", 1, "0" * 64, ((0, 1),)), Reason.BAD_ROWS),  # another shape
         (RejoinRequest("A", "sX", 1, MOVED.digest, MOVED.rows), Reason.NOT_ATTACHED),  # not its session
     ],
