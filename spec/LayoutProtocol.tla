@@ -48,6 +48,7 @@ CONSTANTS
     RepairMayFail,   \* a repair can fail (a read error, a missing file)
     Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
     Rejoins,         \* a daemon may be lost and start again from disk; engines have it rejoin
+    CommitFaults,    \* a commit may be refused for its rows, or its request or its reply lost
     NONE             \* model value: no pending move
 
 ASSUME /\ NumRanks \in Nat \ {0}
@@ -62,6 +63,7 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ RepairMayFail \in BOOLEAN
        /\ Standbys \subseteq Engines \ Older
        /\ Rejoins \in BOOLEAN
+       /\ CommitFaults \in BOOLEAN
        /\ Rejoins => Repairs \/ OperatorRepairs   \* a rejoin is the repair's reload, for every layer
 
 (* The daemons can repair: by themselves, or when an operator asks.  A     *)
@@ -227,30 +229,35 @@ StartupFails(e) ==
 (* own initial layout and do not rebalance shared weights.                  *)
 Adopts(e) == Recorded(e) = Found(e)
 
-(* A daemon lost and started again from disk holds the initial layout at   *)
-(* version 0 (Lose).  Where rejoining is on, an engine whose ranks found   *)
-(* such fresh daemons beside daemons that all hold one moved record does   *)
-(* not fail on the difference: its agreement marks the fresh ranks to       *)
-(* rejoin at that record ("rejoin", with the record), they ask their        *)
-(* daemons (AskRejoin) and wait as for a repair, and the ranks agree again  *)
-(* on what they then find.  The engine decides, at its startup's            *)
-(* all-gather: only the engine's ranks together see every daemon, across   *)
-(* nodes.                                                                   *)
-Fresh(f) == f.found = "record" /\ ~Moved(f)
+(* A daemon's record can fall behind the others': a daemon lost and        *)
+(* started again from disk holds the initial layout at version 0 (Lose),   *)
+(* and one whose commit was refused or never reached it is repaired at the *)
+(* base version once its mover is gone, while the others recorded the     *)
+(* next one.  Versions only grow, and every daemon that holds a version    *)
+(* holds its one map (OneMapPerVersion), so the newest record is the one   *)
+(* to serve.  Where rejoining is on, an engine whose ranks found daemons    *)
+(* behind daemons that all hold one newest record does not fail on the     *)
+(* difference: its agreement marks the ranks behind to rejoin at that      *)
+(* record ("rejoin", with the record), they ask their daemons (AskRejoin)  *)
+(* and wait as for a repair, and the ranks agree again on what they then   *)
+(* find.  Only the daemons behind reload; none is rewound.  The engine     *)
+(* decides, at its startup's all-gather: only the engine's ranks together  *)
+(* see every daemon, across nodes.                                          *)
+NewestVersion(e) == CHOOSE v \in {f.fver : f \in Found(e)} : \A f \in Found(e) : f.fver <= v
+Behind(e, f) == f.found = "record" /\ f.fver < NewestVersion(e)
 RejoinWanted(e) ==
     /\ Rejoins
     /\ Recorded(e) = Found(e)
-    /\ \E f \in Found(e) : Fresh(f)
-    /\ \E f \in Found(e) : Moved(f)
-    /\ \A f, g \in Found(e) : Moved(f) /\ Moved(g) => f.fver = g.fver /\ f.fmap = g.fmap
-RejoinTarget(e) == CHOOSE f \in Found(e) : Moved(f)
+    /\ \E f \in Found(e) : Behind(e, f)
+    /\ \A f, g \in Found(e) : f.fver = NewestVersion(e) /\ g.fver = NewestVersion(e) => f.fmap = g.fmap
+RejoinTarget(e) == CHOOSE f \in Found(e) : f.fver = NewestVersion(e)
 
 Agree(e) ==
     /\ ephase[e] = "start"
     /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait", "rejoin"}
     /\ IF RejoinWanted(e)
          THEN /\ efind' = [efind EXCEPT ![e] =
-                            [r \in Ranks |-> IF Fresh(efind[e][r])
+                            [r \in Ranks |-> IF Behind(e, efind[e][r])
                                                THEN [RejoinTarget(e) EXCEPT !.found = "rejoin"]
                                                ELSE efind[e][r]]]
               /\ UNCHANGED <<ephase, eroute, ever, eserv, eshare, reb, eclaim>>
@@ -387,20 +394,54 @@ CommitOk(e, r) ==
     /\ dpend[r].mover = e
     /\ dpend[r].layers = reb[e].chunk
 
-Commit(e, r) ==
+(* Rank r may commit: the chunk moved on every rank (the device            *)
+(* synchronize), r's begin was ok, and the ranks before r have committed.   *)
+CommitReady(e, r) ==
     /\ ephase[e] = "run"
     /\ reb[e].step \in {"move", "commit"}
     /\ MovedEverywhere(e)
     /\ reb[e].replies[r] = "ok"
     /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "ok"
+
+(* The daemon records the move: the next version, the engine's whole map.  *)
+RecordsMove(r, e) ==
+    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+    /\ dver' = [dver EXCEPT ![r] = @ + 1]
+    /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+
+Commit(e, r) ==
+    /\ CommitReady(e, r)
     /\ IF CommitOk(e, r)
-         THEN /\ dphase' = [dphase EXCEPT ![r] = "clean"]
-              /\ dver' = [dver EXCEPT ![r] = @ + 1]
-              /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
-              /\ dpend' = [dpend EXCEPT ![r] = NONE]
+         THEN /\ RecordsMove(r, e)
               /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
          ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
+    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
+
+(* The faults of a real socket (CommitFaults), where the daemon would take *)
+(* the commit.  It refuses rows it cannot take (not a permutation of its   *)
+(* experts): the move stays pending, as for any refused commit.  A request *)
+(* that never reached the daemon is the same step.  The rank counts either *)
+(* as refused; the check the commit owes fails (Committed), and the daemon *)
+(* keeps the move pending until its mover is gone (Detach: dirty, then     *)
+(* repaired at the base version).                                          *)
+CommitRefused(e, r) ==
+    /\ CommitFaults
+    /\ CommitReady(e, r)
+    /\ CommitOk(e, r)
+    /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, moves, eclaim>>
+
+(* The daemon recorded the commit and its reply was lost: the rank sees no *)
+(* answer and counts it as refused, so the check fails though every daemon *)
+(* holds the move.                                                          *)
+CommitUnanswered(e, r) ==
+    /\ CommitFaults
+    /\ CommitReady(e, r)
+    /\ CommitOk(e, r)
+    /\ RecordsMove(r, e)
+    /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
     /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
 (* Every rank has its commit reply, and no collective follows: each rank   *)
@@ -647,32 +688,31 @@ Lose(r) ==
     /\ dpark' = [dpark EXCEPT ![r] = {}]
     /\ UNCHANGED moves
 
-(* The daemon's rule for a rejoin: it has not moved since it started (its   *)
-(* record is the initial layout at version 0, so its memory is too:         *)
-(* CleanRecordIsTruth), no engine but the asker is attached, and no engine  *)
-(* fetched without attaching: nobody maps the weights it will rewrite.      *)
-RejoinAllowed(e, r) ==
+(* The daemon's rule for a rejoin at version v: its clean record is older  *)
+(* (it is never rewound), no engine but the asker is attached, and no      *)
+(* engine fetched without attaching: nobody maps the weights it will       *)
+(* rewrite.                                                                 *)
+RejoinAllowed(e, r, v) ==
     /\ dphase[r] = "clean"
-    /\ dver[r] = 0
-    /\ dmap[r] = InitialMap
+    /\ dver[r] < v
     /\ datt[r] \subseteq {e}
     /\ ~dnf[r]
 
-(* Rank r of engine e asks its fresh daemon to rejoin at the record that    *)
-(* every other daemon holds, which its finding carries since the agreement *)
+(* Rank r of engine e asks its daemon, behind, to rejoin at the newest      *)
+(* record, which its finding carries since the agreement                    *)
 (* (the ranks in rank order).  Granted, the daemon takes that record and    *)
 (* reloads every layer at its rows: the repair's reload, with the whole map *)
 (* as the torn move (RepairDone ends it; RepairFails leaves the daemon      *)
 (* dirty, as a failed repair does).  Until then it serves nothing, refuses  *)
 (* every begin and claim, and the rank waits as for a repair.  Refused      *)
-(* (another engine attached, or the daemon no longer fresh): the engine's   *)
+(* (another engine attached, or the daemon no longer behind): the engine's  *)
 (* startup fails with the reason.                                           *)
 AskRejoin(e, r) ==
     /\ ephase[e] = "start"
     /\ efind[e][r].found = "rejoin"
     /\ \A q \in 1..(r - 1) : efind[e][q].found # "rejoin"
     /\ LET t == efind[e][r] IN
-       IF RejoinAllowed(e, r)
+       IF RejoinAllowed(e, r, t.fver)
          THEN /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
               /\ dver' = [dver EXCEPT ![r] = t.fver]
               /\ dmap' = [dmap EXCEPT ![r] = t.fmap]
@@ -694,6 +734,8 @@ Next ==
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
     \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines, r \in Ranks : CommitRefused(e, r)
+    \/ \E e \in Engines, r \in Ranks : CommitUnanswered(e, r)
     \/ \E e \in Engines : Committed(e)
     \/ \E e \in Engines : Verify(e)
     \/ \E e \in Engines : Crash(e)
@@ -766,6 +808,14 @@ FairSpec == Spec /\ Fairness
 
 Moving(e) == reb[e].step \in {"move", "commit"}
 
+(* Daemon r holds a move pending that it did not record (its commit was    *)
+(* refused or never reached it), while its live mover routes with the      *)
+(* version past it: the move stays pending until the mover is gone.        *)
+Unrecorded(r) ==
+    /\ dphase[r] = "pending"
+    /\ ~Gone(dpend[r].mover)
+    /\ ever[dpend[r].mover] = dpend[r].base + 1
+
 TypeOK ==
     /\ dphase \in [Ranks -> {"no_record", "clean", "pending", "dirty", "repairing"}]
     /\ dver \in [Ranks -> 0..MaxMoves]
@@ -818,7 +868,10 @@ AgreedVersions ==
 
 (* A pending move belongs to its mover, mid-rebalance on that chunk with   *)
 (* this daemon's begin answered ok, or to a gone mover (whose EOF makes the *)
-(* daemon dirty): a live engine that is idle never leaves a move pending.   *)
+(* daemon dirty), or to a mover whose commit this daemon did not record:   *)
+(* that mover routes with the next version already, its check fails and   *)
+(* its rebalancing is off, so the move stays pending until the mover is    *)
+(* gone.  A live engine that rebalances on never leaves a move pending.     *)
 PendingHasMover ==
     \A r \in Ranks : dphase[r] = "pending" =>
         LET m == dpend[r].mover IN
@@ -826,6 +879,11 @@ PendingHasMover ==
         \/ /\ reb[m].step \in {"begin", "abort", "move", "commit"}
            /\ reb[m].chunk = dpend[r].layers
            /\ reb[m].replies[r] = "ok"
+        \/ /\ reb[m].step = "commit"
+           /\ reb[m].chunk = dpend[r].layers
+           /\ reb[m].replies[r] = "commit_refused"
+        \/ /\ ever[m] = dpend[r].base + 1
+           /\ reb[m].owed = "bad" \/ ~eshare[m]
 
 (* An engine that loads (or runs) found every daemon readable: no dirty    *)
 (* daemon, no wait that timed out, no wait still going on.                  *)
@@ -875,9 +933,19 @@ RepairingServesNothing ==
     \A r \in Ranks : dphase[r] = "repairing" =>
         \A e \in Engines : r \in eserv[e] => e \in dpark[r]
 
+(* A version names one layout: daemons whose records are at the same       *)
+(* version hold the same map.  Versions only grow, by one commit at a time *)
+(* of the one mover, and a daemon started again from disk is at version 0, *)
+(* the initial layout; so the newest record is the one a daemon behind     *)
+(* catches up with (RejoinWanted).                                          *)
+OneMapPerVersion ==
+    \A r, q \in Ranks :
+        (dphase[r] # "no_record" /\ dphase[q] # "no_record" /\ dver[r] = dver[q]) => dmap[r] = dmap[q]
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
               /\ OneRole /\ OnePromoted /\ RebalancesOnTheRecords /\ RepairingServesNothing
+              /\ OneMapPerVersion
 
 (* Dirty is sticky until the daemon restarts (or is lost: it starts again   *)
 (* from disk) or the operator asks for a repair again.                      *)
@@ -929,20 +997,48 @@ NoticeOnlyWhenFree ==
              /\ dphase'[r] # "repairing"]_vars
 
 (* A rejoin (a clean daemon that starts to repair: AskRejoin) starts only    *)
-(* on a daemon that has not moved since it started, that no engine maps and *)
-(* no engine but the asker is attached to, and only at a record that some   *)
-(* other daemon holds and every other daemon holds unless it is itself      *)
-(* fresh (a node lost with several daemons).                                *)
-RejoinsOnlyFresh ==
+(* on a daemon whose record is older than the one it rejoins at (never     *)
+(* rewound), that no engine maps and no engine but the asker is attached    *)
+(* to, and only at a record that some other daemon holds, the newest: every *)
+(* other daemon keeps a record, and holds that one or an older one (a node *)
+(* lost with several daemons).                                              *)
+RejoinsOnlyBehind ==
     [][\A r \in Ranks :
          (dphase[r] = "clean" /\ dphase'[r] = "repairing") =>
-             /\ dver[r] = 0 /\ dmap[r] = InitialMap
+             /\ dver[r] < dver'[r]
              /\ Cardinality(datt[r]) <= 1
              /\ ~dnf[r]
              /\ \A e \in Engines : r \notin eserv[e]
              /\ \E q \in Ranks \ {r} : dver[q] = dver'[r] /\ dmap[q] = dmap'[r]
-             /\ \A q \in Ranks \ {r} : \/ /\ dver[q] = dver'[r] /\ dmap[q] = dmap'[r]
-                                      \/ /\ dver[q] = 0 /\ dmap[q] = InitialMap]_vars
+             /\ \A q \in Ranks \ {r} : /\ dphase[q] # "no_record"
+                                      /\ \/ dver[q] = dver'[r] /\ dmap[q] = dmap'[r]
+                                         \/ dver[q] < dver'[r]]_vars
+
+(* A failed check stops rebalancing: the all-gather that makes it (the next *)
+(* chunk's Decide, or Verify) leaves the engine with rebalancing off, and   *)
+(* the next chunk, begun before the check was made, aborts on every rank    *)
+(* that began it.                                                           *)
+FailedCheckStops ==
+    [][\A e \in Engines :
+         (reb[e].owed = "bad" /\ reb'[e].owed = "none" /\ ephase'[e] = "run") =>
+             /\ ~eshare'[e]
+             /\ reb'[e].step \in {"idle", "abort"}]_vars
+
+(* A check fails only where a commit was refused or its reply lost: every *)
+(* daemon that took the engine's commit records the version and map the   *)
+(* engine claims.                                                           *)
+CheckFailsOnlyOnFault ==
+    [][\A e \in Engines :
+         (reb[e].owed # "bad" /\ reb'[e].owed = "bad") =>
+             \E r \in Ranks : reb[e].replies[r] = "commit_refused"]_vars
+
+(* A claim is answered only after a notice: a parked standby claims the    *)
+(* primary role only on the daemons that told it the role is free, so it   *)
+(* never loops claim, taken, park while the primary lives.                  *)
+ClaimsFollowNotices ==
+    [][\A e \in Engines, r \in Ranks :
+         (eclaim[e][r] # eclaim'[e][r] /\ eclaim'[e][r] \in {"granted", "taken", "refused"}) =>
+             eclaim[e][r] = "notified"]_vars
 
 (* A begin is busy only for a pending move or another unparked engine.     *)
 BusyOnlyByUnparked ==
@@ -968,6 +1064,13 @@ TornMoveRepaired ==
     \A r \in Ranks, v \in 0..MaxMoves :
         (dphase[r] = "pending" /\ Gone(dpend[r].mover) /\ dpend[r].base = v)
             ~> (dphase[r] = "clean" /\ dver[r] = v)
+
+(* Liveness: a chunk that moves is committed: the engine routes with the  *)
+(* next version (whatever the daemons answered: sglang moved its experts), *)
+(* unless it is gone first.                                                 *)
+ChunkCommits ==
+    \A e \in Engines, v \in 0..MaxMoves :
+        (reb[e].step = "move" /\ ever[e] = v) ~> (ever[e] = v + 1 \/ Gone(e))
 
 (* Liveness: the commit check a chunk owes is made, by the next chunk's    *)
 (* all-gather or by the one that ends the rebalance (or the engine is gone, *)
@@ -1004,17 +1107,19 @@ StartsAlone ==
          /\ \A o \in Newer \ {e} : Gone(o))
         ~> ((ephase[e] = "run" /\ eroute[e] = dmap[1]) \/ ephase[e] = "dead")
 
-(* The rejoin's purpose: an engine that starts alone after a daemon was     *)
-(* lost, and whose ranks found that daemon fresh beside daemons that agree  *)
-(* on a moved record, ends up serving that record's layout, which every     *)
-(* daemon then holds: no permanent disagreement, and nothing reloaded but   *)
-(* the lost daemon.  The spec has no clock: the wait for the rejoin may     *)
-(* time out, as any wait (WaitEnds).                                        *)
+(* The rejoin's purpose, stated over the daemons, not over the engine's    *)
+(* own rule: an engine that starts alone while every daemon is clean, its  *)
+(* ranks' findings being the daemons' records, ends up serving the newest  *)
+(* record's layout, which every daemon then holds: daemons behind (lost,   *)
+(* or repaired at an older version) rejoin, and nothing reloads but them.   *)
+(* No permanent disagreement: the records never differ in a way a startup  *)
+(* cannot settle.  The spec has no clock: the wait for the rejoin may time  *)
+(* out, as any wait (WaitEnds).                                             *)
 RejoinServes ==
     \A e \in Newer :
-        (/\ ephase[e] = "start"
-         /\ \A r \in Ranks : efind[e][r].found \notin {"nothing", "wait"}
-         /\ RejoinWanted(e)
+        (/\ Rejoins
+         /\ ephase[e] = "start"
+         /\ \A r \in Ranks : dphase[r] = "clean" /\ efind[e][r] = Snapshot(r)
          /\ \A r \in Ranks : datt[r] \subseteq {e} /\ ~dnf[r]
          /\ \A o \in Newer \ {e} : Gone(o))
         ~> (\/ /\ ephase[e] = "run"
@@ -1034,17 +1139,21 @@ FindingsAgreedServes ==
         ~> ((ephase[e] = "run" /\ eroute[e] = efind[e][1].fmap) \/ ephase[e] = "dead")
 
 (* A pending move ends: committed or aborted (the daemon is free again),   *)
-(* or dirty once its gone mover's EOF is noticed.                           *)
+(* or dirty once its gone mover's EOF is noticed, or it is a move this     *)
+(* daemon did not record while its live mover routes past it (Unrecorded). *)
 PendingEnds ==
-    \A r \in Ranks : (dphase[r] = "pending") ~> (dphase[r] \in {"clean", "dirty"})
+    \A r \in Ranks : (dphase[r] = "pending") ~> (dphase[r] \in {"clean", "dirty"} \/ Unrecorded(r))
 
 (* A live mover's move frees the daemon: it ends clean (committed or       *)
-(* aborted), unless its mover goes away first.                              *)
+(* aborted), unless its mover goes away first or this daemon did not record *)
+(* its commit (the mover then routes with the next version: PendingHasMover *)
+(* keeps the move pending until the mover is gone, DeadMoverEndsDirty).     *)
 LiveMoveFreesDaemon ==
     \A r \in Ranks :
         (dphase[r] = "pending" /\ ~Gone(dpend[r].mover))
             ~> (\/ dphase[r] = "clean"
-                \/ dphase[r] = "pending" /\ Gone(dpend[r].mover))
+                \/ dphase[r] = "pending" /\ Gone(dpend[r].mover)
+                \/ Unrecorded(r))
 
 (* Liveness, the standby's purpose: once every engine but the standbys is  *)
 (* gone and every daemon is clean, with a standby parked, some standby ends *)

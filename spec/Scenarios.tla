@@ -17,7 +17,7 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, NONE
+          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, CommitFaults, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
           eserv, eshare, reb, moves, dpark, eclaim,
@@ -138,6 +138,8 @@ Decide(e) == P!Decide(e) /\ Track
 Abort(e, r) == P!Abort(e, r) /\ Track
 MoveLayer(e, r, l) == P!MoveLayer(e, r, l) /\ Track
 Commit(e, r) == P!Commit(e, r) /\ Track
+CommitRefused(e, r) == P!CommitRefused(e, r) /\ Track
+CommitUnanswered(e, r) == P!CommitUnanswered(e, r) /\ Track
 Committed(e) == P!Committed(e) /\ Track
 Verify(e) == P!Verify(e) /\ Track
 Crash(e) == P!Crash(e) /\ Track
@@ -166,6 +168,8 @@ ScenarioNext ==
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
     \/ \E e \in Engines, r \in Ranks : Commit(e, r)
+    \/ \E e \in Engines, r \in Ranks : CommitRefused(e, r)
+    \/ \E e \in Engines, r \in Ranks : CommitUnanswered(e, r)
     \/ \E e \in Engines : Committed(e)
     \/ \E e \in Engines : Verify(e)
     \/ \E e \in Engines : Crash(e)

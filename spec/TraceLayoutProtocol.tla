@@ -31,6 +31,11 @@
 (* no collective between them commute, so the check asks for some order   *)
 (* of the logged steps, each log's own order kept.                         *)
 (*                                                                         *)
+(* A commit's reply may be lost (CommitUnanswered): the daemon logged it   *)
+(* committed while the engine counted it as refused; which of the two it   *)
+(* was, the engine's decisions tell.  A commit whose request never reached  *)
+(* its daemon is logged nowhere (CommitRefused, not logged).               *)
+(*                                                                         *)
 (* Two more steps than the spec's.  A rank lost before its request of a   *)
 (* chunk's step (RankLost), after which the engine can only crash.  And a  *)
 (* request from an engine that the spec has already ended, which changes   *)
@@ -79,7 +84,9 @@ Logged(r, l) ==
                                     /\ (r \in eserv'[e]) = (l.ans = "served")
       [] l.ev = "begin"       -> Begin(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
       [] l.ev = "abort"       -> Abort(l.eng, r)
-      [] l.ev = "commit"      -> Commit(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+      [] l.ev = "commit"      -> \/ Commit(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+                                 \/ CommitRefused(l.eng, r) /\ l.ans = "commit_refused"
+                                 \/ CommitUnanswered(l.eng, r) /\ l.ans = "committed"
       [] l.ev = "detach"      -> Detach(r, l.eng)
       [] l.ev = "park"        -> Park(l.eng, r)
       [] l.ev = "claim"       -> Claim(l.eng, r) /\ eclaim'[l.eng][r] = l.ans
@@ -139,6 +146,7 @@ Unlogged ==
           \/ (Decide(e) \/ Verify(e)) /\ NoRankLost(e)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
+    \/ \E e \in Engines, r \in Ranks : CommitRefused(e, r)
 
 TraceInit ==
     /\ Init

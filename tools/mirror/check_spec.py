@@ -53,6 +53,7 @@ MODELS = (
     "MCTwoStandbys",
     "MCStandbyRepair",
     "MCRejoin",
+    "MCRejoinTwoMoves",
 )
 
 

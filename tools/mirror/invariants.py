@@ -97,8 +97,14 @@ def PendingHasMover(m: Model, s: Vars) -> bool:
         if _gone(s, mover):
             continue
         reb = s.reb[mover]
-        if reb["step"] == "idle" or reb["chunk"] != pend["layers"] or reb["replies"][r - 1] != "ok":
-            return False
+        same_chunk = reb["step"] != "idle" and reb["chunk"] == pend["layers"]
+        if same_chunk and reb["replies"][r - 1] == "ok":
+            continue
+        if same_chunk and reb["step"] == "commit" and reb["replies"][r - 1] == "commit_refused":
+            continue
+        if s.ever[mover] == pend["base"] + 1 and (reb["owed"] == "bad" or not s.eshare[mover]):
+            continue
+        return False
     return True
 
 
@@ -162,6 +168,11 @@ def RebalancesOnTheRecords(m: Model, s: Vars) -> bool:
     return True
 
 
+def OneMapPerVersion(m: Model, s: Vars) -> bool:
+    kept = [r for r in range(m.num_ranks) if s.dphase[r] != "no_record"]
+    return all(s.dmap[r] == s.dmap[q] for r in kept for q in kept if s.dver[r] == s.dver[q])
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
@@ -175,12 +186,13 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "OnePromoted": OnePromoted,
     "RebalancesOnTheRecords": RebalancesOnTheRecords,
     "RepairingServesNothing": RepairingServesNothing,
+    "OneMapPerVersion": OneMapPerVersion,
 }
 
 
 # What the action properties read of a state: (dphase, dver, ever, gone engines, unparked attachments,
 # eserv, movers, parked attachments, each engine's eclaim, each engine's begin replies, dmap, dnf,
-# every attachment)
+# every attachment, each engine's reb, eshare and ephase)
 StepView = tuple[Any, ...]
 
 
@@ -243,23 +255,48 @@ def NoticeOnlyWhenFree(m: Model, s: StepView, t: StepView, action: str) -> bool:
     )
 
 
-def RejoinsOnlyFresh(m: Model, s: StepView, t: StepView, action: str) -> bool:
-    initial = (0,) * m.num_layers
+def RejoinsOnlyBehind(m: Model, s: StepView, t: StepView, action: str) -> bool:
     for r in m.ranks:
         if not (s[0][r - 1] == "clean" and t[0][r - 1] == "repairing"):
             continue
         target = (t[1][r - 1], t[10][r - 1])
-        others = [(s[1][q - 1], s[10][q - 1]) for q in m.ranks if q != r]
+        others = [q for q in m.ranks if q != r]
         if (
-            (s[1][r - 1], s[10][r - 1]) != (0, initial)
+            s[1][r - 1] >= target[0]
             or len(s[12][r - 1]) > 1
             or s[11][r - 1]
             or any(r in serv for serv in s[5])
-            or target not in others
-            or any(o not in (target, (0, initial)) for o in others)
+            or target not in [(s[1][q - 1], s[10][q - 1]) for q in others]
+            or any(s[0][q - 1] == "no_record" for q in others)
+            or any((s[1][q - 1], s[10][q - 1]) != target and s[1][q - 1] >= target[0] for q in others)
         ):
             return False
     return True
+
+
+def FailedCheckStops(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[13][i]["owed"] == "bad"
+        and t[13][i]["owed"] == "none"
+        and t[15][i] == "run"
+        and (t[14][i] or t[13][i]["step"] not in ("idle", "abort"))
+        for i in range(len(m.engines))
+    )
+
+
+def CheckFailsOnlyOnFault(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[13][i]["owed"] != "bad" and t[13][i]["owed"] == "bad" and "commit_refused" not in s[13][i]["replies"]
+        for i in range(len(m.engines))
+    )
+
+
+def ClaimsFollowNotices(m: Model, s: StepView, t: StepView, action: str) -> bool:
+    return not any(
+        s[8][i][r] != t[8][i][r] and t[8][i][r] in ("granted", "taken", "refused") and s[8][i][r] != "notified"
+        for i in range(len(m.engines))
+        for r in range(m.num_ranks)
+    )
 
 
 ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] = {
@@ -270,7 +307,10 @@ ACTION_PROPERTIES: dict[str, Callable[[Model, StepView, StepView, str], bool]] =
     "BusyOnlyByUnparked": BusyOnlyByUnparked,
     "ClaimWaitsOutRepair": ClaimWaitsOutRepair,
     "NoticeOnlyWhenFree": NoticeOnlyWhenFree,
-    "RejoinsOnlyFresh": RejoinsOnlyFresh,
+    "RejoinsOnlyBehind": RejoinsOnlyBehind,
+    "FailedCheckStops": FailedCheckStops,
+    "CheckFailsOnlyOnFault": CheckFailsOnlyOnFault,
+    "ClaimsFollowNotices": ClaimsFollowNotices,
 }
 
 # Liveness is TLC's to check (the explorer builds no fair-cycle search); named for the report.
@@ -288,4 +328,5 @@ LIVENESS = (
     "PartialGrantEnds",
     "ParkedStandbysDoNotBlock",
     "RejoinServes",
+    "ChunkCommits",
 )

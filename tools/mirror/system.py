@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView, RepairDone, RepairFailed
-from layout_sm.engine import EngineLayout, Go, RankFinding, needs_wait
+from layout_sm.engine import EngineLayout, Go, RankAnswer, RankFinding, needs_wait
 from layout_sm.messages import AttachRequest
 from layout_sm.ready import (
     Aborted,
@@ -58,7 +58,7 @@ from layout_sm.ready import (
     RejoinAnswered,
     SourcesGathered,
 )
-from layout_sm.reasons import Reason
+from layout_sm.reasons import Reason, Status
 from layout_sm.record import LayoutRecord
 from layout_sm.session import EngineSession, EngineView
 from tools.mirror.reference import ReferenceEngineSession
@@ -66,6 +66,7 @@ from tools.mirror.render import pretty
 from tools.mirror.values import Fn, Interval, ModelValue, Record, tlc_text
 
 ROWS = ((0, 1), (1, 0))  # the two permutations a layer's row can be
+_FAILED_CHECK = RankAnswer(Status.REFUSED, text="")  # every rank's answer of an owed check that fails
 NUM_LOGICAL = 2
 
 # The spec's variables, in declaration order (the order TLC prints them).
@@ -87,6 +88,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Abort": ("e", "r"),
     "MoveLayer": ("e", "r", "l"),
     "Commit": ("e", "r"),
+    "CommitRefused": ("e", "r"),
+    "CommitUnanswered": ("e", "r"),
     "Committed": ("e",),
     "Verify": ("e",),
     "Crash": ("e",),
@@ -146,7 +149,8 @@ class Model:
     repair_may_fail: bool = False  # RepairMayFail
     operator_repairs: bool = False  # OperatorRepairs: an operator may ask a dirty daemon to repair
     standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
-    rejoins: bool = False  # Rejoins: a daemon may be lost; engines have fresh daemons rejoin
+    rejoins: bool = False  # Rejoins: a daemon may be lost; engines have daemons behind the others rejoin
+    commit_faults: bool = False  # CommitFaults: a commit may be refused for its rows, or its reply lost
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -204,6 +208,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         operator_repairs=const("OperatorRepairs") == "TRUE",
         standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
         rejoins=consts.get("Rejoins") == "TRUE",
+        commit_faults=consts.get("CommitFaults") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )
@@ -287,7 +292,7 @@ class System:
         self.fresh = {e: session.view().bare() for e, session in self.sessions.items()}
         self._memo: dict[tuple[Any, ...], tuple[Any, DaemonView]] = {}
         self._session_memo: dict[tuple[Any, ...], tuple[Ready, EngineView]] = {}
-        self._commit_memo: dict[tuple[Any, ...], tuple[EngineView, DaemonView]] = {}
+        self._commit_memo: dict[tuple[Any, ...], tuple[EngineView, DaemonView] | None] = {}
         self._spec_memo: dict[Engine, tuple[Any, ...]] = {}
         self.eidx = {e: i for i, e in enumerate(model.engines)}
 
@@ -381,6 +386,9 @@ class System:
     def _with(self, s: SysState, e: str, es: Engine, **kw: Any) -> SysState:
         if isinstance(es, EngineView) and (es.phase == "failed" or es.role == "failed"):
             es = GoneEngine("failed")  # the process exits: its memory is gone
+        elif isinstance(es, EngineView) and es.owed and self._owed_word(es) == "bad":
+            # The spec keeps a failed check as "bad", not which rank failed it: one failed check, one state.
+            es = replace(es, owed=(_FAILED_CHECK,) * len(es.owed))
         engines = list(s.engines)
         engines[self.eidx[e]] = es
         return replace(s, engines=tuple(engines), **kw)
@@ -504,6 +512,20 @@ class System:
         return replace(s, truth=tuple(truth))
 
     def Commit(self, s: SysState, e: str, r: int) -> SysState | None:
+        return self._commit(s, e, r, "answered")
+
+    def CommitRefused(self, s: SysState, e: str, r: int) -> SysState | None:
+        """The daemon refuses rows it cannot take (a row that is no permutation of its experts): its
+        move stays pending; a request that never reached it is the same step of the spec."""
+        return self._commit(s, e, r, "bad_rows") if self.model.commit_faults else None
+
+    def CommitUnanswered(self, s: SysState, e: str, r: int) -> SysState | None:
+        """The daemon records the commit, and its reply is lost: the rank has no answer."""
+        return self._commit(s, e, r, "reply_lost") if self.model.commit_faults else None
+
+    def _commit(self, s: SysState, e: str, r: int, fault: str) -> SysState | None:
+        """Rank ``r``'s commit: answered as the daemon answers it, or with one of the faults of a real
+        socket, which the spec allows only where the daemon would record the move."""
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance not in ("moving", "committing"):
             return None
@@ -512,9 +534,9 @@ class System:
         target = self.target(v)
         if any(s.truth[q - 1][k] != target[k] for q in self.model.ranks for k in v.chunk):
             return None  # the device synchronize waits for every layer on every rank
-        key = ("Commit", v, r, s.daemons[r - 1])
-        hit = self._commit_memo.get(key)
-        if hit is None:
+        key = ("Commit", fault, v, r, s.daemons[r - 1])
+        hit = self._commit_memo.get(key, False)
+        if hit is False:
             # sglang's move and the commit's answer, in one step of the session: the moved map is held by
             # the session (not its view) until the answer comes, so the two are never apart here.
             session = self.sessions[e]
@@ -524,9 +546,20 @@ class System:
             else:
                 request = session.next_request(r - 1)
             reply, daemon = self._call(r, s.daemons[r - 1], "commit", request)
-            session.step(CommitAnswered(r - 1, reply))
-            hit = (session.view().bare(), daemon)
+            if fault != "answered" and not reply.ok:
+                hit = None  # the daemon refuses this commit anyway: Commit's step, no fault of its own
+            else:
+                if fault == "bad_rows":
+                    bad = tuple((-1,) * len(row) for row in request.rows)  # no expert of the model
+                    reply, daemon = self._call(r, s.daemons[r - 1], "commit", replace(request, rows=bad))
+                    assert not reply.ok and daemon == s.daemons[r - 1], reply
+                elif fault == "reply_lost":
+                    reply = None
+                session.step(CommitAnswered(r - 1, reply))
+                hit = (session.view().bare(), daemon)
             self._commit_memo[key] = hit
+        if hit is None:
+            return None
         v2, daemon = hit
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
@@ -794,6 +827,9 @@ class System:
             tuple(self.initial_perms if v.record is None else _perms_cached(v.record.rows) for v in s.daemons),
             tuple(v.non_following_seen for v in s.daemons),
             tuple(frozenset(v.attachments) for v in s.daemons),
+            tuple(x[6] for x in engines),
+            tuple(x[5] for x in engines),
+            tuple(x[0] for x in engines),
         )
 
 

@@ -282,7 +282,8 @@ def module(run: Run) -> tuple[str, str]:
         f"    DaemonRestarts = {tlc_text(run.restarts)}\n    Repairs = {tlc_text(run.auto_repair)}\n"
         "    OperatorRepairs = TRUE\n"
         f"    RepairMayFail = {tlc_text(run.repair_may_fail)}\n    Standbys <- RunStandbys\n"
-        f"    Rejoins = {tlc_text(run.rejoins)}\n    NONE = NONE\n    Log <- RunLog\n    ELog <- RunELog\n"
+        f"    Rejoins = {tlc_text(run.rejoins)}\n    CommitFaults = TRUE\n"
+        "    NONE = NONE\n    Log <- RunLog\n    ELog <- RunELog\n"
         "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
     )
     return tla, cfg
