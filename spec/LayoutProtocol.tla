@@ -403,17 +403,13 @@ CommitReady(e, r) ==
     /\ reb[e].replies[r] = "ok"
     /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "ok"
 
-(* The daemon records the move: the next version, the engine's whole map.  *)
-RecordsMove(r, e) ==
-    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
-    /\ dver' = [dver EXCEPT ![r] = @ + 1]
-    /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
-    /\ dpend' = [dpend EXCEPT ![r] = NONE]
-
 Commit(e, r) ==
     /\ CommitReady(e, r)
     /\ IF CommitOk(e, r)
-         THEN /\ RecordsMove(r, e)
+         THEN /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+              /\ dver' = [dver EXCEPT ![r] = @ + 1]
+              /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
+              /\ dpend' = [dpend EXCEPT ![r] = NONE]
               /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
          ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
@@ -440,7 +436,10 @@ CommitUnanswered(e, r) ==
     /\ CommitFaults
     /\ CommitReady(e, r)
     /\ CommitOk(e, r)
-    /\ RecordsMove(r, e)
+    /\ dphase' = [dphase EXCEPT ![r] = "clean"]
+    /\ dver' = [dver EXCEPT ![r] = @ + 1]
+    /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
     /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
     /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 

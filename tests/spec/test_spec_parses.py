@@ -60,7 +60,8 @@ def test_required_properties_are_named_operators() -> None:
         "StartsAlone", "FindingsAgreedServes", "PendingEnds", "LiveMoveFreesDaemon",
         "OneRole", "OnePromoted", "ClaimsAlone", "BusyOnlyByUnparked", "StandbyTakesOver",
         "ParkedStandbysDoNotBlock", "PartialGrantEnds",
-        "RepairingServesNothing", "RejoinsOnlyFresh", "RejoinServes",
+        "RepairingServesNothing", "RejoinsOnlyBehind", "RejoinServes", "OneMapPerVersion",
+        "FailedCheckStops", "CheckFailsOnlyOnFault", "ClaimsFollowNotices", "ChunkCommits",
     }  # fmt: skip
     assert required <= defs, sorted(required - defs)
 

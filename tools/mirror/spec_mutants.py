@@ -39,7 +39,7 @@ from tools.mirror.check_spec import WITNESSES, find_jar, parse_stdout, run_witne
 SPEC_FILE = "LayoutProtocol.tla"
 ACTION_PROPERTIES = (  # checked with safety
     "DirtySticky", "VersionMonotonic", "BeginsAlone", "ClaimsAlone", "BusyOnlyByUnparked", "ClaimWaitsOutRepair",
-    "NoticeOnlyWhenFree",
+    "NoticeOnlyWhenFree", "RejoinsOnlyBehind", "FailedCheckStops", "CheckFailsOnlyOnFault", "ClaimsFollowNotices",
 )  # fmt: skip
 # Liveness is checked on the smallest model only: with FairSpec, TLC needs minutes on MCSmall and
 # tens of minutes on MCChunks and MCFull on 2 shared cores.
@@ -342,14 +342,14 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "commit_keeps_version",
         "a commit increments the version",
-        "/\\ dver' = [dver EXCEPT ![r] = @ + 1]",
-        "/\\ dver' = dver",
+        "              /\\ dver' = [dver EXCEPT ![r] = @ + 1]",
+        "              /\\ dver' = dver",
     ),
     _m(
         "commit_keeps_map",
         "a commit stores the new rows",
-        "/\\ dmap' = [dmap EXCEPT ![r] = Target(e)]",
-        "/\\ dmap' = dmap",
+        "              /\\ dmap' = [dmap EXCEPT ![r] = Target(e)]",
+        "              /\\ dmap' = dmap",
     ),
     _m(
         "commit_ok_unattached",
@@ -374,9 +374,13 @@ CATALOG: tuple[SpecMutant, ...] = (
         'IF good THEN "good" ELSE "bad"',
         '"good"',
         ("MCSmall", "MCChunks"),
-        defence="every commit of a live attached mover is recorded in these models (commit_refused never "
-        "happens); the engine's check covers a daemon that answers otherwise: "
-        "tests/layout_sm/test_session.py::test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending",
+    ),
+    _m(
+        "every_check_fails",
+        "a check fails only where a commit was refused or its reply lost",
+        'IF good THEN "good" ELSE "bad"',
+        '"bad"',
+        ("MCSmall", "MCChunks"),
     ),
     _m(
         "decide_ignores_failed_check",
@@ -384,9 +388,13 @@ CATALOG: tuple[SpecMutant, ...] = (
         '           checked == reb[e].owed # "bad"',
         "           checked == TRUE",
         ("MCSmall", "MCChunks"),
-        defence="a failed check never happens in these models (see committed_check_always_good); "
-        "tests/layout_sm/test_session.py::test_a_failed_commit_stops_at_the_next_begin_and_its_move_stays_pending "
-        "and tests/layout_sm/testdata/session/05_commit_verification.txt",
+    ),
+    _m(
+        "verify_keeps_share_on_failed_check",
+        "a failed check at the rebalance's end turns rebalancing off",
+        '    /\\ eshare\' = [eshare EXCEPT ![e] = reb[e].owed = "good"]',
+        "    /\\ eshare' = eshare",
+        ("MCSmall", "MCChunks"),
     ),
     _m(
         "verify_keeps_check_owed",
@@ -565,6 +573,14 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCStandby", "MCTwoStandbys"),
     ),
     _m(
+        "claim_without_notice",
+        "a parked standby claims only where a daemon told it the primary role is free",
+        '    /\\ \\A q \\in Ranks : eclaim[e][q] \\in {"notified", "granted"}\n    /\\ eclaim[e][r] = "notified"\n',
+        '    /\\ \\A q \\in Ranks : eclaim[e][q] \\in {"parked", "notified", "granted"}\n'
+        '    /\\ eclaim[e][r] \\in {"parked", "notified"}\n',
+        ("MCStandby",),
+    ),
+    _m(
         "claims_any_rank_order",
         "the ranks claim in rank order, each after the ranks before it were granted",
         '    /\\ \\A q \\in 1..(r - 1) : eclaim[e][q] = "granted"\n'
@@ -685,15 +701,31 @@ CATALOG: tuple[SpecMutant, ...] = (
         ("MCRejoin",),
     ),
     _m(
-        "rejoin_not_fresh",
-        "only a daemon that has not moved since it started rejoins",
-        "    /\\ dver[r] = 0\n    /\\ dmap[r] = InitialMap\n    /\\ datt[r] \\subseteq {e}",
+        "rejoin_not_behind",
+        "only a daemon behind the record it rejoins at rejoins: none is rewound",
+        "    /\\ dver[r] < v\n    /\\ datt[r] \\subseteq {e}",
         "    /\\ datt[r] \\subseteq {e}",
         ("MCRejoin",),
-        defence="the asker is attached to the daemon it found fresh, and an attached engine keeps every other "
+        defence="the asker is attached to the daemon it found behind, and an attached engine keeps every other "
         "engine from moving that daemon (a begin there is busy) and dies if the daemon is lost, so the daemon "
-        "is still fresh when the ask arrives; in code: "
-        "tests/layout_sm/test_rejoin.py::test_a_moved_daemon_refuses_to_rejoin",
+        "is still behind when the ask arrives; in code: "
+        "tests/layout_sm/test_rejoin.py::test_a_daemon_behind_rejoins_at_a_newer_version_and_none_is_rewound",
+    ),
+    _m(
+        "rejoin_beside_no_record",
+        "a rejoin is wanted only where every daemon keeps a record",
+        "    /\\ Rejoins\n    /\\ Recorded(e) = Found(e)\n    /\\ \\E f \\in Found(e) : Behind(e, f)",
+        "    /\\ Rejoins\n    /\\ \\E f \\in Found(e) : Behind(e, f)",
+        ("MCRejoinTwoMoves",),
+    ),
+    _m(
+        "lose_keeps_version",
+        "a daemon started again from disk is at version 0, the initial layout",
+        "    /\\ dver' = [dver EXCEPT ![r] = 0]\n    /\\ dmap' = [dmap EXCEPT ![r] = InitialMap]\n"
+        "    /\\ dpend' = [dpend EXCEPT ![r] = NONE]\n    /\\ datt'",
+        "    /\\ dver' = dver\n    /\\ dmap' = [dmap EXCEPT ![r] = InitialMap]\n"
+        "    /\\ dpend' = [dpend EXCEPT ![r] = NONE]\n    /\\ datt'",
+        ("MCRejoin",),
     ),
     _m(
         "rejoin_beside_attached",
