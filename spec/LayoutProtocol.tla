@@ -1177,10 +1177,12 @@ PartialGrantEnds ==
 
 (* Liveness: a primary's begin, with only parked standbys attached besides  *)
 (* it (every other engine parked everywhere, or gone with its attachments   *)
-(* parked) and the claims it makes true, is not busy: its move starts.      *)
+(* parked), the claims it makes true and no failed check owed, is not busy: *)
+(* its move starts.                                                         *)
 ParkedStandbysDoNotBlock ==
     \A e \in Engines \ Standbys :
         (/\ reb[e].step = "begin"
+         /\ reb[e].owed # "bad"
          /\ \A r \in Ranks : /\ reb[e].replies[r] = "none"
                              /\ Unparked(r) = {e}
                              /\ dphase[r] = "clean"
