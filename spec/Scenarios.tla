@@ -57,7 +57,10 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"standby_failed_dirty", s>>: the standby s failed on a dirty daemon;   *)
 (* <<"lost", r, v>>: daemon r was lost while at version v > 0 (it starts    *)
 (*     again from disk at version 0);                                        *)
-(* <<"rejoin_begun", r, v>>: daemon r began to rejoin at version v.          *)
+(* <<"rejoin_begun", r, v>>: daemon r began to rejoin at version v;         *)
+(* <<"commit_unrecorded", r, v>>: daemon r did not record a commit of the   *)
+(*     move it holds pending from version v (refused, or never received);  *)
+(* <<"check_failed", e>>: e's failed check turned its rebalancing off.      *)
 Events ==
     {<<"started_alone", e>> :
         e \in {n \in Newer : /\ efind[n][1].found = "nothing" /\ efind'[n][1].found # "nothing"
@@ -124,6 +127,14 @@ Events ==
     {<<"lost", r, dver[r]>> : r \in {q \in Ranks : dver[q] > 0 /\ dver'[q] = 0}}
     \cup
     {<<"rejoin_begun", r, dver'[r]>> : r \in {q \in Ranks : dphase[q] = "clean" /\ dphase'[q] = "repairing"}}
+    \cup
+    {<<"commit_unrecorded", r, dpend[r].base>> :
+        r \in {q \in Ranks : /\ dphase[q] = "pending" /\ dphase'[q] = "pending"
+                             /\ \E e \in Newer : /\ reb[e].replies[q] = "ok"
+                                                /\ reb'[e].replies[q] = "commit_refused"}}
+    \cup
+    {<<"check_failed", e>> :
+        e \in {n \in Newer : reb[n].owed = "bad" /\ reb'[n].owed = "none" /\ eshare[n] /\ ~eshare'[n]}}
 
 Track == seen' = seen \cup Events
 
@@ -320,6 +331,34 @@ DaemonLostAndRejoined ==
               /\ ever[e] = v
               /\ \A q \in Ranks : dphase[q] = "clean" /\ dver[q] = v /\ eroute[e] = dmap[q]
 
+(* A daemon does not record a commit (refused, or never received): the     *)
+(* check fails and rebalancing stops, the engine serving on with the moved  *)
+(* layout while that daemon keeps the move pending.                         *)
+CommitUnrecordedStopsRebalancing ==
+    \E e \in Newer, r \in Ranks :
+        /\ <<"commit_unrecorded", r, 0>> \in seen
+        /\ <<"check_failed", e>> \in seen
+        /\ ephase[e] = "run" /\ ~eshare[e] /\ reb[e].step = "idle"
+        /\ dphase[r] = "pending" /\ dpend[r].mover = e
+        /\ \A q \in Ranks : eroute[e] = truth[q]
+
+(* A daemon behind at a moved version: it did not record the second       *)
+(* chunk's commit, its mover died, and it was repaired at version 1 while  *)
+(* the others hold version 2; the next engine has it rejoin at version 2   *)
+(* and serves that version from every daemon, none of the others reloaded. *)
+DaemonBehindRejoined ==
+    \E r \in Ranks, e \in Newer :
+        /\ <<"commit_unrecorded", r, 1>> \in seen
+        /\ <<"repaired", r, 1>> \in seen
+        /\ <<"rejoin_begun", r, 2>> \in seen
+        /\ \A q \in Ranks \ {r} : <<"rejoin_begun", q, 2>> \notin seen
+        /\ ephase[e] = "run"
+        /\ eserv[e] = Ranks
+        /\ ever[e] = 2
+        /\ \A q \in Ranks : dphase[q] = "clean" /\ dver[q] = 2 /\ eroute[e] = dmap[q]
+
+NoCommitUnrecordedStopsRebalancing == ~CommitUnrecordedStopsRebalancing
+NoDaemonBehindRejoined == ~DaemonBehindRejoined
 NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout
 NoStandbyBusyThenMoverMoves == ~StandbyBusyThenMoverMoves
 NoKillBetweenChunksAdopted == ~KillBetweenChunksAdopted

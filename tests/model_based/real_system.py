@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tools.harness import daemon_proc
@@ -294,17 +294,38 @@ class RealSystem:
     def do_MoveLayer(self, before: Record, after: Record, e: Any, r: int, layer: int) -> None:
         pass  # truth only (see the module docstring)
 
-    def do_Commit(self, before: Record, after: Record, e: Any, r: int) -> None:
+    def _commit_request(self, before: Record, e: Any, r: int) -> Any:
         eng = self.engine(e)
         if eng.steps.view().rebalance == "moving":  # the first commit: sglang's move has ended
-            commit = eng.steps.step(Moved(r - 1, self._target(before, e))).send
-        else:
-            commit = eng.steps.next_request(r - 1)
+            return eng.steps.step(Moved(r - 1, self._target(before, e))).send
+        return eng.steps.next_request(r - 1)
+
+    def do_Commit(self, before: Record, after: Record, e: Any, r: int) -> None:
+        eng = self.engine(e)
+        commit = self._commit_request(before, e, r)
         reply = Reply.from_wire(self.request(r, request_wire(commit)))
         eng.steps.step(CommitAnswered(r - 1, reply.to_wire()))
         want = _at(after["reb"][e]["replies"], r)
         if reply.ok != (want == "committed"):
             raise Mismatch(f"Commit({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
+
+    def do_CommitRefused(self, before: Record, after: Record, e: Any, r: int) -> None:
+        """The commit sent with rows the daemon cannot take (an expert the model does not have)."""
+        eng = self.engine(e)
+        commit = self._commit_request(before, e, r)
+        bad = replace(commit, rows=tuple((-1,) * len(row) for row in commit.rows))
+        reply = Reply.from_wire(self.request(r, request_wire(bad)))
+        if reply.ok or reply.reason.value != "bad_rows":
+            raise Mismatch(f"CommitRefused({eng.name}, {r}): daemon replied {reply}; the spec refuses the rows")
+        eng.steps.step(CommitAnswered(r - 1, reply.to_wire()))
+
+    def do_CommitUnanswered(self, before: Record, after: Record, e: Any, r: int) -> None:
+        """The commit sent and recorded; its reply is dropped before the rank reads it."""
+        eng = self.engine(e)
+        reply = Reply.from_wire(self.request(r, request_wire(self._commit_request(before, e, r))))
+        if not reply.ok:
+            raise Mismatch(f"CommitUnanswered({eng.name}, {r}): daemon replied {reply}; the spec records the commit")
+        eng.steps.step(CommitAnswered(r - 1, None))
 
     def do_Committed(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)

@@ -120,6 +120,8 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     Abort = _action_rule("Abort")
     MoveLayer = _action_rule("MoveLayer")
     Commit = _action_rule("Commit")
+    CommitRefused = _action_rule("CommitRefused")
+    CommitUnanswered = _action_rule("CommitUnanswered")
     Committed = _action_rule("Committed")
     Verify = _action_rule("Verify")
     Crash = _action_rule("Crash")

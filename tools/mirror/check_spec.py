@@ -220,6 +220,18 @@ WITNESSES = (
         "a daemon is lost at a moved version and starts again from disk; the next engine has it rejoin"
         " at the others' version and serves it from every daemon",
     ),
+    Witness(
+        "CommitUnrecordedStopsRebalancing",
+        "MCSmall",
+        "a daemon does not record a commit (refused, or never received): the check fails, rebalancing stops,"
+        " the engine serves on with the moved layout while that daemon keeps the move pending",
+    ),
+    Witness(
+        "DaemonBehindRejoined",
+        "MCRejoinTwoMoves",
+        "a daemon did not record the second chunk's commit, its mover died and it was repaired at version 1;"
+        " the next engine has it rejoin at version 2 and serves it from every daemon",
+    ),
 )
 
 
