@@ -12,13 +12,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from tools.mirror.model import SPEC_STEP
+from tools.mirror.model import SPEC_STEP, Model
 from tools.mirror.values import ModelValue, Record, Value
 from tools.trace_files import by_socket, read_trace, step_engine, trace_files
 
 NONE = ModelValue("NONE")
+
+
+class Source(NamedTuple):
+    """Where a logged step came from: its trace, its line there (``seq``), its time (``t_ns``)."""
+
+    path: Path
+    line: int
+    t_ns: int
+
+
+def _source(path: Path, line: dict[str, Any]) -> Source:
+    return Source(path, int(line.get("seq", 0)), int(line.get("t_ns", 0)))
 
 
 @dataclass
@@ -29,6 +41,7 @@ class DaemonLog:
     rank: int  # the spec's rank, from 1
     records: list[Record] = field(default_factory=list)  # each step, as TLA+ values
     origins: list[str] = field(default_factory=list)  # "file:seq event" of each record
+    sources: list[Source] = field(default_factory=list)  # where each record came from
     engines: set[str] = field(default_factory=set)
     older: list[str] = field(default_factory=list)
     standbys: set[str] = field(default_factory=set)
@@ -107,6 +120,7 @@ def daemon_log(
                 after = {"phase": "clean" if line.get("rows") is not None else "no_record", "version": 0}
                 log.records.append(_record("restart", "", (), "", after, probes))
                 log.origins.append(f"{path.name}:{line['seq']} start")
+                log.sources.append(_source(path, line))
                 attached = set()
                 continue
             if kind != "step":
@@ -130,6 +144,7 @@ def daemon_log(
                 log.engines.add(engine)
             log.records.append(_record(event, engine, cands, _answer(event, line["answer"]), line["after"], probes))
             log.origins.append(f"{path.name}:{line['seq']} {event}")
+            log.sources.append(_source(path, line))
             attached = set(line["after"].get("attached", ())) - probes
     return log
 
@@ -149,6 +164,7 @@ class EngineLog:
     engine: str
     records: list[Record] = field(default_factory=list)
     origins: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
 
 
 def _decision(event: str, after: dict[str, Any]) -> Record:
@@ -180,7 +196,12 @@ def engine_logs(traces: dict[Path, list[dict[str, Any]]], probes: set[str]) -> l
         decisions = [(path, [_decision(line["event"], line["after"]) for line in decided]) for path, decided in ranks]
         longest = max(range(len(ranks)), key=lambda n: len(decisions[n][1]))
         path, lines = ranks[longest]
-        log = EngineLog(engine, decisions[longest][1], [f"{path.name}:{line['seq']} {line['event']}" for line in lines])
+        log = EngineLog(
+            engine,
+            decisions[longest][1],
+            [f"{path.name}:{line['seq']} {line['event']}" for line in lines],
+            [_source(path, line) for line in lines],
+        )
         for other, mine in decisions:
             if mine != log.records[: len(mine)]:
                 raise ValueError(f"{other.name}: its decisions differ from {path.name}'s, on the same all-gathers")
@@ -208,6 +229,29 @@ class Run:
     @property
     def steps(self) -> int:
         return sum(len(log.records) for log in self.logs) + sum(len(log.records) for log in self.engine_logs)
+
+
+def model(run: Run) -> Model:
+    """The constants of the run's check (TLC's generated .cfg, the oracle's search): its engines, the
+    chunks and begins, auto repair, whether a daemon restarted or a repair failed. ``OperatorRepairs``
+    is TRUE: every real daemon takes an operator's repair."""
+    chunks = frozenset(c for log in run.logs for c in log.chunks)
+    return Model(
+        name=str(run.folder),
+        num_ranks=len(run.logs),
+        num_layers=run.num_layers,
+        engines=tuple(sorted(run.engines)),
+        older=frozenset(run.older),
+        may_lack_record=frozenset(run.lacking),
+        chunks=tuple(sorted(chunks, key=lambda c: (len(c), sorted(c)))),
+        max_moves=max_moves(run.logs),
+        daemon_restarts=run.restarts,
+        repairs=run.auto_repair,
+        repair_may_fail=run.repair_may_fail,
+        operator_repairs=True,
+        standbys=frozenset(run.standbys),
+        rejoins=run.rejoins,
+    )
 
 
 def max_moves(logs: Sequence[DaemonLog]) -> int:
