@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from tools.mirror.dot import escape, fingerprint
 from tools.mirror.model import Model, label, load_model, render_projection
-from tools.mirror.values import Fn, ModelValue, Record, tlc_intern_order
+from tools.mirror.values import ModelValue, Record, function_value, tlc_intern_order
 
 Map = tuple[int, ...]  # [Layers -> {0, 1}]: each layer's row, one of the two permutations
 
@@ -87,8 +87,11 @@ def ex(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
 class Spec:
     """The spec's operators over one model's constants."""
 
-    def __init__(self, m: Model) -> None:
+    def __init__(self, m: Model, engines_are_strings: bool = False) -> None:
+        """``engines_are_strings``: the engines are TLA+ strings, not model values (a trace check's
+        generated module names them so); only the printing of states differs."""
         self.m = m
+        self.engine_value: Callable[[str], Any] = str if engines_are_strings else ModelValue
         self.Engines: tuple[str, ...] = m.engines
         self.ix = {e: i for i, e in enumerate(m.engines)}
         self.Ranks = range(1, m.num_ranks + 1)
@@ -772,18 +775,19 @@ class Spec:
 
     def project(self, s: State) -> tuple[Any, ...]:
         """The 17 variables as TLA+ values (``tools.mirror.values``), in declaration order."""
-        engines = tuple(ModelValue(e) for e in self.Engines)
+        engines = tuple(self.engine_value(e) for e in self.Engines)
 
-        def fn(values: tuple[Any, ...]) -> Fn:
-            return Fn(tuple(zip(engines, values, strict=True)))
+        def fn(values: tuple[Any, ...]) -> Any:
+            # Over strings it is a record, as TLC prints it (a trace check's engines).
+            return function_value(tuple(zip(engines, values, strict=True)))
 
         def mvs(names: frozenset[str]) -> frozenset[ModelValue]:
-            return frozenset(ModelValue(e) for e in names)
+            return frozenset(self.engine_value(e) for e in names)
 
         def pend(p: Pend | None) -> Any:
             if p is None:
                 return ModelValue("NONE")
-            return Record(mover=ModelValue(p.mover), layers=p.layers, base=p.base)
+            return Record(mover=self.engine_value(p.mover), layers=p.layers, base=p.base)
 
         def finding(f: Finding) -> Record:
             return Record(found=f.found, fver=f.fver, fmap=f.fmap)

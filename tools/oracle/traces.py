@@ -136,7 +136,7 @@ class TraceSearch:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.spec = Spec(model(run))
+        self.spec = Spec(model(run), engines_are_strings=True)
         self.Log: list[list[Step]] = [[_step(rec) for rec in log.records] for log in run.logs]
         self.ELog: list[tuple[str, list[Decision]]] = [
             (log.engine, [_decision(rec) for rec in log.records]) for log in run.engine_logs
