@@ -72,6 +72,7 @@ def test_a_commit_whose_version_did_not_advance_is_rejected_at_its_line(tmp_path
     first = verdict.first
     assert first is not None and (first.source.path.stem, first.source.line) == (DAEMON0, 5), verdict.report()
     assert f"{broken / DAEMON0}.ndjson:5" in verdict.report()
+    assert first.enabled and first.why.endswith("gives ver = 1 (logged: 0)"), first.why
     assert main([str(broken)]) == 1
 
 
@@ -82,6 +83,7 @@ def test_a_decision_that_went_another_way_is_rejected_at_its_line(tmp_path: Path
     first = verdict.first
     assert first is not None and first.who == f"engine {ENGINE}", verdict.report()
     assert ENGINE in first.source.path.name and first.source.line == 3, verdict.report()
+    assert first.enabled and first.why.endswith('gives step = "move" (logged: "abort")'), first.why
 
 
 Plant = tuple[str, int, Callable[[dict[str, Any]], None]]

@@ -7,10 +7,11 @@ with a visited set over (spec state, ``pos``, ``epos``), for a state where every
 TLC finds ``TraceAccepted`` violated: the verdict "a behaviour"). The logs are the ones TLC reads
 (``tools.mirror.trace_logs``: ``Log[r]``, a daemon's steps; ``ELog[k]``, an engine's decisions).
 
-When there is none, the report takes a reached state that took the most logged steps (the first
-reached, breadth first) and names each log's next step there: none is a spec step from any reached
-state with those positions (else a state with one more taken would be reached). Of those the first
-wrong line is the earliest written (``t_ns``): the others may only wait on it.
+When there is none, the report names each log's first step that no reached state took, with its file
+and line, and says whether the spec's action of it is enabled in some state that took the steps before
+it (with another outcome, shown field by field) or in none (it waits on another step). The first wrong
+line is the earliest written (``t_ns``) of the enabled ones: the others wait, on it or on the spec's
+rank order. A state that took the most logged steps is shown too, as TLC's report shows one.
 
 Each function below transcribes the operator of the same name: ``Matches``, ``Logged``, ``LateRequest``,
 ``RankLost``, ``NoRankLost``, ``Decided``, ``Unlogged``, ``TraceInit``, ``TraceNext`` (the logged record
@@ -79,6 +80,20 @@ def _decision(rec: Record) -> Decision:
 
 TraceState = tuple[State, tuple[int, ...], tuple[int, ...]]  # vars, pos, epos
 
+# Logged's arms: the events whose answer is a conjunct, and the spec's action of each event.
+_ANSWERED = ("fetch", "begin", "commit", "claim", "rejoin")
+_ACTIONS = {
+    "attach": "Attach",
+    "begin": "Begin",
+    "abort": "Abort",
+    "commit": "Commit",
+    "detach": "Detach",
+    "park": "Park",
+    "claim": "Claim",
+    "rejoin": "AskRejoin",
+}
+_DAEMON_ACTIONS = {"repair": "RepairAgain", "repair_done": "RepairDone", "repair_failed": "RepairFails"}
+
 
 @dataclass
 class Due:
@@ -88,9 +103,11 @@ class Due:
     index: int  # its position in its log, from 1
     source: Source
     text: str  # the record, as TLC prints it
+    enabled: bool = False  # the spec's action is enabled after the steps before it, with another outcome
+    why: str = ""  # how the spec's step differs from the log, or that none is enabled
 
     def line(self) -> str:
-        return f"{self.source.path}:{self.source.line}: {self.who}'s step {self.index}: {self.text}"
+        return f"{self.source.path}:{self.source.line}: {self.who}'s step {self.index}: {self.text}\n      {self.why}"
 
 
 @dataclass
@@ -103,13 +120,16 @@ class OracleVerdict:
     distinct: int  # distinct states of the search (spec state, pos, epos)
     seconds: float
     taken: int = 0  # the most logged steps a reached state took
-    due: list[Due] = field(default_factory=list)  # each log's next step there (on a rejection)
+    due: list[Due] = field(default_factory=list)  # each log's first step no behaviour takes (on a rejection)
     furthest: str = ""  # that state, its daemons' and engines' variables
 
     @property
     def first(self) -> Due | None:
-        """The first wrong line: of the steps due, the earliest written."""
-        return min(self.due, key=lambda d: d.source.t_ns, default=None)
+        """The first wrong line: of the steps due, the earliest written among those whose action the spec
+        can take after the steps before them, with another outcome (the others wait: on it, or on the
+        spec's rank order); where there is none, the earliest written."""
+        enabled = [d for d in self.due if d.enabled]
+        return min(enabled or self.due, key=lambda d: d.source.t_ns, default=None)
 
     def report(self) -> str:
         head = (
@@ -121,13 +141,13 @@ class OracleVerdict:
         first = self.first
         lines = [
             head,
-            f"  no behaviour takes more than {self.taken} of the {self.steps} logged steps; from every state that "
-            "took these, none takes the step each log has next:",
+            f"  no behaviour takes more than {self.taken} of the {self.steps} logged steps; each log's first step "
+            "that no behaviour takes:",
             *(f"    {d.line()}" for d in self.due),
         ]
         if first is not None:
             lines.append(f"  the first wrong line: {first.source.path}:{first.source.line} ({first.who})")
-        lines.append(f"  a state reached there:\n    {self.furthest}")
+        lines.append(f"  a state that took the most:\n    {self.furthest}")
         return "\n".join(lines)
 
 
@@ -175,60 +195,45 @@ class TraceSearch:
         )
 
     def Logged(self, s: State, r: int, rec: Step) -> Iterator[State]:
-        """``Logged(r, l)``: the spec's action of the logged event on daemon r (every next state)."""
+        """``Logged(r, l)``: the spec's action of the logged event on daemon r, with the logged answer
+        (every next state)."""
+        for e, t in self._action(s, r, rec):
+            if self._answer(t, r, rec, e) == rec.ans or rec.ev not in _ANSWERED:
+                yield t
+
+    def _action(self, s: State, r: int, rec: Step) -> list[tuple[str, State]]:
+        """``Logged``'s CASE arm without the answer's conjunct: (the engine, the next state) of each way
+        the spec's action of the event takes the step."""
         sp, known = self.spec, self.spec.ix
         ev, e = rec.ev, rec.eng
         if ev in ("attach", "begin", "abort", "commit", "detach", "park", "claim", "rejoin") and e not in known:
-            return  # an engine the model lacks: every action of it is disabled
-        t: State | None = None
-        if ev == "attach":
-            t = sp.Attach(s, e, r)
-        elif ev == "fetch":
-            for c in sorted(rec.cands):
-                if c in known:
-                    u = sp.Fetch(s, c, r)
-                    if u is not None and (r in u.eserv[known[c]]) == (rec.ans == "served"):
-                        yield u
-            return
-        elif ev == "begin":
-            t = sp.Begin(s, e, r)
-            if t is not None and t.reb[known[e]].replies[r - 1] != rec.ans:
-                t = None
-        elif ev == "abort":
-            t = sp.Abort(s, e, r)
-        elif ev == "commit":
-            t = sp.Commit(s, e, r)
-            if t is not None and t.reb[known[e]].replies[r - 1] != rec.ans:
-                t = None
-        elif ev == "detach":
-            t = sp.Detach(s, r, e)
-        elif ev == "park":
-            t = sp.Park(s, e, r)
-        elif ev == "claim":
-            t = sp.Claim(s, e, r)
-            if t is not None and t.eclaim[known[e]][r - 1] != rec.ans:
-                t = None
-        elif ev == "rejoin":
-            t = sp.AskRejoin(s, e, r)
-            want = "wait" if rec.ans == "granted" else "refused"
-            if t is not None and t.efind[known[e]][r - 1].found != want:
-                t = None
-        elif ev == "repair":
-            t = sp.RepairAgain(s, r)
-        elif ev == "repair_done":
-            t = sp.RepairDone(s, r)
-        elif ev == "repair_failed":
-            t = sp.RepairFails(s, r)
+            return []  # an engine the model lacks: every action of it is disabled
+        if ev == "fetch":
+            found = [(c, sp.Fetch(s, c, r)) for c in sorted(rec.cands) if c in known]
         elif ev == "restart":
-            for u in (sp.Lose(s, r), sp.Restart(s, r)):
-                if u is not None:
-                    yield u
-            return
+            found = [(e, sp.Lose(s, r)), (e, sp.Restart(s, r))]
+        elif ev in _ACTIONS:
+            action = getattr(sp, _ACTIONS[ev])
+            found = [(e, action(s, r, e) if ev == "detach" else action(s, e, r))]
+        elif ev in _DAEMON_ACTIONS:
+            found = [(e, getattr(sp, _DAEMON_ACTIONS[ev])(s, r))]
         else:
             # TLC stops on a CASE that no arm matches: so does the oracle.
             raise ValueError(f"Logged: no arm of the CASE for the event {ev!r}")
-        if t is not None:
-            yield t
+        return [(c, t) for c, t in found if t is not None]
+
+    def _answer(self, t: State, r: int, rec: Step, e: str) -> str:
+        """The answer of the spec's step to state ``t``, in the log's words ("" where none is logged)."""
+        i = self.spec.ix.get(e)
+        if rec.ev == "fetch" and i is not None:
+            return "served" if r in t.eserv[i] else "refused"
+        if rec.ev in ("begin", "commit") and i is not None:
+            return t.reb[i].replies[r - 1]
+        if rec.ev == "claim" and i is not None:
+            return t.eclaim[i][r - 1]
+        if rec.ev == "rejoin" and i is not None:
+            return {"wait": "granted", "refused": "refused"}.get(t.efind[i][r - 1].found, "")
+        return rec.ans
 
     def LateRequest(self, s: State, rec: Step) -> bool:
         """``LateRequest(l)``: a request of an engine the spec has ended (the step changes nothing)."""
@@ -264,32 +269,38 @@ class TraceSearch:
 
     def Decided(self, s: State, e: str, rec: Decision) -> State | None:
         """``Decided(e, l)``: the engine's logged decision."""
+        t = self._decision(s, e, rec)
+        if t is None:
+            return None
+        i = self.spec.ix[e]
+        if rec.ev == "agree":
+            return (
+                t
+                if t.ephase[i] == rec.ph and (rec.ph != "load" or (t.ever[i], t.eshare[i]) == (rec.ver, rec.share))
+                else None
+            )
+        if rec.ev == "decide":
+            return t if (t.reb[i].step, t.eshare[i]) == (rec.step, rec.share) else None
+        if rec.ev == "verify":
+            return t if t.eshare[i] == rec.share else None
+        if rec.ev == "promote":
+            return t if t.ephase[i] == rec.ph and (rec.ph != "run" or t.ever[i] == rec.ver) else None
+        return t  # rebalance_end: the guard is the whole step
+
+    def _decision(self, s: State, e: str, rec: Decision) -> State | None:
+        """``Decided``'s CASE arm without the conjuncts on the logged values: the spec's action."""
         sp = self.spec
         if e not in sp.ix:
             return None
         i = sp.ix[e]
         if rec.ev == "agree":
-            t = sp.Agree(s, e)
-            if t is None or t.ephase[i] != rec.ph:
-                return None
-            if rec.ph == "load" and not (t.ever[i] == rec.ver and t.eshare[i] == rec.share):
-                return None
-            return t
+            return sp.Agree(s, e)
         if rec.ev == "decide":
-            if not self.NoRankLost(s, e):
-                return None
-            t = sp.Decide(s, e)
-            return t if t is not None and t.reb[i].step == rec.step and t.eshare[i] == rec.share else None
+            return sp.Decide(s, e) if self.NoRankLost(s, e) else None
         if rec.ev == "verify":
-            if not self.NoRankLost(s, e):
-                return None
-            t = sp.Verify(s, e)
-            return t if t is not None and t.eshare[i] == rec.share else None
+            return sp.Verify(s, e) if self.NoRankLost(s, e) else None
         if rec.ev == "promote":
-            t = sp.Promote(s, e)
-            if t is None or t.ephase[i] != rec.ph:
-                return None
-            return None if rec.ph == "run" and t.ever[i] != rec.ver else t
+            return sp.Promote(s, e)
         if rec.ev == "rebalance_end":
             ok = not sp.Gone(s, e) and s.reb[i].step in ("idle", "abort") and s.reb[i].owed == "none"
             return s if ok else None
@@ -359,23 +370,53 @@ class TraceSearch:
             found = list(self.TraceNext(queue.popleft())) if queue else []
         verdict = OracleVerdict(self.run.folder, steps, False, len(seen), time.monotonic() - started, best[0])
         if best[1] is not None:
-            verdict.due = self._due(best[1])
+            verdict.due = self._due(seen)
             verdict.furthest = self._shown(best[1])
         return verdict
 
-    def _due(self, st: TraceState) -> list[Due]:
-        _, pos, epos = st
-        due = [
-            Due(f"rank {log.rank}", n + 1, log.sources[n], tlc_text(log.records[n]))
-            for log, n in zip(self.run.logs, pos, strict=True)
-            if n < len(log.records)
-        ]
-        due += [
-            Due(f"engine {log.engine}", n + 1, log.sources[n], tlc_text(log.records[n]))
-            for log, n in zip(self.run.engine_logs, epos, strict=True)
-            if n < len(log.records)
-        ]
+    def _due(self, seen: set[TraceState]) -> list[Due]:
+        """Each log's first step that no reached state took, and how the spec's steps from the states
+        that took the steps before it differ from it."""
+        due = []
+        for k, log in enumerate(self.run.logs):
+            n = max(st[1][k] for st in seen)
+            if n < len(log.records):
+                rec, r = self.Log[k][n], k + 1
+                outcomes = [(e, t) for st in seen if st[1][k] == n for e, t in self._action(st[0], r, rec)]
+                d = Due(f"rank {log.rank}", n + 1, log.sources[n], tlc_text(log.records[n]), bool(outcomes))
+                d.why = self._daemon_diff(r, rec, *outcomes[0]) if outcomes else _NOT_ENABLED
+                due.append(d)
+        for k, log in enumerate(self.run.engine_logs):
+            n = max(st[2][k] for st in seen)
+            if n < len(log.records):
+                eng, dec = self.ELog[k][0], self.ELog[k][1][n]
+                nexts = [t for st in seen if st[2][k] == n if (t := self._decision(st[0], eng, dec)) is not None]
+                d = Due(f"engine {log.engine}", n + 1, log.sources[n], tlc_text(log.records[n]), bool(nexts))
+                d.why = self._decision_diff(eng, dec, nexts[0]) if nexts else _NOT_ENABLED
+                due.append(d)
         return due
+
+    def _daemon_diff(self, r: int, rec: Step, e: str, t: State) -> str:
+        i = r - 1
+        spec = {
+            "ans": self._answer(t, r, rec, e),
+            "ph": t.dphase[i],
+            "ver": t.dver[i],
+            "pend": t.dpend[i],
+            "att": t.datt[i],
+            "park": t.dpark[i],
+            "nf": t.dnf[i],
+        }
+        return _diff(spec, rec._asdict())
+
+    def _decision_diff(self, e: str, rec: Decision, t: State) -> str:
+        i = self.spec.ix[e]
+        spec = {"ph": t.ephase[i], "ver": t.ever[i], "share": t.eshare[i], "step": t.reb[i].step}
+        if rec.ev == "rebalance_end":
+            return "the spec's step is enabled after the steps before it"
+        checked = {"agree": ("ph", "ver", "share"), "decide": ("step", "share"), "verify": ("share",)}
+        keys = checked.get(rec.ev, ("ph", "ver"))
+        return _diff({k: spec[k] for k in keys}, rec._asdict())
 
     def _shown(self, st: TraceState) -> str:
         s, pos, epos = st
@@ -383,6 +424,25 @@ class TraceSearch:
         values = dict(zip(State._fields, self.spec.project(s), strict=True))
         values |= {"pos": pos, "epos": epos}
         return "\n    ".join(f"{name} = {tlc_text(values[name])}" for name in shown)
+
+
+_NOT_ENABLED = "the spec's action is enabled in no state that took the steps before it (it waits on another step)"
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, Pend):
+        return tlc_text(Record(mover=v.mover, layers=v.layers, base=v.base))
+    return "NONE" if v is None else tlc_text(v)
+
+
+def _diff(spec: dict[str, Any], logged: dict[str, Any]) -> str:
+    """The fields where the spec's step and the log differ."""
+    differ = [k for k in spec if spec[k] != logged[k]]
+    if not differ:
+        return "the spec's step gives the logged values, yet in no behaviour that takes the other logs' steps"
+    return "the spec's step is enabled after the steps before it, but gives " + ", ".join(
+        f"{k} = {_value(spec[k])} (logged: {_value(logged[k])})" for k in differ
+    )
 
 
 def check_run(run: Run) -> OracleVerdict:
