@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from tests.mirror.test_explore import SPEC, _variant
 from tests.model_based import suites
+from tests.test_import_graph import import_graph
 from tools import REPO_DIR, with_project_path
 from tools.mirror.compare import compare_graphs
 from tools.mirror.dot import load_dot
@@ -42,6 +43,19 @@ def test_importing_the_oracle_loads_no_layout_sm() -> None:
     assert "tools.oracle.traces" in loaded
     assert [m for m in loaded if m == "layout_sm" or m.startswith(("layout_sm.", "statemachine"))] == []
     assert not [m for m in loaded if m in ("tools.mirror.system", "tools.trace_check", "tools.mirror.trace_tla")]
+
+
+def test_no_import_of_the_oracle_reaches_layout_sm() -> None:
+    """Every import in the sources (lazy ones inside functions too), followed transitively."""
+    graph = import_graph()
+    reached, todo = set(), [m for m in graph if m == "tools.oracle" or m.startswith("tools.oracle.")]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph.get(module, ()))
+    assert sorted(m for m in reached if m.startswith("layout_sm") or m.endswith(("mirror.system", "trace_check"))) == []
+    assert {"tools.oracle.spec", "tools.oracle.traces", "tools.mirror.model", "tools.mirror.trace_logs"} <= reached
 
 
 @pytest.mark.parametrize(
