@@ -107,6 +107,23 @@ class Spec:
         self.IdleReb = Reb("idle", frozenset(), ("none",) * m.num_ranks, "none")
         self.NoClaims: tuple[str, ...] = ("none",) * m.num_ranks
         self.LayersSet = frozenset(self.Layers)
+        self.ASSUME()
+
+    def ASSUME(self) -> None:
+        """The spec's ``ASSUME``: TLC refuses a model that breaks it, so does the oracle."""
+        m = self.m
+        ok = (
+            m.num_ranks >= 1
+            and m.num_layers >= 1
+            and self.Older <= set(self.Engines)
+            and m.may_lack_record <= set(self.Ranks)
+            and all(c and c <= self.LayersSet for c in self.Chunks)
+            and m.max_moves >= 0
+            and self.Standbys <= self.Newer
+            and (not m.rejoins or self.CanRepair)
+        )
+        if not ok:
+            raise ValueError(f"{m.name}: the constants break the spec's ASSUME")
 
     # -- helpers (the spec's operators before Init) -------------------------------------------
 
