@@ -6,6 +6,6 @@
   with the first logged step no behaviour takes when there is none.
 
 It imports the standard library and the pure value and format modules of ``tools.mirror``
-(``values``, ``render``, ``dot``, ``model``, ``trace_logs``) only: none of them imports ``layout_sm``
+(``values``, ``render``, ``dot``, ``model``, ``trace_logs``) and ``tools.trace_files`` only: none imports ``layout_sm``
 (``tests/spec/test_oracle.py`` checks it in a fresh interpreter).
 """
