@@ -40,7 +40,7 @@ help:  ## this list: every target, one line each
 # starts real sglang servers or replays whole suites (tests/realserver, tests/demo, the replays on daemon
 # processes, MCFull/MCChunks): `make test` runs those.
 CHECK_TESTS := tests/test_import_graph.py tests/test_packaging.py tests/test_adapters_dispatch.py tests/layout_sm \
-  tests/mirror tests/spec/test_mirror_equals_spec.py \
+  tests/mirror tests/spec/test_mirror_equals_spec.py tests/oracle \
   tests/daemon_adapter/test_requests.py tests/daemon_adapter/test_hardening.py tests/daemon_adapter/test_client.py \
   tests/engine_adapter/test_compat.py tests/engine_adapter/test_plugin.py
 check: $(STAMP)  ## the fast subset for the development loop (lint, core, mirror on MCSmall, adapters' unit tests)

@@ -20,6 +20,7 @@ LAYERS: tuple[str, ...] = (
     "engine_adapter",
     "tools",  # the tooling's own root (paths), nothing of the project
     "tools.mirror",
+    "tools.oracle",  # the spec and its trace check transcribed, sharing no code with layout_sm
     "tools.cpu_bridge",
     "tools.harness",
     "tools.realserver",

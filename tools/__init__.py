@@ -1,6 +1,7 @@
 """The project's tooling: never shipped, never imported by the product (``src/``).
 
 - ``mirror``: the protocol core composed into a system model, explored like TLC and compared with TLC's graph;
+- ``oracle``: the spec and its trace check transcribed with no ``layout_sm``: graphs equal to TLC's, traces judged;
 - ``cpu_bridge``: what sglang 0.5.23 lacks to run ``launch_server`` on a CPU-only machine (tests only);
 - ``harness``: in-process protocol parts for tests, the demo and the bench (daemon and engine-rank processes
   over gloo, a toy MoE, a CPU transport);

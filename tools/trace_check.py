@@ -69,6 +69,7 @@ from layout_sm.reasons import Reply
 from layout_sm.record import LayoutRecord, layout_digest
 from layout_sm.session import EngineSession
 from layout_sm.trace_codec import decode, encode, engine_state_after, state_after
+from tools.trace_files import Lines, by_socket, read_lines, read_trace, step_engine, trace_files
 
 # The engine events whose answer is its own rank's daemon's reply, and the argument that holds it.
 _ANSWERED = {"begin": "answer", "commit": "answer", "claim": "reply"}
@@ -137,15 +138,8 @@ def _begins(first: dict[str, Any] | None, verdict: Verdict) -> bool:
 
 def _lines(path: Path, verdict: Verdict) -> Iterator[dict[str, Any]]:
     """The trace's lines; a last line cut short (the daemon SIGKILLed while writing it) is left out."""
-    texts = [text for text in path.read_text(encoding="utf-8").splitlines() if text.strip()]
-    for n, text in enumerate(texts):
-        try:
-            yield json.loads(text)
-        except json.JSONDecodeError:
-            if n != len(texts) - 1:
-                yield {"seq": -1, "kind": "not JSON", "text": text[:200]}
-                return
-            verdict.cut_short = True
+    lines, verdict.cut_short = read_lines(path)
+    yield from lines
 
 
 def _started(line: dict[str, Any]) -> DaemonMachine:
@@ -385,24 +379,6 @@ def check_engine_trace(path: Path) -> Verdict:
     return verdict
 
 
-Lines = list[dict[str, Any]]
-
-
-def _read(path: Path) -> Lines:
-    return list(_lines(path, Verdict(path)))
-
-
-def _by_socket(traces: Mapping[Path, Lines]) -> dict[str, list[tuple[Path, Lines]]]:
-    """Traces by the socket their start line names, each socket's in the order they started."""
-    found: dict[str, list[tuple[Path, Lines]]] = {}
-    for path, lines in traces.items():
-        if lines and lines[0].get("kind") == "start" and lines[0].get("socket"):
-            found.setdefault(lines[0]["socket"], []).append((path, lines))
-    for runs in found.values():
-        runs.sort(key=lambda run: run[1][0]["t_ns"])
-    return found
-
-
 def _daemon_answers(daemon_traces: list[list[dict[str, Any]]], engine_id: str) -> list[tuple[str, Any, int]]:
     """What a daemon (its traces, one per process, in the order they started) answered ``engine_id``, each
     with the time its step was stamped (before its reply was sent)."""
@@ -425,7 +401,7 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
     (``engines`` and ``daemons``: one folder's traces, read)."""
     started = time.perf_counter()
     verdict = Verdict(folder, kind="answers")
-    daemons_of = _by_socket(daemons)
+    daemons_of = by_socket(daemons)
     for path, lines in engines.items():
         start = lines[0] if lines else {}
         if start.get("kind") != "start" or start.get("socket") not in daemons_of:
@@ -472,20 +448,12 @@ def check_answers(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[
     return verdict
 
 
-def step_engine(line: dict[str, Any]) -> str:
-    """The engine a daemon's step names: a fetch's claim, any other request's payload ("": none)."""
-    payload = line.get("payload") or {}
-    if line["event"] == "fetch":
-        return (payload.get("claim") or {}).get("engine_id", "")
-    return payload.get("engine_id", "")
-
-
 def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> Verdict:
     """The folder's lines merged by ``t_ns``: no engine writes a line once a daemon that served it its
     weights, and that it was still attached to, was started again (the spec's ``Lose`` ends it)."""
     started = time.perf_counter()
     verdict = Verdict(folder, kind="order")
-    firsts = {runs[0][0] for runs in _by_socket(daemons).values()}
+    firsts = {runs[0][0] for runs in by_socket(daemons).values()}
     merged = sorted(
         ((path, line) for traces in (daemons, engines) for path, lines in traces.items() for line in lines),
         key=lambda item: (item[1]["t_ns"], str(item[0]), item[1]["seq"]),  # a tie: by file, then line
@@ -517,24 +485,12 @@ def check_order(folder: Path, engines: Mapping[Path, Lines], daemons: Mapping[Pa
     return verdict
 
 
-def trace_files(paths: Iterable[Path], pattern: str = "daemon-*.ndjson") -> list[Path]:
-    """The traces under ``paths`` named as ``pattern`` (files, or folders searched recursively); a path
-    that does not exist holds none."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(sorted(path.rglob(pattern)))
-        elif path.is_file() and path.match(pattern):
-            found.append(path)
-    return found
-
-
 def _truths(engines: Mapping[Path, Lines], daemons: Mapping[Path, Lines]) -> dict[Path, Lines]:
     """Each daemon trace's truths: the ``truth`` lines of the ranks (and memory probes) on its socket, read
     while that daemon process ran (from its start to the next start of a daemon on the same socket)."""
-    ranks_of = _by_socket(engines)
+    ranks_of = by_socket(engines)
     truths: dict[Path, Lines] = {}
-    for socket, runs in _by_socket(daemons).items():
+    for socket, runs in by_socket(daemons).items():
         read = [line for _, lines in ranks_of.get(socket, ()) for line in lines if line.get("kind") == "truth"]
         for n, (path, lines) in enumerate(runs):
             begun = lines[0]["t_ns"]
@@ -548,7 +504,7 @@ def check_all(paths: Iterable[Path]) -> list[Verdict]:
     paths = list(paths)
     daemons, engines = trace_files(paths), trace_files(paths, "engine-*.ndjson")
     probes = trace_files(paths, "probe-*.ndjson")  # a memory probe's readings (tools.demo.memory_probe)
-    read = {path: _read(path) for path in daemons + engines + probes}  # once, for the checks across processes
+    read = {path: read_trace(path) for path in daemons + engines + probes}  # once, for the checks across processes
     truths = _truths({p: read[p] for p in engines + probes}, {p: read[p] for p in daemons})
     verdicts = [check_daemon_trace(path, truths.get(path, ())) for path in daemons]
     verdicts += [check_engine_trace(path) for path in engines]

@@ -60,7 +60,7 @@ def test_explorer_passes_on_a_smaller_mcsmall(small_graph: tuple[Path, object]) 
 def test_explorer_passes_on_mcsmall() -> None:
     res = explore(SPEC, "MCSmall", None, progress=None)
     assert res.ok, res.violations[0]
-    # The spec's own count (tests/spec/spec_oracle.py), which TLC's distinct states must equal.
+    # The spec's own count (tools/oracle/spec.py), which TLC's distinct states must equal.
     assert (res.states, res.edges) == (7411, 23030)
 
 

@@ -10,7 +10,7 @@ session every rank runs, is the protocol the spec states). Two references:
   columns); otherwise, or where a dump of other spec files still differs (a spec changed on purpose,
   which TLC checks once it lands), the two cannot be compared, and the test skips saying so. A dump
   of the current spec files must be equal;
-- ``spec_oracle`` (the spec's actions transcribed without ``layout_sm``), on MCSmall without
+- ``tools.oracle.spec`` (the spec's actions transcribed without ``layout_sm``), on MCSmall without
   daemon restarts and with one move, which runs everywhere.
 
 A mutant of the engine session (it proceeds on busy begin replies, the catalog's
@@ -28,11 +28,11 @@ import pytest
 from tests.mirror.test_explore import SPEC, _variant
 from tests.model_based import suites
 from tests.model_based.mutants.catalog import MUTANTS
-from tests.spec.spec_oracle import dump
 from tools.mirror.compare import compare_graphs
 from tools.mirror.dot import StateGraph, load_dot, open_dot
 from tools.mirror.explore import explore
 from tools.mirror.render import state_vars
+from tools.oracle.spec import dump
 
 import layout_sm.session as session_module
 

@@ -25,6 +25,7 @@ backslash, ``\\"`` a quote and ``\\n`` a line break.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -73,6 +74,11 @@ def unescape(s: str) -> str:
 def escape(s: str) -> str:
     """Encode a label as TLC's DotStateWriter does."""
     return s.replace("\\", "\\\\").replace('"', '\\"').strip().replace("\n", "\\n")
+
+
+def fingerprint(text: str) -> int:
+    """A signed 64-bit id for a rendered state (stands in for TLC's fingerprint)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 class Edge(NamedTuple):

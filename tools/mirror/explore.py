@@ -16,7 +16,6 @@ hidden state (two mirror states with one projection), which would make the graph
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
 from collections import deque
@@ -24,17 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from tools.mirror.dot import escape
+from tools.mirror.dot import escape, fingerprint
 from tools.mirror.invariants import ACTION_PROPERTIES, INVARIANTS, Vars
 from tools.mirror.system import SysState, System, load_model, render_projection
 from tools.mirror.values import tlc_intern_order
 
 __all__ = ["Result", "explore", "fingerprint", "main"]
-
-
-def fingerprint(text: str) -> int:
-    """A signed 64-bit id for a rendered state (stands in for TLC's fingerprint)."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 @dataclass
