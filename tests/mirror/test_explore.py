@@ -61,17 +61,17 @@ def test_explorer_passes_on_mcsmall() -> None:
     res = explore(SPEC, "MCSmall", None, progress=None)
     assert res.ok, res.violations[0]
     # The spec's own count (tools/oracle/spec.py), which TLC's distinct states must equal.
-    assert (res.states, res.edges) == (7411, 23030)
+    assert (res.states, res.edges) == (11321, 37010)
 
 
 def test_explorer_passes_on_mcchunks() -> None:
-    """Single-layer chunks: TLC's graph has 30,807 states and 100,170 edges, depth 41 (spec/README.md)."""
+    """Single-layer chunks: TLC's graph has 59,375 states and 201,726 edges, depth 41 (spec/README.md)."""
     res = explore(SPEC, "MCChunks", None, progress=None)
     assert res.ok, res.violations[0]
-    assert (res.states, res.edges, res.depth) == (30807, 100170, 41)
+    assert (res.states, res.edges, res.depth) == (59375, 201726, 41)
 
 
-@pytest.mark.parametrize(("model", "counts"), [("MCRepair", (7062, 23716)), ("MCRepairFails", (13155, 52828))])
+@pytest.mark.parametrize(("model", "counts"), [("MCRepair", (11235, 38842)), ("MCRepairFails", (18629, 74544))])
 def test_explorer_passes_on_the_repair_models(model: str, counts: tuple[int, int]) -> None:
     """The repair of a torn move: TLC's graphs have these states and edges (spec/README.md),
     and the mirror's graphs equal them (tools.mirror.compare against TLC's dump)."""
@@ -101,7 +101,7 @@ def test_explorer_passes_on_the_rejoin_model() -> None:
     self-loops of losing a daemon that holds nothing included."""
     res = explore(SPEC, "MCRejoin", None, progress=None)
     assert res.ok, res.violations[0]
-    assert (res.states, res.edges, res.depth) == (34311, 257319, 37)
+    assert (res.states, res.edges, res.depth) == (43495, 326657, 37)
 
 
 def test_explorer_finds_a_rejoin_that_reloads_only_some_layers(monkeypatch: pytest.MonkeyPatch) -> None:
