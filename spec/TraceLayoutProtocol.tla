@@ -104,25 +104,31 @@ LateRequest(l) ==
     /\ UNCHANGED vars
 
 (* A rank of engine e whose process died before it sent its request of the *)
-(* chunk's step under way (a begin, a commit).  The spec takes an engine's  *)
-(* per-rank requests in rank order, while a higher real rank sends its own  *)
-(* at the same moment: without this step its granted request could not    *)
-(* follow.  The rank's reply is "lost": the engine decides nothing more     *)
-(* (Decide, Committed and Verify wait on every rank) and can only crash.    *)
+(* chunk's step under way (a begin, a commit), or its startup's attach.     *)
+(* The spec takes an engine's per-rank requests in rank order, while a      *)
+(* higher real rank sends its own at the same moment: without this step its *)
+(* granted request could not follow.  The rank's reply (or finding) is      *)
+(* "lost": the engine decides nothing more (Agree, Decide, Committed and    *)
+(* Verify wait on every rank) and can only crash.                           *)
 RankLost(e, q) ==
-    /\ ephase[e] = "run"
-    /\ \/ reb[e].step = "begin" /\ reb[e].replies[q] = "none"
-       \/ reb[e].step \in {"move", "commit"} /\ MovedEverywhere(e) /\ reb[e].replies[q] = "ok"
-    /\ reb' = [reb EXCEPT ![e].replies[q] = "lost"]
-    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, moves, eclaim>>
+    \/ /\ ephase[e] = "run"
+       /\ \/ reb[e].step = "begin" /\ reb[e].replies[q] = "none"
+          \/ reb[e].step \in {"move", "commit"} /\ MovedEverywhere(e) /\ reb[e].replies[q] = "ok"
+       /\ reb' = [reb EXCEPT ![e].replies[q] = "lost"]
+       /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, moves, eclaim>>
+    \/ /\ ephase[e] = "start"
+       /\ efind[e][q].found = "nothing"
+       /\ efind' = [efind EXCEPT ![e][q].found = "lost"]
+       /\ UNCHANGED <<daemonVars, ephase, eroute, ever, eserv, eshare, reb, moves, eclaim>>
 
-NoRankLost(e) == \A r \in Ranks : reb[e].replies[r] # "lost"
+NoRankLost(e) == /\ \A r \in Ranks : reb[e].replies[r] # "lost"
+                 /\ \A r \in Ranks : efind[e][r].found # "lost"
 
 (* An engine's logged decision: ev, the event; then what it left: ph, the *)
 (* engine's phase; ver, its version; share, whether it rebalances through *)
 (* the daemons; step, its chunk's step.                                    *)
 Decided(e, l) ==
-    CASE l.ev = "agree"   -> /\ Agree(e)
+    CASE l.ev = "agree"   -> /\ Agree(e) /\ NoRankLost(e)
                              /\ ephase'[e] = l.ph
                              /\ l.ph = "load" => ever'[e] = l.ver /\ eshare'[e] = l.share
       [] l.ev = "decide"  -> /\ Decide(e) /\ NoRankLost(e)
@@ -142,7 +148,8 @@ Unlogged ==
     \/ \E e \in Engines, r \in Ranks : Poll(e, r) \/ Timeout(e, r) \/ RankLost(e, r)
     \/ \E e \in Engines : Crash(e) \/ (Committed(e) /\ NoRankLost(e))
     \/ \E e \in Engines \ Traced :
-          \/ Agree(e) \/ Promote(e)
+          \/ Agree(e) /\ NoRankLost(e)
+          \/ Promote(e)
           \/ (Decide(e) \/ Verify(e)) /\ NoRankLost(e)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)

@@ -173,7 +173,7 @@ class TraceSearch:
             self._unlogged += [(sp.Crash, (e,)), (self._no_rank_lost(sp.Committed), (e,))]
         for e in E:
             if e not in self.Traced:
-                self._unlogged += [(sp.Agree, (e,)), (sp.Promote, (e,))]
+                self._unlogged += [(self._no_rank_lost(sp.Agree), (e,)), (sp.Promote, (e,))]
                 self._unlogged += [(self._no_rank_lost(sp.Decide), (e,)), (self._no_rank_lost(sp.Verify), (e,))]
         for e in E:
             self._unlogged += [(sp.BeginChunk, (e, c)) for c in sp.Chunks]
@@ -255,6 +255,8 @@ class TraceSearch:
         sp = self.spec
         i = sp.ix[e]
         b = s.reb[i]
+        if s.ephase[i] == "start" and s.efind[i][q - 1].found == "nothing":
+            return s._replace(efind=ex(s.efind, i, ex(s.efind[i], q - 1, s.efind[i][q - 1]._replace(found="lost"))))
         if s.ephase[i] != "run":
             return None
         if not (
@@ -266,7 +268,8 @@ class TraceSearch:
 
     def NoRankLost(self, s: State, e: str) -> bool:
         """``NoRankLost(e)``."""
-        return all(w != "lost" for w in s.reb[self.spec.ix[e]].replies)
+        i = self.spec.ix[e]
+        return all(w != "lost" for w in s.reb[i].replies) and all(f.found != "lost" for f in s.efind[i])
 
     def _no_rank_lost(self, action: Any) -> Any:
         """``action(e) /\\ NoRankLost(e)``."""
@@ -303,7 +306,7 @@ class TraceSearch:
             return None
         i = sp.ix[e]
         if rec.ev == "agree":
-            return sp.Agree(s, e)
+            return sp.Agree(s, e) if self.NoRankLost(s, e) else None
         if rec.ev == "decide":
             return sp.Decide(s, e) if self.NoRankLost(s, e) else None
         if rec.ev == "verify":
