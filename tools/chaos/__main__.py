@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failed: list[tuple[str, Outcome]] = []
     kills: collections.Counter[str] = collections.Counter()
+    faults: collections.Counter[str] = collections.Counter()  # reply faults injected, by kind
+    anomalies: collections.Counter[str] = collections.Counter()  # the last engine's restarts and refusals, by cause
     notes: collections.Counter[str] = collections.Counter()
     timings: collections.Counter[str] = collections.Counter()
     seconds: collections.Counter[str] = collections.Counter()
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             part_started = time.monotonic()
             for n, out in enumerate(schedules([args.seed + n for n in range(count)], *extra)):
                 kills[kind] += out.kills
+                faults.update(out.faults)
+                anomalies.update(out.anomalies)
                 timings.update(out.timings)
                 steps[kind].update(out.daemon_steps)
                 if out.tlc_ok is not None:
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     tlc_said = ""
     if args.tlc:
         tlc_said = f" TLC accepted the traces of {kills['tlc accepted']} of {kills['tlc checked']} schedules."
+    fault_kinds = ", ".join(f"{faults[k]} {k}" for k in campaign.FAULT_KINDS)
     lines = [
         "# make chaos",
         "",
@@ -136,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         f"steps) and {args.real} on real servers in {seconds['real']:.0f} s ({kills['real']} kills), seeds from "
         f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
         f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}",
+        "",
+        f"Reply faults on a rank's commit: {sum(faults.values())} ({fault_kinds}).",
+        "",
+        "| the last engine's daemons restarted, or a rejoin refused, by cause | schedules |",
+        "| --- | ---: |",
+        *(f"| {cause} | {count} |" for cause, count in sorted(anomalies.items())),
         "",
         "| what happened | times |",
         "| --- | ---: |",
@@ -157,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"- {p}" for p in out.problems]
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print(lines[2])
+    print(lines[4])
+    if anomalies:
+        causes = ", ".join(f"{n} {c}" for c, n in sorted(anomalies.items()))
+        print(f"the last engine's daemons restarted, or a rejoin refused: {causes}")
     for replay, out in failed:
         print(f'seed {out.seed} failed; replay: make chaos CHAOS_ARGS="{replay} --keep"')
     if not failed and not args.keep:
