@@ -26,7 +26,7 @@ from tools.mirror.check_spec import find_jar
 LIMIT_S = 20 * 60  # the campaign's time budget on this machine, reported (not enforced)
 
 
-def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, tlc: bool, queue: Any) -> None:
+def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, tlc: str, queue: Any) -> None:
     """Run ``seeds`` one after the other (a worker forked after the imports; it forks the ranks)."""
     for seed in seeds:
         out = campaign.run_schedule(seed, root / f"s{seed}", model_dir, cfg, tlc)
@@ -35,7 +35,7 @@ def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, 
         queue.put(out)
 
 
-def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
+def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: str) -> Iterator[Outcome]:
     """Each schedule's outcome as it ends, ``jobs`` workers at once."""
     model_dir, cfg = campaign.model(root)
     fork = multiprocessing.get_context("fork")
@@ -51,13 +51,14 @@ def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: 
         worker.join()
 
 
-def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
+def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: str) -> Iterator[Outcome]:
     from tools.chaos import real
     from tools.realserver.server import DiskReferences
 
     references = DiskReferences(root / "references", real.START_TIMEOUT_S, real.PROMPT_TIMEOUT_S)
     for seed in seeds:
-        out = real.run_real_schedule(seed, root / f"real{seed}", references, tlc)
+        checked = tlc == "all" or (tlc == "sample" and campaign.tlc_sampled(seed))
+        out = real.run_real_schedule(seed, root / f"real{seed}", references, checked)
         if out.ok and not keep:
             campaign.cleanup(root / f"real{seed}")
         yield out
@@ -71,17 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("chaos-results"), help="results folder")
     parser.add_argument("--jobs", type=int, default=3, help="harness schedules run at once (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep each schedule's folder (traces, logs)")
-    parser.add_argument(
+    tlc = parser.add_mutually_exclusive_group()
+    tlc.add_argument(
         "--tlc",
         action="store_true",
-        help="TLC on each schedule's traces too (spec/TraceLayoutProtocol.tla; needs TLA2TOOLS_JAR)",
+        help="TLC on every schedule's traces (spec/TraceLayoutProtocol.tla; needs TLA2TOOLS_JAR); by default "
+        "TLC checks a seeded one in ten schedules and every failing harness schedule, where its jar is found",
     )
+    tlc.add_argument("--no-tlc", action="store_true", help="no TLC at all, only the Python checkers")
     args = parser.parse_args(argv)
-    if args.tlc:
-        jar, why = find_jar()
-        if jar is None:
-            print(f"--tlc: TLC is not here: {why}", file=sys.stderr)
-            return 2
+    jar, why = find_jar()
+    if args.tlc and jar is None:
+        print(f"--tlc: TLC is not here: {why}", file=sys.stderr)
+        return 2
+    tlc_mode = "off" if args.no_tlc or jar is None else "all" if args.tlc else "sample"
+    tlc_flag = " --tlc" if args.tlc else " --no-tlc" if args.no_tlc else ""
     args.out.mkdir(parents=True, exist_ok=True)
     campaign.warm_imports()
     root = campaign.workdir()
@@ -100,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             "--schedules 1 --real 0",
             args.schedules,
             harness_schedules,
-            (args.jobs, root, args.keep, args.tlc),
+            (args.jobs, root, args.keep, tlc_mode),
         ),
-        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep, args.tlc)),
+        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep, tlc_mode)),
     ]
     with open(args.out / "schedules.ndjson", "w") as log:
         for kind, replay, count, schedules, extra in runs:
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                 kills[kind] += out.kills
                 faults.update(out.faults)
                 anomalies.update(out.anomalies)
+                if out.oracle:
+                    kills["oracle checked"] += 1
                 timings.update(out.timings)
                 steps[kind].update(out.daemon_steps)
                 if out.tlc_ok is not None:
@@ -126,13 +133,22 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 if not out.ok:
-                    failed.append((f"--seed {out.seed} {replay}" + (" --tlc" if args.tlc else ""), out))
+                    failed.append((f"--seed {out.seed} {replay}{tlc_flag}", out))
                     print("  " + "\n  ".join(out.ops + out.notes + out.problems), flush=True)
             seconds[kind] = time.monotonic() - part_started
     elapsed = time.monotonic() - started
-    tlc_said = ""
-    if args.tlc:
-        tlc_said = f" TLC accepted the traces of {kills['tlc accepted']} of {kills['tlc checked']} schedules."
+    if jar is None:
+        tlc_said = f" TLC did not run: its jar is not here ({why.splitlines()[0]})."
+    elif tlc_mode == "off":
+        tlc_said = " TLC did not run (--no-tlc)."
+    else:
+        sample = "every schedule" if tlc_mode == "all" else "a seeded one in ten and every failing one"
+        tlc_said = f" TLC ({sample}) accepted the traces of {kills['tlc accepted']} of {kills['tlc checked']}."
+    oracle_said = (
+        f" The oracle ({campaign.ORACLE}) checked {kills['oracle checked']} schedules."
+        if kills["oracle checked"]
+        else f" No oracle ({campaign.ORACLE} is not installed)."
+    )
     fault_kinds = ", ".join(f"{faults[k]} {k}" for k in campaign.FAULT_KINDS)
     lines = [
         "# make chaos",
@@ -140,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.schedules} harness schedules in {seconds['harness']:.0f} s ({kills['harness']} kills inside protocol "
         f"steps) and {args.real} on real servers in {seconds['real']:.0f} s ({kills['real']} kills), seeds from "
         f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
-        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}",
+        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}{oracle_said}",
         "",
         f"Reply faults on a rank's commit: {sum(faults.values())} ({fault_kinds}).",
         "",

@@ -10,7 +10,8 @@ started again rejoins at the others' record when an engine's startup asks it to:
 from the toy's checkpoint (``FakeCheckpointReload``). At the end every engine is killed, and a
 new engine must start on the daemons as they are left, or, where they refuse it (a repair that
 failed), on daemons restarted from disk; it must route with their memory. Then every trace the
-schedule wrote must be a behaviour of the protocol (``tools.trace_check``).
+schedule wrote must be a behaviour of the protocol (``tools.trace_check``; the independent oracle,
+``tools.oracle``, where it is installed; TLC on a seeded sample, ``tools.mirror.trace_tla``).
 
 Some seeds also arm a reply fault on one rank's commit of one chunk (``rank_scripts.ReplyFault``):
 its reply lost, the request never sent, or rows the daemon refuses. Every rank must then stop
@@ -26,6 +27,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib
+import importlib.util
 import os
 import random
 import shutil
@@ -187,6 +190,7 @@ class Outcome:
     daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
     tlc: str = ""  # TLC's verdict on the traces, for people, where the campaign asked for it (--tlc)
     tlc_ok: bool | None = None  # TLC accepted every run of the schedule; None: TLC did not run
+    oracle: str = ""  # the independent oracle's word ("checked", "rejected"); "": not installed
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
@@ -467,7 +471,18 @@ def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
         out.fail(f"{what} hung: {_why(results)}")
 
 
-def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, tlc: bool = False) -> Outcome:
+TLC_SALT = 0x71C_5A3B1E  # the TLC sample's own draw from the seed
+TLC_SAMPLE = 0.1  # the share of schedules TLC checks by default (every failing one besides)
+
+
+def tlc_sampled(seed: int) -> bool:
+    """Whether the default campaign runs TLC on ``seed``'s traces (a seeded one in ten)."""
+    return random.Random(seed ^ TLC_SALT).random() < TLC_SAMPLE
+
+
+def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, tlc: str = "off") -> Outcome:
+    """Run ``seed``'s schedule in ``root``. ``tlc``: TLC on its traces for every schedule ("all"), for the
+    seeded sample and every failing schedule ("sample"), or never ("off")."""
     ops = draw(seed)
     out = Outcome(seed, [op.describe() for op in ops])
     started = time.monotonic()
@@ -514,19 +529,25 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     checked = time.monotonic()
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
-    check_traces(world.traces, verdicts, out, tlc)
+    sampled = tlc == "all" or (tlc == "sample" and tlc_sampled(seed))
+    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=tlc == "sample")
     out.seconds = time.monotonic() - started
     return out
 
 
-def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool) -> None:
-    """The Python checker's verdicts into ``out``; with ``tlc``, TLC's on the same traces too
-    (``tools.mirror.trace_tla``): the schedule fails where either says "not a behaviour"."""
+ORACLE = "tools.oracle"  # an independent checker of the traces, used where it is installed
+
+
+def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool, tlc_if_failed: bool = False) -> None:
+    """The Python checker's verdicts into ``out``; the independent oracle's where it exists; with
+    ``tlc``, or ``tlc_if_failed`` where the schedule failed so far, TLC's on the same traces too
+    (``tools.mirror.trace_tla``): the schedule fails where any says "not a behaviour"."""
     out.traces = summary(verdicts)
     out.daemon_steps = daemon_steps(verdicts)
     if not all(v.ok for v in verdicts):
         out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
-    if not tlc:
+    check_oracle(traces, out)
+    if not (tlc or (tlc_if_failed and not out.ok)):
         return
     from tools.mirror.trace_tla import compare
 
@@ -539,6 +560,20 @@ def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool)
     for comparison in found:
         if comparison.tlc is not None and not comparison.tlc.accepted:
             out.fail(f"TLC: not a behaviour of the spec: {comparison.line()}\n{comparison.tlc.report}")
+
+
+def check_oracle(traces: Path, out: Outcome) -> None:
+    """ORACLE HOOK: ``tools.oracle.traces.check_paths(paths) -> [V]`` (``V.ok``, ``V.report``: the first
+    wrong line), an oracle that does not replay on ``layout_sm`` and so catches what a bug there hides
+    from ``tools.trace_check``. Imported lazily: where it is absent, nothing runs."""
+    if importlib.util.find_spec(ORACLE) is None:
+        return
+    oracle = importlib.import_module(f"{ORACLE}.traces")
+    out.oracle = "checked"
+    wrong = [v for v in oracle.check_paths([traces]) if not v.ok]  # as tools.trace_check: a folder of traces
+    if wrong:
+        out.oracle = "rejected"
+        out.fail("the oracle: not a behaviour of the protocol:\n" + "\n".join(v.report for v in wrong))
 
 
 def daemon_steps(verdicts: list[Verdict]) -> dict[str, int]:
