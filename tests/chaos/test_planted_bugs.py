@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,9 +73,18 @@ BUGS = {
 }
 
 
-def _plant(scratch: Path, bug: Planted) -> Path:
-    """A copy of ``src/`` with ``bug`` in it; the test breaks loudly if the line moved."""
-    src = scratch / "src"
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A short folder for the campaign's schedules: a daemon's socket path must stay within the
+    kernel's 107 bytes, which pytest's tmp_path and the campaign's folders together can pass."""
+    path = Path(tempfile.mkdtemp(prefix="chaos-planted-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _plant(folder: Path, bug: Planted) -> Path:
+    """A copy of ``src/`` in ``folder`` with ``bug`` in it; the test breaks loudly if the line moved."""
+    src = folder / "src"
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     target = src / bug.path
     text = target.read_text()
@@ -82,14 +93,18 @@ def _plant(scratch: Path, bug: Planted) -> Path:
     return src
 
 
-def _chaos(src: Path, out: Path, seeds: tuple[int, ...]) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+def _chaos(
+    src: Path, out: Path, seeds: tuple[int, ...], scratch: Path
+) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """The campaign on ``src``; its schedules' folders under ``scratch`` (a failing one is kept for its
+    replay: the fixture removes it)."""
     first, count = seeds
     # Its own process: the ranks are forked from it, which a test process that ran torch ops cannot do.
     args = ["--seed", str(first), "--schedules", str(count), "--real", "0", "--jobs", "1", "--no-tlc"]
     done = subprocess.run(
         [sys.executable, "-m", "tools.chaos", *args, "--out", str(out)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{src}:{ROOT}"},
+        env={**os.environ, "PYTHONPATH": f"{src}:{ROOT}", "TMPDIR": str(scratch)},
         capture_output=True,
         text=True,
         timeout=CHAOS_TIMEOUT_S,
@@ -100,17 +115,17 @@ def _chaos(src: Path, out: Path, seeds: tuple[int, ...]) -> tuple[subprocess.Com
 
 @pytest.mark.slow("harness schedules on a copy of src with a planted bug")
 @pytest.mark.parametrize("name", list(BUGS))
-def test_the_campaign_catches_a_planted_bug(name: str, tmp_path: Path) -> None:
+def test_the_campaign_catches_a_planted_bug(name: str, tmp_path: Path, scratch: Path) -> None:
     bug = BUGS[name]
-    done, outcomes = _chaos(_plant(tmp_path, bug), tmp_path / "out", bug.seeds)
+    done, outcomes = _chaos(_plant(tmp_path, bug), tmp_path / "out", bug.seeds, scratch)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     problems = [p for o in outcomes if not o["ok"] for p in o["problems"]]
     assert any(bug.caught_by in p for p in problems), problems
 
 
 @pytest.mark.slow("the planted bugs' seeds on the unbroken build")
-def test_the_planted_bugs_seeds_pass_unbroken(tmp_path: Path) -> None:
+def test_the_planted_bugs_seeds_pass_unbroken(tmp_path: Path, scratch: Path) -> None:
     for n, seeds in enumerate(sorted({bug.seeds for bug in BUGS.values()})):
-        done, outcomes = _chaos(ROOT / "src", tmp_path / str(n), seeds)
+        done, outcomes = _chaos(ROOT / "src", tmp_path / str(n), seeds, scratch)
         assert done.returncode == 0, f"seeds {seeds}: " + done.stdout[-4000:] + done.stderr[-4000:]
         assert all(o["ok"] for o in outcomes), outcomes
