@@ -473,6 +473,14 @@ def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
 
 TLC_SALT = 0x71C_5A3B1E  # the TLC sample's own draw from the seed
 TLC_SAMPLE = 0.1  # the share of schedules TLC checks by default (every failing one besides)
+# The spec's Commit is one atomic step: its request always reaches a daemon that can take it, and the
+# engine always reads the answer. A lost request, a lost reply, or rows refused while the move is
+# pending are none of its behaviours, so TLC rejects every trace with a reply fault at that commit
+# (TraceLayoutProtocol's RankLost lets the engine only crash after a lost reply, where the adapter
+# goes on to stop rebalancing as unverified). Until the spec has such a step, a schedule whose fault
+# fired is left to the Python checkers; True once it has, and TLC takes those schedules too.
+TLC_TAKES_REPLY_FAULTS = False
+TLC_LEFT_OUT = "not run: a reply fault fired, which the spec's Commit does not model (TLC_TAKES_REPLY_FAULTS)"
 
 
 def tlc_sampled(seed: int) -> bool:
@@ -529,8 +537,11 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     checked = time.monotonic()
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
-    sampled = tlc == "all" or (tlc == "sample" and tlc_sampled(seed))
-    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=tlc == "sample")
+    faulted = bool(out.faults) and not TLC_TAKES_REPLY_FAULTS and tlc != "off"
+    if faulted:
+        out.tlc = TLC_LEFT_OUT
+    sampled = not faulted and (tlc == "all" or (tlc == "sample" and tlc_sampled(seed)))
+    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=not faulted and tlc == "sample")
     out.seconds = time.monotonic() - started
     return out
 
