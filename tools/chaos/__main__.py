@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         tlc_said = " TLC did not run (--no-tlc)."
     else:
         sample = "every schedule" if tlc_mode == "all" else "a seeded one in ten and every failing one"
-        tlc_said = f" TLC ({sample}) accepted the traces of {kills['tlc accepted']} of {kills['tlc checked']}."
+        checked = f"{kills['tlc accepted']} of {kills['tlc checked']} schedules"
+        tlc_said = f" TLC accepted the traces of {checked} ({sample})."
         if kills["tlc left out"]:
             tlc_said += (
                 f" {kills['tlc left out']} schedules whose reply fault fired were left to the Python checkers:"
