@@ -1,13 +1,18 @@
 # `make chaos`: seeded fault schedules, every trace checked against the protocol after each one:
 # 500 on the in-process harness (real daemon processes, rank processes over gloo running sglang's own
-# code, SIGKILLs inside protocol steps and daemon reloads, repairs and rejoins), then 5 on real sglang
-# servers (a server SIGKILLed at a stop point; a fresh server, a warm standby's takeover, or a standby
-# killed inside it; the one that serves checked against the daemons' memory and a disk reference).
+# code, SIGKILLs inside protocol steps and daemon reloads, repairs and rejoins, a commit's reply lost,
+# its request lost or its rows refused), then 5 on real sglang servers (a server SIGKILLed at a stop
+# point; a fresh server, a warm standby's takeover, or a standby killed inside it; the one that serves
+# checked against the daemons' memory and a disk reference). A restart of the daemons, or a rejoin
+# refused, that the schedule did not cause fails it. TLC checks a seeded one in ten schedules and
+# every failing one where its jar is found (TLA2TOOLS_JAR; the summary says when it is not), save
+# those whose reply fault fired: the spec's Commit has no lost or refused commit yet.
 # Results in chaos-results/. The real servers run under /tmp/realserver.lock, as every real-server
 # command does.
 #   make chaos CHAOS_ARGS="--schedules 50 --real 0"                  a short harness run
 #   make chaos CHAOS_ARGS="--seed 7 --schedules 1 --real 0 --keep"  replay one seed, keeping its traces and logs
-#   make chaos CHAOS_ARGS="--schedules 100 --real 0 --tlc"          TLC on every schedule's traces too
+#   make chaos CHAOS_ARGS="--schedules 100 --real 0 --tlc"          TLC on every schedule's traces
+#   make chaos CHAOS_ARGS="--schedules 100 --real 0 --no-tlc"       no TLC, only the Python checkers
 # Included by the main Makefile.
 CHAOS_ARGS ?=
 

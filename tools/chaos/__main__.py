@@ -26,7 +26,7 @@ from tools.mirror.check_spec import find_jar
 LIMIT_S = 20 * 60  # the campaign's time budget on this machine, reported (not enforced)
 
 
-def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, tlc: bool, queue: Any) -> None:
+def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, tlc: str, queue: Any) -> None:
     """Run ``seeds`` one after the other (a worker forked after the imports; it forks the ranks)."""
     for seed in seeds:
         out = campaign.run_schedule(seed, root / f"s{seed}", model_dir, cfg, tlc)
@@ -35,7 +35,7 @@ def _worker(seeds: list[int], root: Path, model_dir: str, cfg: Any, keep: bool, 
         queue.put(out)
 
 
-def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
+def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: str) -> Iterator[Outcome]:
     """Each schedule's outcome as it ends, ``jobs`` workers at once."""
     model_dir, cfg = campaign.model(root)
     fork = multiprocessing.get_context("fork")
@@ -51,13 +51,14 @@ def harness_schedules(seeds: list[int], jobs: int, root: Path, keep: bool, tlc: 
         worker.join()
 
 
-def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: bool) -> Iterator[Outcome]:
+def real_schedules(seeds: list[int], root: Path, keep: bool, tlc: str) -> Iterator[Outcome]:
     from tools.chaos import real
     from tools.realserver.server import DiskReferences
 
     references = DiskReferences(root / "references", real.START_TIMEOUT_S, real.PROMPT_TIMEOUT_S)
     for seed in seeds:
-        out = real.run_real_schedule(seed, root / f"real{seed}", references, tlc)
+        checked = tlc == "all" or (tlc == "sample" and campaign.tlc_sampled(seed))
+        out = real.run_real_schedule(seed, root / f"real{seed}", references, checked)
         if out.ok and not keep:
             campaign.cleanup(root / f"real{seed}")
         yield out
@@ -71,23 +72,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("chaos-results"), help="results folder")
     parser.add_argument("--jobs", type=int, default=3, help="harness schedules run at once (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep each schedule's folder (traces, logs)")
-    parser.add_argument(
+    tlc = parser.add_mutually_exclusive_group()
+    tlc.add_argument(
         "--tlc",
         action="store_true",
-        help="TLC on each schedule's traces too (spec/TraceLayoutProtocol.tla; needs TLA2TOOLS_JAR)",
+        help="TLC on every schedule's traces (spec/TraceLayoutProtocol.tla; needs TLA2TOOLS_JAR); by default "
+        "TLC checks a seeded one in ten schedules and every failing harness schedule, where its jar is found",
     )
+    tlc.add_argument("--no-tlc", action="store_true", help="no TLC at all, only the Python checkers")
     args = parser.parse_args(argv)
-    if args.tlc:
-        jar, why = find_jar()
-        if jar is None:
-            print(f"--tlc: TLC is not here: {why}", file=sys.stderr)
-            return 2
+    jar, why = find_jar()
+    if args.tlc and jar is None:
+        print(f"--tlc: TLC is not here: {why}", file=sys.stderr)
+        return 2
+    tlc_mode = "off" if args.no_tlc or jar is None else "all" if args.tlc else "sample"
+    tlc_flag = " --tlc" if args.tlc else " --no-tlc" if args.no_tlc else ""
     args.out.mkdir(parents=True, exist_ok=True)
     campaign.warm_imports()
     root = campaign.workdir()
     started = time.monotonic()
     failed: list[tuple[str, Outcome]] = []
     kills: collections.Counter[str] = collections.Counter()
+    faults: collections.Counter[str] = collections.Counter()  # reply faults injected, by kind
+    anomalies: collections.Counter[str] = collections.Counter()  # the last engine's restarts and refusals, by cause
     notes: collections.Counter[str] = collections.Counter()
     timings: collections.Counter[str] = collections.Counter()
     seconds: collections.Counter[str] = collections.Counter()
@@ -98,15 +105,21 @@ def main(argv: list[str] | None = None) -> int:
             "--schedules 1 --real 0",
             args.schedules,
             harness_schedules,
-            (args.jobs, root, args.keep, args.tlc),
+            (args.jobs, root, args.keep, tlc_mode),
         ),
-        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep, args.tlc)),
+        ("real", "--schedules 0 --real 1", args.real, real_schedules, (root, args.keep, tlc_mode)),
     ]
     with open(args.out / "schedules.ndjson", "w") as log:
         for kind, replay, count, schedules, extra in runs:
             part_started = time.monotonic()
             for n, out in enumerate(schedules([args.seed + n for n in range(count)], *extra)):
                 kills[kind] += out.kills
+                faults.update(out.faults)
+                anomalies.update(out.anomalies)
+                if out.oracle:
+                    kills["oracle checked"] += 1
+                if out.tlc == campaign.TLC_LEFT_OUT:
+                    kills["tlc left out"] += 1
                 timings.update(out.timings)
                 steps[kind].update(out.daemon_steps)
                 if out.tlc_ok is not None:
@@ -122,20 +135,42 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 if not out.ok:
-                    failed.append((f"--seed {out.seed} {replay}" + (" --tlc" if args.tlc else ""), out))
+                    failed.append((f"--seed {out.seed} {replay}{tlc_flag}", out))
                     print("  " + "\n  ".join(out.ops + out.notes + out.problems), flush=True)
             seconds[kind] = time.monotonic() - part_started
     elapsed = time.monotonic() - started
-    tlc_said = ""
-    if args.tlc:
-        tlc_said = f" TLC accepted the traces of {kills['tlc accepted']} of {kills['tlc checked']} schedules."
+    if jar is None:
+        tlc_said = f" TLC did not run: its jar is not here ({why.splitlines()[0]})."
+    elif tlc_mode == "off":
+        tlc_said = " TLC did not run (--no-tlc)."
+    else:
+        sample = "every schedule" if tlc_mode == "all" else "a seeded one in ten and every failing one"
+        checked = f"{kills['tlc accepted']} of {kills['tlc checked']} schedules"
+        tlc_said = f" TLC accepted the traces of {checked} ({sample})."
+        if kills["tlc left out"]:
+            tlc_said += (
+                f" {kills['tlc left out']} schedules whose reply fault fired were left to the Python checkers:"
+                " the spec's Commit has no lost or refused commit (TLC_TAKES_REPLY_FAULTS)."
+            )
+    oracle_said = (
+        f" The oracle ({campaign.ORACLE}) checked {kills['oracle checked']} schedules."
+        if kills["oracle checked"]
+        else f" No oracle ({campaign.ORACLE} is not installed)."
+    )
+    fault_kinds = ", ".join(f"{faults[k]} {k}" for k in campaign.FAULT_KINDS)
     lines = [
         "# make chaos",
         "",
         f"{args.schedules} harness schedules in {seconds['harness']:.0f} s ({kills['harness']} kills inside protocol "
         f"steps) and {args.real} on real servers in {seconds['real']:.0f} s ({kills['real']} kills), seeds from "
         f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
-        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}",
+        f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}{oracle_said}",
+        "",
+        f"Reply faults on a rank's commit: {sum(faults.values())} ({fault_kinds}).",
+        "",
+        "| the last engine's daemons restarted, or a rejoin refused, by cause | schedules |",
+        "| --- | ---: |",
+        *(f"| {cause} | {count} |" for cause, count in sorted(anomalies.items())),
         "",
         "| what happened | times |",
         "| --- | ---: |",
@@ -157,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"- {p}" for p in out.problems]
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print(lines[2])
+    print(lines[4])
+    if anomalies:
+        causes = ", ".join(f"{n} {c}" for c, n in sorted(anomalies.items()))
+        print(f"the last engine's daemons restarted, or a rejoin refused: {causes}")
     for replay, out in failed:
         print(f'seed {out.seed} failed; replay: make chaos CHAOS_ARGS="{replay} --keep"')
     if not failed and not args.keep:

@@ -10,7 +10,16 @@ started again rejoins at the others' record when an engine's startup asks it to:
 from the toy's checkpoint (``FakeCheckpointReload``). At the end every engine is killed, and a
 new engine must start on the daemons as they are left, or, where they refuse it (a repair that
 failed), on daemons restarted from disk; it must route with their memory. Then every trace the
-schedule wrote must be a behaviour of the protocol (``tools.trace_check``).
+schedule wrote must be a behaviour of the protocol (``tools.trace_check``; the independent oracle,
+``tools.oracle``, where it is installed; TLC on a seeded sample, ``tools.mirror.trace_tla``).
+
+Some seeds also arm a reply fault on one rank's commit of one chunk (``rank_scripts.ReplyFault``):
+its reply lost, the request never sent, or rows the daemon refuses. Every rank must then stop
+rebalancing as unverified, and the daemon that did not record the commit keep its move pending.
+
+The last engine needing the daemons restarted, and a rejoin refused, must have a cause in the
+schedule (``LAGGING``, ``TORN``, ``DIED_IN_RELOAD``, ``REPAIR_FAILED``, ``REJOIN_BESIDE``); where
+none explains it, the schedule fails.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib
+import importlib.util
 import os
 import random
 import shutil
@@ -32,7 +43,7 @@ from typing import Any
 from layout_sm.messages import query_request
 from layout_sm.trace_codec import TRACE_ENV
 from tools.chaos import rank_scripts
-from tools.chaos.rank_scripts import KillPoint
+from tools.chaos.rank_scripts import FAULT_KINDS, KillPoint, ReplyFault
 from tools.harness import toy_moe
 from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
 from tools.harness.engine_ranks import (
@@ -66,8 +77,19 @@ class Operation:
     rank: int = 0  # the rank that kills (kill points) or the daemon killed
     kill: tuple[str, int, str] | None = None  # (event, count, "rank" or "daemon")
     alongside: bool = False  # an engine started while another one is live (a warm standby's start)
+    # A reply fault armed from this rebalance on: (kind, rank, the count-th commit of a rebalance). It
+    # stays armed until a rebalance of a live engine commits that many chunks on that rank. The fault's
+    # rebalance is an operation of its own, drawn apart: a seed's other operations stay as they were.
+    fault: tuple[str, int, int] | None = None
 
     def describe(self) -> str:
+        said = self._describe()
+        if self.fault is None:
+            return said
+        kind, rank, count = self.fault
+        return f"{said} [from here, rank {rank}'s commit #{count}: {kind}]"
+
+    def _describe(self) -> str:
         if self.kind == "kill_daemon":
             return f"kill_daemon(rank {self.rank}, restart)"
         if self.kind == "die_in_reload":
@@ -90,7 +112,22 @@ def draw(seed: int) -> list[Operation]:
     ops = [*armed, _with_kill(rng, "engine")]
     for _ in range(rng.randint(2, 6)):
         ops.append(_with_kill(rng, rng.choices(kinds, weights)[0]))
-    return ops
+    return _with_fault(seed, ops)
+
+
+FAULT_SALT = 0x5EED_FA17  # the reply fault's own draw: the other draws of a seed stay as they were
+FAULT_P = 0.35  # the share of schedules with a reply fault armed on one rank's commit
+
+
+def _with_fault(seed: int, ops: list[Operation]) -> list[Operation]:
+    """With some seeds, a rebalance armed with a reply fault right after one of the engine starts: the
+    first rebalance of a live engine from there on that commits the chunk on that rank takes it."""
+    rng = random.Random(seed ^ FAULT_SALT)
+    if rng.random() >= FAULT_P:
+        return ops
+    n = rng.choice([n for n, op in enumerate(ops) if op.kind == "engine"])
+    fault = (rng.choice(FAULT_KINDS), rng.randrange(WORLD), rng.randint(1, toy_moe.ToyMoEConfig().num_layers))
+    return [*ops[: n + 1], Operation("rebalance", fault=fault), *ops[n + 1 :]]
 
 
 def _with_kill(rng: random.Random, kind: str) -> Operation:
@@ -104,6 +141,26 @@ def _with_kill(rng: random.Random, kind: str) -> Operation:
     count = rng.randint(1, toy_moe.ToyMoEConfig().num_layers) if event in CHUNK_EVENTS else 1
     kill = (event, count, rng.choice(("rank", "daemon")))
     return Operation(kind, rank=rng.randrange(WORLD), kill=kill, alongside=alongside)
+
+
+# Why the last engine may legitimately need the daemons restarted from disk: what the schedule did
+# since the daemons were last all restarted. Anything else is an anomaly, and the schedule fails.
+TORN = "a chunk torn between two ranks' commits"  # a rank killed after its move or its commit: the peer's may land
+# After "decide" the move, a collective, needs the dead rank; after "committed" both commits landed.
+TORN_EVENTS = ("move", "commit")
+LAGGING = "lagging daemon (needs the reconciliation)"  # a commit the daemon never recorded, its mover gone
+DIED_IN_RELOAD = "a daemon died in its reload"  # a repair's or a rejoin's reload killed: no record to serve
+REPAIR_FAILED = "a daemon's repair failed"  # its torn move stays dirty: engines are refused until a restart
+UNEXPLAINED = "restart the schedule did not cause"
+REJOIN_BESIDE = "rejoin refused beside a live engine"  # the rejoin's guard: no other engine attached
+REJOIN_ALONE = "rejoin refused with no other engine"
+# A daemon whose record lags the others' (a refused or lost commit, then its mover's death) repairs back
+# to the base version; until the protocol rejoins such a daemon at the others' record, the startup
+# fails with "different layouts" and the daemons are restarted. True once that reconciliation landed:
+# a lagging daemon's restart then fails the schedule.
+RECONCILIATION_LANDED = False
+FAILING_CAUSES = {UNEXPLAINED, REJOIN_ALONE} | ({LAGGING} if RECONCILIATION_LANDED else set())
+REJOIN_REFUSED = "asked its daemon to rejoin and was refused"  # the startup's words (startup_rules)
 
 
 @dataclass
@@ -126,16 +183,25 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what happened, operation by operation
     kills: int = 0  # kill points that fired
+    faults: dict[str, int] = field(default_factory=dict)  # reply faults injected, by kind
+    anomalies: dict[str, int] = field(default_factory=dict)  # the last engine's restarts, rejoins refused, by cause
     traces: str = ""  # the trace check's summary line
     timings: dict[str, float] = field(default_factory=dict)  # seconds by operation
     daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
     tlc: str = ""  # TLC's verdict on the traces, for people, where the campaign asked for it (--tlc)
     tlc_ok: bool | None = None  # TLC accepted every run of the schedule; None: TLC did not run
+    oracle: str = ""  # the independent oracle's word ("checked", "rejected"); "": not installed
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
         self.ok = False
         self.problems.append(problem)
+
+    def anomaly(self, cause: str, what: str) -> None:
+        """A restart or refusal the campaign counts by ``cause``; one the schedule did not cause fails it."""
+        self.anomalies[cause] = self.anomalies.get(cause, 0) + 1
+        if cause in FAILING_CAUSES:
+            self.fail(f"{what}: {cause}")
 
 
 class World:
@@ -172,6 +238,8 @@ class World:
             daemon.spec = dataclasses.replace(daemon.spec, die_in_reload=None)  # started again, it lives
         self.died_in_reload: set[int] = set()
         self.engines: list[Engine] = []
+        self.fault: tuple[str, int, int] | None = None  # the reply fault armed now (Operation.fault)
+        self.causes: set[str] = set()  # why the daemons may not agree, since they were last all restarted
         self.phase = 0
         self.made = 0
 
@@ -208,6 +276,42 @@ class World:
         own = [pid for r, pid in enumerate(pool.pids) if r != rank]
         return KillPoint(event, count, (*others, *own, daemon), what, str(self.kill_marker))
 
+    def reply_fault(self, rank: int) -> ReplyFault | None:
+        if self.fault is None or rank != self.fault[1]:
+            return None
+        kind, _, count = self.fault
+        return ReplyFault(kind, count, str(self.fault_marker))
+
+    @property
+    def fault_marker(self) -> Path:
+        return self.root / "reply-fault-fired"
+
+    def _count_fault(self, out: Outcome) -> tuple[str, int] | None:
+        if self.fault is None or not self.fault_marker.exists():
+            return None
+        kind, rank, count = self.fault
+        self.fault = None  # fired: one per schedule
+        self.fault_marker.unlink()
+        out.faults[kind] = out.faults.get(kind, 0) + 1
+        if kind != "lost_reply":  # the daemon did not record it: it keeps the move pending, then repairs back
+            self.causes.add(LAGGING)
+        out.notes.append(f"rank {rank}'s commit #{count} faulted: {kind}")
+        return kind, rank
+
+    def _check_fault(self, kind: str, rank: int, results: list[RankResult], out: Outcome) -> None:
+        """Where the engine lived through it: a faulted commit stops every rank's rebalancing as
+        unverified, and a daemon that did not record the commit keeps its move pending."""
+        if not all(r.ok and not r.value.get("error") for r in results):
+            return  # a kill point of the same operation, or a death it caused
+        reasons = [r.value.get("stats", {}).get("off_reason") for r in results]
+        if any(reason != "commit_unverified" for reason in reasons):
+            out.fail(f"a {kind} commit: the ranks' rebalancing ended with {reasons}, not commit_unverified")
+        if kind == "lost_reply" or not self.daemons[rank].alive:
+            return
+        pending = request(self.daemons[rank].socket_path, query_request()).get("pending")
+        if pending is None:
+            out.fail(f"a {kind} commit: daemon {rank} keeps no move pending while its mover lives")
+
     @property
     def kill_marker(self) -> Path:
         return self.root / "kill-point-fired"
@@ -224,6 +328,7 @@ class World:
 
     def start_engine(self, op: Operation, out: Outcome) -> Engine | None:
         self.made += 1
+        beside = bool(self.live())
         pool = EngineRanks(WORLD, workdir=str(self.root.parent), start_method="fork").start()
         spec = self.spec()
         loaded_from = self.daemon_pids()
@@ -233,6 +338,8 @@ class World:
         # A rank whose weights did not load fails sglang's startup: that engine never serves.
         if not all(r.ok and r.value["started"] and r.value.get("source") for r in results):
             out.notes.append(f"{name} did not start: {_why(results)}")
+            if REJOIN_REFUSED in _why(results):
+                out.anomaly(REJOIN_BESIDE if beside else REJOIN_ALONE, f"{name}'s startup")
             _hung(results, out, f"engine {name}'s startup")
             pool.kill()
             return None
@@ -246,8 +353,13 @@ class World:
         self.phase += 1
         phase = self.phase
         pool = engine.pool
-        results = self.run_each(pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r, pool)))
+        results = self.run_each(
+            pool, rank_scripts.rebalance, lambda r: (phase, self.kill_point(op, r, pool), self.reply_fault(r))
+        )
         self._count_kill(op, results, out)
+        fired = self._count_fault(out)
+        if fired is not None:
+            self._check_fault(*fired, results, out)
         _hung(results, out, f"engine {engine.name}'s rebalance")
         moved = [r.value.get("moved") for r in results if r.ok]
         out.notes.append(f"{engine.name} rebalanced: {_why(results) if not all(r.ok for r in results) else moved}")
@@ -263,6 +375,8 @@ class World:
             # Its SIGKILL was sent, but a process takes a moment to exit: the daemon is down before
             # anything else runs (the spec's Lose), and settle() starts it again.
             self.daemons[op.rank].kill()
+        if fired and what == "rank" and event in TORN_EVENTS:
+            self.causes.add(TORN)  # the dead rank's daemon repairs back; its peer's may have recorded the commit
         if fired:
             out.kills += 1
             out.notes.append(f"rank {op.rank} killed its {what} after {event} #{count}")
@@ -270,22 +384,35 @@ class World:
     def settle(self, out: Outcome, timeout: float = 10.0) -> None:
         """A daemon that a kill point killed is restarted (its supervisor would); then wait until each
         daemon counts no more than the live engines attached (an engine's death is a detach the
-        daemon's watcher notices a moment later) and repairs nothing (a torn move's auto repair)."""
+        daemon's watcher notices a moment later) and repairs nothing (a torn move's auto repair). A
+        daemon that died meanwhile (inside that repair's reload) is restarted, and waited for, too."""
+        for _ in range(2):
+            self._restart_dead(out)
+            self._wait_settled(timeout)
+            if all(daemon.alive for daemon in self.daemons):
+                return
+
+    def _restart_dead(self, out: Outcome) -> None:
         for rank, daemon in enumerate(self.daemons):
             if rank not in self.died_in_reload and os.path.exists(self.died_marker(rank)):
                 self.died_in_reload.add(rank)
+                self.causes.add(DIED_IN_RELOAD)
                 out.kills += 1
                 out.notes.append(f"daemon {rank} died inside a reload")
             if not daemon.alive:
                 self.lose_engines()
-                daemon.restart()
+                self.restart_daemon(rank)
                 out.notes.append(f"daemon {rank} restarted after its kill")
+
+    def _wait_settled(self, timeout: float) -> None:
         live = len(self.live())
         deadline = time.monotonic() + timeout
         for daemon in self.daemons:
             while daemon.alive and time.monotonic() < deadline:
                 with contextlib.suppress(OSError):
                     state = request(daemon.socket_path, query_request())
+                    if state.get("repair_failed"):
+                        self.causes.add(REPAIR_FAILED)
                     if len(state.get("attached") or []) <= live and state.get("phase") != "repairing":
                         break
                 time.sleep(0.02)
@@ -308,7 +435,14 @@ class World:
             if wrong:
                 out.fail(f"{when}: engine {engine.name} routes to the wrong expert in {wrong} slots")
 
+    def restart_daemon(self, rank: int) -> None:
+        """One daemon started again from disk: the next engine's startup has it rejoin at the other's
+        record, which ends a disagreement of the two (a torn chunk, a lagging daemon), whichever lagged."""
+        self.daemons[rank].restart()
+        self.causes -= {TORN, LAGGING}
+
     def restart_daemons(self) -> None:
+        self.causes.clear()  # every daemon from disk: they agree again
         self.lose_engines()
         for daemon in self.daemons:
             daemon.kill()
@@ -337,7 +471,26 @@ def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
         out.fail(f"{what} hung: {_why(results)}")
 
 
-def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, tlc: bool = False) -> Outcome:
+TLC_SALT = 0x71C_5A3B1E  # the TLC sample's own draw from the seed
+TLC_SAMPLE = 0.1  # the share of schedules TLC checks by default (every failing one besides)
+# The spec's Commit is one atomic step: its request always reaches a daemon that can take it, and the
+# engine always reads the answer. A lost request, a lost reply, or rows refused while the move is
+# pending are none of its behaviours, so TLC rejects every trace with a reply fault at that commit
+# (TraceLayoutProtocol's RankLost lets the engine only crash after a lost reply, where the adapter
+# goes on to stop rebalancing as unverified). Until the spec has such a step, a schedule whose fault
+# fired is left to the Python checkers; True once it has, and TLC takes those schedules too.
+TLC_TAKES_REPLY_FAULTS = False
+TLC_LEFT_OUT = "not run: a reply fault fired, which the spec's Commit does not model (TLC_TAKES_REPLY_FAULTS)"
+
+
+def tlc_sampled(seed: int) -> bool:
+    """Whether the default campaign runs TLC on ``seed``'s traces (a seeded one in ten)."""
+    return random.Random(seed ^ TLC_SALT).random() < TLC_SAMPLE
+
+
+def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, tlc: str = "off") -> Outcome:
+    """Run ``seed``'s schedule in ``root``. ``tlc``: TLC on its traces for every schedule ("all"), for the
+    seeded sample and every failing schedule ("sample"), or never ("off")."""
     ops = draw(seed)
     out = Outcome(seed, [op.describe() for op in ops])
     started = time.monotonic()
@@ -347,6 +500,8 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
         for n, op in enumerate(ops):
             live = world.live()
             op_started = time.monotonic()
+            if op.fault is not None:
+                world.fault = op.fault
             if op.kind == "engine" and (not live or (op.alongside and len(live) < 2)):
                 world.start_engine(op, out)
             elif op.kind == "rebalance" and live:
@@ -360,7 +515,7 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
                 out.notes.append(f"{live[0].name} stopped")
             elif op.kind == "kill_daemon":
                 world.lose_engines()
-                world.daemons[op.rank].restart()
+                world.restart_daemon(op.rank)
                 out.notes.append(f"daemon {op.rank} killed and restarted")
             elif op.kind == "restart_daemons":
                 world.restart_daemons()
@@ -382,19 +537,28 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     checked = time.monotonic()
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
-    check_traces(world.traces, verdicts, out, tlc)
+    faulted = bool(out.faults) and not TLC_TAKES_REPLY_FAULTS and tlc != "off"
+    if faulted:
+        out.tlc = TLC_LEFT_OUT
+    sampled = not faulted and (tlc == "all" or (tlc == "sample" and tlc_sampled(seed)))
+    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=not faulted and tlc == "sample")
     out.seconds = time.monotonic() - started
     return out
 
 
-def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool) -> None:
-    """The Python checker's verdicts into ``out``; with ``tlc``, TLC's on the same traces too
-    (``tools.mirror.trace_tla``): the schedule fails where either says "not a behaviour"."""
+ORACLE = "tools.oracle"  # an independent checker of the traces, used where it is installed
+
+
+def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool, tlc_if_failed: bool = False) -> None:
+    """The Python checker's verdicts into ``out``; the independent oracle's where it exists; with
+    ``tlc``, or ``tlc_if_failed`` where the schedule failed so far, TLC's on the same traces too
+    (``tools.mirror.trace_tla``): the schedule fails where any says "not a behaviour"."""
     out.traces = summary(verdicts)
     out.daemon_steps = daemon_steps(verdicts)
     if not all(v.ok for v in verdicts):
         out.fail("a trace is not a behaviour of the protocol:\n" + reports(verdicts))
-    if not tlc:
+    check_oracle(traces, out)
+    if not (tlc or (tlc_if_failed and not out.ok)):
         return
     from tools.mirror.trace_tla import compare
 
@@ -407,6 +571,20 @@ def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool)
     for comparison in found:
         if comparison.tlc is not None and not comparison.tlc.accepted:
             out.fail(f"TLC: not a behaviour of the spec: {comparison.line()}\n{comparison.tlc.report}")
+
+
+def check_oracle(traces: Path, out: Outcome) -> None:
+    """ORACLE HOOK: ``tools.oracle.traces.check_paths(paths) -> [V]`` (``V.ok``, ``V.report``: the first
+    wrong line), an oracle that does not replay on ``layout_sm`` and so catches what a bug there hides
+    from ``tools.trace_check``. Imported lazily: where it is absent, nothing runs."""
+    if importlib.util.find_spec(ORACLE) is None:
+        return
+    oracle = importlib.import_module(f"{ORACLE}.traces")
+    out.oracle = "checked"
+    wrong = [v for v in oracle.check_paths([traces]) if not v.ok]  # as tools.trace_check: a folder of traces
+    if wrong:
+        out.oracle = "rejected"
+        out.fail("the oracle: not a behaviour of the protocol:\n" + "\n".join(v.report for v in wrong))
 
 
 def daemon_steps(verdicts: list[Verdict]) -> dict[str, int]:
@@ -429,6 +607,8 @@ def _recover(world: World, out: Outcome) -> None:
         if engine is not None:
             engine.pool.kill()
             world.settle(out)
+        cause = min(world.causes) if world.causes else UNEXPLAINED  # one name per schedule, as stable as the set
+        out.anomaly(cause, "the last engine needed the daemons restarted")
         world.restart_daemons()
         out.notes.append("daemons restarted for the last engine")
         engine = world.start_engine(Operation("engine"), out)

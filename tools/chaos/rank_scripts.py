@@ -6,6 +6,10 @@ inside a protocol step (after a begin's answer, after a move, after a commit, in
 rather than between the schedule's operations. A daemon takes its engines with it, as on a GPU
 where they map its memory (the spec's ``Lose``): every engine rank attached to it is SIGKILLed
 first, then the daemon, then this rank.
+
+A script may also carry a ``ReplyFault`` on one of the rank's chunk commits: its reply lost after the
+daemon took it, the request never sent, or rows the daemon must refuse, so that the paths where a
+commit is not verified run (the rank's daemon client is wrapped here, never in ``src``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,67 @@ class KillPoint:
 
     def describe(self) -> str:
         return f"SIGKILL its {self.what} after {self.event} #{self.count}"
+
+
+FAULT_KINDS = ("lost_reply", "lost_request", "bad_rows")
+
+
+@dataclass(frozen=True)
+class ReplyFault:
+    """The ``count``-th commit this rank sends in the script: ``kind`` of ``FAULT_KINDS``."""
+
+    kind: str
+    count: int
+    marker: str = ""  # a file made when the fault is injected: the campaign counts what fired
+
+
+class _LostReply:
+    """A sent request whose reply never reaches the rank: the daemon's answer is read (so it took the
+    request whole) and dropped."""
+
+    def __init__(self, sent: Any) -> None:
+        self._sent = sent
+
+    def read(self) -> Any:
+        if self._sent is not None:
+            sent, self._sent = self._sent, None
+            with contextlib.suppress(Exception):
+                sent.read()
+        raise ConnectionError("the harness dropped this commit's reply")
+
+
+_faults: dict[str, Any] = {}  # the reply fault armed now, and how many commits were sent
+
+
+def _arm_fault(fault: ReplyFault | None) -> None:
+    from daemon_adapter import client
+    from layout_sm.messages import COMMIT
+
+    if "send" not in _faults:
+        send = client.send_request
+
+        def send_with_fault(socket_path: str, message: Any, *args: Any, **kwargs: Any) -> Any:
+            point = _faults.get("fault")
+            if point is None or not isinstance(message, dict) or message.get("type") != COMMIT:
+                return send(socket_path, message, *args, **kwargs)
+            _faults["seen"] += 1
+            if _faults["seen"] != point.count:
+                return send(socket_path, message, *args, **kwargs)
+            if point.marker:
+                with open(point.marker, "a") as f:
+                    f.write(point.kind + "\n")
+            if point.kind == "lost_request":
+                return _LostReply(None)
+            if point.kind == "lost_reply":
+                return _LostReply(send(socket_path, message, *args, **kwargs))
+            # bad_rows: an expert id no model has, which the daemon's record refuses
+            rows = [list(row) for row in message["rows"]]
+            rows[0][0] = -1
+            return send(socket_path, {**message, "rows": rows}, *args, **kwargs)
+
+        client.send_request = send_with_fault
+        _faults["send"] = send
+    _faults.update(fault=fault, seen=0)
 
 
 _trigger: dict[str, Any] = {}  # the kill point armed now, and how often its event was seen
@@ -67,12 +132,14 @@ def _arm(kill: KillPoint | None) -> None:
 
 
 @contextlib.contextmanager
-def _armed(kill: KillPoint | None) -> Iterator[None]:
+def _armed(kill: KillPoint | None, fault: ReplyFault | None = None) -> Iterator[None]:
     _arm(kill)
+    _arm_fault(fault)
     try:
         yield
     finally:
         _arm(None)
+        _arm_fault(None)
 
 
 def start(rank: EngineRank, spec: EngineSpec, kill: KillPoint | None) -> dict[str, Any]:
@@ -80,8 +147,8 @@ def start(rank: EngineRank, spec: EngineSpec, kill: KillPoint | None) -> dict[st
         return rank_scripts.start(rank, spec)
 
 
-def rebalance(rank: EngineRank, phase: int, kill: KillPoint | None) -> dict[str, Any]:
-    with _armed(kill):
+def rebalance(rank: EngineRank, phase: int, kill: KillPoint | None, fault: ReplyFault | None = None) -> dict[str, Any]:
+    with _armed(kill, fault):
         return rank_scripts.rebalance(rank, phase)
 
 
