@@ -27,8 +27,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import importlib
-import importlib.util
 import os
 import random
 import shutil
@@ -55,6 +53,7 @@ from tools.harness.engine_ranks import (
     select_plugins,
     write_model_dir,
 )
+from tools.oracle import traces as oracle_traces
 from tools.trace_check import Verdict, check_all, reports, summary
 
 WORLD = 2
@@ -148,18 +147,16 @@ def _with_kill(rng: random.Random, kind: str) -> Operation:
 TORN = "a chunk torn between two ranks' commits"  # a rank killed after its move or its commit: the peer's may land
 # After "decide" the move, a collective, needs the dead rank; after "committed" both commits landed.
 TORN_EVENTS = ("move", "commit")
-LAGGING = "lagging daemon (needs the reconciliation)"  # a commit the daemon never recorded, its mover gone
+LAGGING = "a daemon behind the others"  # a commit the daemon never recorded, its mover gone: it rejoins
 DIED_IN_RELOAD = "a daemon died in its reload"  # a repair's or a rejoin's reload killed: no record to serve
 REPAIR_FAILED = "a daemon's repair failed"  # its torn move stays dirty: engines are refused until a restart
 UNEXPLAINED = "restart the schedule did not cause"
 REJOIN_BESIDE = "rejoin refused beside a live engine"  # the rejoin's guard: no other engine attached
 REJOIN_ALONE = "rejoin refused with no other engine"
 # A daemon whose record lags the others' (a refused or lost commit, then its mover's death) repairs back
-# to the base version; until the protocol rejoins such a daemon at the others' record, the startup
-# fails with "different layouts" and the daemons are restarted. True once that reconciliation landed:
-# a lagging daemon's restart then fails the schedule.
-RECONCILIATION_LANDED = False
-FAILING_CAUSES = {UNEXPLAINED, REJOIN_ALONE} | ({LAGGING} if RECONCILIATION_LANDED else set())
+# to the base version, and the next startup has it rejoin at the others' record: a restart it needs is
+# an anomaly too.
+FAILING_CAUSES = {UNEXPLAINED, REJOIN_ALONE, LAGGING}
 REJOIN_REFUSED = "asked its daemon to rejoin and was refused"  # the startup's words (startup_rules)
 
 
@@ -473,14 +470,6 @@ def _hung(results: list[RankResult], out: Outcome, what: str) -> None:
 
 TLC_SALT = 0x71C_5A3B1E  # the TLC sample's own draw from the seed
 TLC_SAMPLE = 0.1  # the share of schedules TLC checks by default (every failing one besides)
-# The spec's Commit is one atomic step: its request always reaches a daemon that can take it, and the
-# engine always reads the answer. A lost request, a lost reply, or rows refused while the move is
-# pending are none of its behaviours, so TLC rejects every trace with a reply fault at that commit
-# (TraceLayoutProtocol's RankLost lets the engine only crash after a lost reply, where the adapter
-# goes on to stop rebalancing as unverified). Until the spec has such a step, a schedule whose fault
-# fired is left to the Python checkers; True once it has, and TLC takes those schedules too.
-TLC_TAKES_REPLY_FAULTS = False
-TLC_LEFT_OUT = "not run: a reply fault fired, which the spec's Commit does not model (TLC_TAKES_REPLY_FAULTS)"
 
 
 def tlc_sampled(seed: int) -> bool:
@@ -537,20 +526,14 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     checked = time.monotonic()
     verdicts = check_all([world.traces])
     out.timings["trace check"] = time.monotonic() - checked
-    faulted = bool(out.faults) and not TLC_TAKES_REPLY_FAULTS and tlc != "off"
-    if faulted:
-        out.tlc = TLC_LEFT_OUT
-    sampled = not faulted and (tlc == "all" or (tlc == "sample" and tlc_sampled(seed)))
-    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=not faulted and tlc == "sample")
+    sampled = tlc == "all" or (tlc == "sample" and tlc_sampled(seed))
+    check_traces(world.traces, verdicts, out, sampled, tlc_if_failed=tlc == "sample")
     out.seconds = time.monotonic() - started
     return out
 
 
-ORACLE = "tools.oracle"  # an independent checker of the traces, used where it is installed
-
-
 def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool, tlc_if_failed: bool = False) -> None:
-    """The Python checker's verdicts into ``out``; the independent oracle's where it exists; with
+    """The Python checker's verdicts into ``out``; the independent oracle's (``tools.oracle``); with
     ``tlc``, or ``tlc_if_failed`` where the schedule failed so far, TLC's on the same traces too
     (``tools.mirror.trace_tla``): the schedule fails where any says "not a behaviour"."""
     out.traces = summary(verdicts)
@@ -574,14 +557,10 @@ def check_traces(traces: Path, verdicts: list[Verdict], out: Outcome, tlc: bool,
 
 
 def check_oracle(traces: Path, out: Outcome) -> None:
-    """ORACLE HOOK: ``tools.oracle.traces.check_paths(paths) -> [V]`` (``V.ok``, ``V.report``: the first
-    wrong line), an oracle that does not replay on ``layout_sm`` and so catches what a bug there hides
-    from ``tools.trace_check``. Imported lazily: where it is absent, nothing runs."""
-    if importlib.util.find_spec(ORACLE) is None:
-        return
-    oracle = importlib.import_module(f"{ORACLE}.traces")
+    """The independent oracle (``tools.oracle``: the spec transcribed without ``layout_sm``), so that a
+    bug in the core, which ``tools.trace_check`` replays the traces on, cannot judge itself."""
     out.oracle = "checked"
-    wrong = [v for v in oracle.check_paths([traces]) if not v.ok]  # as tools.trace_check: a folder of traces
+    wrong = [v for v in oracle_traces.check_paths([traces]) if not v.ok]  # a folder of traces, as trace_check
     if wrong:
         out.oracle = "rejected"
         out.fail("the oracle: not a behaviour of the protocol:\n" + "\n".join(v.report for v in wrong))
