@@ -4,9 +4,10 @@
 # its request lost or its rows refused), then 5 on real sglang servers (a server SIGKILLed at a stop
 # point; a fresh server, a warm standby's takeover, or a standby killed inside it; the one that serves
 # checked against the daemons' memory and a disk reference). A restart of the daemons, or a rejoin
-# refused, that the schedule did not cause fails it. TLC checks a seeded one in ten schedules and
-# every failing one where its jar is found (TLA2TOOLS_JAR; the summary says when it is not), save
-# those whose reply fault fired: the spec's Commit has no lost or refused commit yet.
+# refused, that the schedule did not cause fails it. Every schedule's traces are checked by the Python
+# checker and by the independent oracle (tools.oracle, the spec without layout_sm); TLC checks a
+# seeded one in ten schedules and every failing one where its jar is found (TLA2TOOLS_JAR; the
+# summary says when it is not).
 # Results in chaos-results/. The real servers run under /tmp/realserver.lock, as every real-server
 # command does.
 #   make chaos CHAOS_ARGS="--schedules 50 --real 0"                  a short harness run

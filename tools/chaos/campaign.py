@@ -187,7 +187,7 @@ class Outcome:
     daemon_steps: dict[str, int] = field(default_factory=dict)  # the daemons' traced steps, by event
     tlc: str = ""  # TLC's verdict on the traces, for people, where the campaign asked for it (--tlc)
     tlc_ok: bool | None = None  # TLC accepted every run of the schedule; None: TLC did not run
-    oracle: str = ""  # the independent oracle's word ("checked", "rejected"); "": not installed
+    oracle: str = ""  # the independent oracle's word ("checked", "rejected"); "": the schedule broke first
     seconds: float = 0.0
 
     def fail(self, problem: str) -> None:
