@@ -560,10 +560,10 @@ def check_oracle(traces: Path, out: Outcome) -> None:
     """The independent oracle (``tools.oracle``: the spec transcribed without ``layout_sm``), so that a
     bug in the core, which ``tools.trace_check`` replays the traces on, cannot judge itself."""
     out.oracle = "checked"
-    wrong = [v for v in oracle_traces.check_paths([traces]) if not v.ok]  # a folder of traces, as trace_check
+    wrong = [v for v in oracle_traces.check_paths([traces]) if not v.accepted]  # a folder, as trace_check
     if wrong:
         out.oracle = "rejected"
-        out.fail("the oracle: not a behaviour of the protocol:\n" + "\n".join(v.report for v in wrong))
+        out.fail("the independent oracle: not a behaviour of the spec:\n" + "\n".join(v.report() for v in wrong))
 
 
 def daemon_steps(verdicts: list[Verdict]) -> dict[str, int]:
