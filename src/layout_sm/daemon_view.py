@@ -62,13 +62,16 @@ class Move:
 @dataclass(frozen=True)
 class DirtyInfo:
     """Why the layout is unknown: the mover left mid-move; kept for every refusal message. A rejoin
-    is the same reload with every layer as the torn move (``rejoin``: the daemon started again from
-    disk and ``engine_id`` asked it to reload at the record the other daemons hold)."""
+    is the same reload with every layer as the torn move (``rejoin``: the daemon was behind and
+    ``engine_id`` asked it to reload at the newest record the other daemons hold)."""
 
     engine_id: str
     layers: tuple[int, ...]
     base_version: int
-    rejoin: bool = False
+    # Only names the reload in the status and the messages: no guard reads it, and a rejoin's reload is
+    # the same state as a torn move of every layer at that base (the spec's one dpend), so it is no part
+    # of the state's identity.
+    rejoin: bool = field(default=False, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"engine_id": self.engine_id, "layers": list(self.layers), "base_version": self.base_version}

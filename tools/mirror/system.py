@@ -303,10 +303,6 @@ class System:
 
     @staticmethod
     def _set_daemon(s: SysState, r: int, view: DaemonView) -> tuple[DaemonView, ...]:
-        if view.dirty is not None and view.dirty.rejoin:
-            # Whether a reload of every layer is a rejoin's or a torn move's only names it in the status (no
-            # guard reads it); the spec's dpend is the same for both: one spec state, one mirror state.
-            view = replace(view, dirty=replace(view.dirty, rejoin=False))
         daemons = list(s.daemons)
         daemons[r - 1] = view
         return tuple(daemons)
