@@ -23,14 +23,11 @@ SRC_DIR = REPO_DIR / "src"
 
 
 def with_project_path(env: Mapping[str, str], *first: str | Path) -> dict[str, str]:
-    """``env`` with ``first``, then ``env``'s own ``PYTHONPATH``, then the product (``src/``) and the
-    tooling (the repository): what a child interpreter needs to import both, installed or not. The
-    caller's path comes before ``src/``, so that a copy of the product it names (a planted bug's) is the
-    one every child runs, daemons included."""
+    """``env`` with ``first``, then the product (``src/``) and the tooling (the repository) at the
+    front of ``PYTHONPATH``: what a child interpreter needs to import both, installed or not."""
     out = dict(env)
-    parts = [str(p) for p in first]
+    parts = [str(p) for p in (*first, SRC_DIR, REPO_DIR)]
     if out.get("PYTHONPATH"):
         parts.append(out["PYTHONPATH"])
-    parts += [str(SRC_DIR), str(REPO_DIR)]
     out["PYTHONPATH"] = os.pathsep.join(parts)
     return out

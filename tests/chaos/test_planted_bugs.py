@@ -87,28 +87,30 @@ def scratch() -> Iterator[Path]:
 
 
 def _plant(folder: Path, bug: Planted) -> Path:
-    """A copy of ``src/`` in ``folder`` with ``bug`` in it; the test breaks loudly if the line moved."""
-    src = folder / "src"
-    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    target = src / bug.path
+    """A copy of ``src/`` and ``tools/`` in ``folder`` with ``bug`` in it (the test breaks loudly if the
+    line moved): the campaign runs from there, so its children, daemons included, import that ``src/``
+    (``tools.with_project_path`` names the copy's own)."""
+    for part in ("src", "tools"):
+        shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    target = folder / "src" / bug.path
     text = target.read_text()
     assert text.count(bug.original) == 1, f"{bug.path} no longer holds the planted bug's line: {bug.original!r}"
     target.write_text(text.replace(bug.original, bug.broken))
-    return src
+    return folder
 
 
 def _chaos(
-    src: Path, out: Path, seeds: tuple[int, ...], scratch: Path
+    root: Path, out: Path, seeds: tuple[int, ...], scratch: Path
 ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    """The campaign on ``src``; its schedules' folders under ``scratch`` (a failing one is kept for its
-    replay: the fixture removes it)."""
+    """The campaign run from ``root`` (its ``src/`` and ``tools/``); its schedules' folders under
+    ``scratch`` (a failing one is kept for its replay: the fixture removes it)."""
     first, count = seeds
     # Its own process: the ranks are forked from it, which a test process that ran torch ops cannot do.
     args = ["--seed", str(first), "--schedules", str(count), "--real", "0", "--jobs", "1", "--no-tlc"]
     done = subprocess.run(
         [sys.executable, "-m", "tools.chaos", *args, "--out", str(out)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{src}:{ROOT}", "TMPDIR": str(scratch)},
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root / 'src'}:{root}", "TMPDIR": str(scratch)},
         capture_output=True,
         text=True,
         timeout=CHAOS_TIMEOUT_S,
@@ -133,6 +135,6 @@ def test_the_campaign_catches_a_planted_bug(name: str, tmp_path: Path, scratch: 
 @pytest.mark.slow("the planted bugs' seeds on the unbroken build")
 def test_the_planted_bugs_seeds_pass_unbroken(tmp_path: Path, scratch: Path) -> None:
     for n, seeds in enumerate(sorted({bug.seeds for bug in BUGS.values()})):
-        done, outcomes = _chaos(ROOT / "src", tmp_path / str(n), seeds, scratch)
+        done, outcomes = _chaos(ROOT, tmp_path / str(n), seeds, scratch)
         assert done.returncode == 0, f"seeds {seeds}: " + done.stdout[-4000:] + done.stderr[-4000:]
         assert all(o["ok"] for o in outcomes), outcomes
