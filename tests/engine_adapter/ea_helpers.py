@@ -104,9 +104,20 @@ class OtherEngine:
         ]
 
     def move(self, layers: Sequence[int], rows: Sequence[Sequence[int]], base_version: int = 0) -> None:
-        """A whole move (begin then commit) on every daemon; the weights are not touched."""
+        """A whole move (begin then commit) on every daemon; the weights are not touched. It waits until
+        this engine is alone on each daemon: an engine that just stopped counts as attached until the
+        daemon's watcher sees its EOF, and a begin beside it is busy, as the protocol says."""
+        self.wait_alone()
         assert all(r["status"] == "ok" for r in self.begin(layers, base_version))
         assert all(r["status"] == "ok" for r in self.commit(layers, rows))
+
+    def wait_alone(self, timeout: float = 10.0) -> None:
+        """Until no other engine is attached to any of this engine's daemons."""
+        deadline = time.monotonic() + timeout
+        for path in self.paths:
+            while set(daemon_proc.request(path, query_request())["attached"]) - {self.engine_id}:
+                assert time.monotonic() < deadline, f"{path} still counts another engine attached"
+                time.sleep(0.01)
 
     def detach(self, timeout: float = 10.0) -> None:
         """Close the attachments and wait until every daemon has noticed (its watcher sees EOF)."""
