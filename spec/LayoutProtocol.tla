@@ -48,7 +48,7 @@ CONSTANTS
     RepairMayFail,   \* a repair can fail (a read error, a missing file)
     Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
     Rejoins,         \* a daemon may be lost and start again from disk; engines have it rejoin
-    CommitFaults,    \* a commit may be refused for its rows, or its request or its reply lost
+    ReplyFaults,     \* a begin's or a commit's request or reply may be lost, a commit refused for its rows
     NONE             \* model value: no pending move
 
 ASSUME /\ NumRanks \in Nat \ {0}
@@ -63,7 +63,7 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ RepairMayFail \in BOOLEAN
        /\ Standbys \subseteq Engines \ Older
        /\ Rejoins \in BOOLEAN
-       /\ CommitFaults \in BOOLEAN
+       /\ ReplyFaults \in BOOLEAN
        /\ Rejoins => Repairs \/ OperatorRepairs   \* a rejoin is the repair's reload, for every layer
 
 (* The daemons can repair: by themselves, or when an operator asks.  A     *)
@@ -326,19 +326,55 @@ BeginReply(e, r) ==
       [] Unparked(r) \ {e} # {}                             -> "busy"
       [] OTHER                                              -> "ok"
 
-Begin(e, r) ==
+(* Rank r's begin is due: the chunk is begun and the ranks before r have  *)
+(* their replies.                                                          *)
+BeginDue(e, r) ==
     /\ ephase[e] = "run"
     /\ reb[e].step = "begin"
     /\ reb[e].replies[r] = "none"
     /\ \A q \in 1..(r - 1) : reb[e].replies[q] # "none"
+
+(* What daemon r does with a begin: it takes the move where it answers ok. *)
+TakeBegin(e, r) ==
+    IF BeginReply(e, r) = "ok"
+      THEN /\ dphase' = [dphase EXCEPT ![r] = "pending"]
+           /\ dpend' = [dpend EXCEPT ![r] = [mover |-> e, layers |-> reb[e].chunk,
+                                          base |-> dver[r]]]
+      ELSE UNCHANGED <<dphase, dpend>>
+
+Begin(e, r) ==
+    /\ BeginDue(e, r)
     /\ reb' = [reb EXCEPT ![e].replies[r] = BeginReply(e, r)]
-    /\ IF BeginReply(e, r) = "ok"
-         THEN /\ dphase' = [dphase EXCEPT ![r] = "pending"]
-              /\ dpend' = [dpend EXCEPT ![r] = [mover |-> e, layers |-> reb[e].chunk,
-                                                base |-> dver[r]]]
-         ELSE UNCHANGED <<dphase, dpend>>
+    /\ TakeBegin(e, r)
     /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
                    moves, dpark, eclaim>>
+
+(* The faults of a real socket (ReplyFaults) on a begin.  The daemon took  *)
+(* the step Begin takes and its reply was lost: the rank sees no answer    *)
+(* and counts it as refused, so rebalancing stops at Decide.  The rank does *)
+(* not abort: an abort names no begin, and where the lost reply was a       *)
+(* refusal for an earlier move this daemon did not record, whose weights   *)
+(* have moved, an abort would clear that move and leave a record that is   *)
+(* not the memory's.  A daemon that took the begin keeps the move pending   *)
+(* until its mover is gone (Detach: dirty, then repaired at the base        *)
+(* version); no layer of it moved.                                          *)
+BeginUnanswered(e, r) ==
+    /\ ReplyFaults
+    /\ BeginDue(e, r)
+    /\ reb' = [reb EXCEPT ![e].replies[r] = "refused"]
+    /\ TakeBegin(e, r)
+    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+                   moves, dpark, eclaim>>
+
+(* The begin's request never reached a daemon that would have taken it:    *)
+(* the daemon is unchanged and the rank counts the begin as refused.  Where *)
+(* the daemon would not have taken it, this is BeginUnanswered.            *)
+BeginUnreached(e, r) ==
+    /\ ReplyFaults
+    /\ BeginDue(e, r)
+    /\ BeginReply(e, r) = "ok"
+    /\ reb' = [reb EXCEPT ![e].replies[r] = "refused"]
+    /\ UNCHANGED <<daemonVars, ephase, efind, eroute, ever, eserv, eshare, moves, eclaim>>
 
 (* All replies gathered, with the check the previous chunk's commits owe    *)
 (* (Committed): they travel in the same all-gather.  Proceed, or abort the  *)
@@ -415,7 +451,7 @@ Commit(e, r) ==
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
     /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
-(* The faults of a real socket (CommitFaults), where the daemon would take *)
+(* The faults of a real socket (ReplyFaults), where the daemon would take *)
 (* the commit.  It refuses rows it cannot take (not a permutation of its   *)
 (* experts): the move stays pending, as for any refused commit.  A request *)
 (* that never reached the daemon is the same step.  The rank counts either *)
@@ -423,7 +459,7 @@ Commit(e, r) ==
 (* keeps the move pending until its mover is gone (Detach: dirty, then     *)
 (* repaired at the base version).                                          *)
 CommitRefused(e, r) ==
-    /\ CommitFaults
+    /\ ReplyFaults
     /\ CommitReady(e, r)
     /\ CommitOk(e, r)
     /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
@@ -433,7 +469,7 @@ CommitRefused(e, r) ==
 (* answer and counts it as refused, so the check fails though every daemon *)
 (* holds the move.                                                          *)
 CommitUnanswered(e, r) ==
-    /\ CommitFaults
+    /\ ReplyFaults
     /\ CommitReady(e, r)
     /\ CommitOk(e, r)
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
@@ -729,6 +765,8 @@ Next ==
     \/ \E e \in Engines, r \in Ranks : Fetch(e, r)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks : Begin(e, r)
+    \/ \E e \in Engines, r \in Ranks : BeginUnanswered(e, r)
+    \/ \E e \in Engines, r \in Ranks : BeginUnreached(e, r)
     \/ \E e \in Engines : Decide(e)
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
@@ -815,6 +853,20 @@ Unrecorded(r) ==
     /\ ~Gone(dpend[r].mover)
     /\ ever[dpend[r].mover] = dpend[r].base + 1
 
+(* Daemon r holds a move pending whose begin its live mover did not count  *)
+(* (the reply was lost): the mover has stopped rebalancing at the version   *)
+(* the move started from, so the move stays pending until the mover is gone.*)
+UncountedBegin(r) ==
+    /\ dphase[r] = "pending"
+    /\ ~Gone(dpend[r].mover)
+    /\ ever[dpend[r].mover] = dpend[r].base
+    /\ reb[dpend[r].mover].step = "idle"
+    /\ ~eshare[dpend[r].mover]
+
+(* A move its live mover will not end: it stays pending until the mover is *)
+(* gone.                                                                    *)
+KeptPending(r) == Unrecorded(r) \/ UncountedBegin(r)
+
 TypeOK ==
     /\ dphase \in [Ranks -> {"no_record", "clean", "pending", "dirty", "repairing"}]
     /\ dver \in [Ranks -> 0..MaxMoves]
@@ -870,7 +922,9 @@ AgreedVersions ==
 (* daemon dirty), or to a mover whose commit this daemon did not record:   *)
 (* that mover routes with the next version already, its check fails and   *)
 (* its rebalancing is off, so the move stays pending until the mover is    *)
-(* gone.  A live engine that rebalances on never leaves a move pending.     *)
+(* gone.  Or the begin's reply was lost: the mover counts it as refused and *)
+(* stops rebalancing at the move's base version.  A live engine that        *)
+(* rebalances on never leaves a move pending.                               *)
 PendingHasMover ==
     \A r \in Ranks : dphase[r] = "pending" =>
         LET m == dpend[r].mover IN
@@ -883,6 +937,12 @@ PendingHasMover ==
            /\ reb[m].replies[r] = "commit_refused"
         \/ /\ ever[m] = dpend[r].base + 1
            /\ reb[m].owed = "bad" \/ ~eshare[m]
+        \/ /\ reb[m].step \in {"begin", "abort"}
+           /\ reb[m].chunk = dpend[r].layers
+           /\ reb[m].replies[r] = "refused"
+        \/ /\ ever[m] = dpend[r].base
+           /\ reb[m].step = "idle"
+           /\ ~eshare[m]
 
 (* An engine that loads (or runs) found every daemon readable: no dirty    *)
 (* daemon, no wait that timed out, no wait still going on.                  *)
@@ -1138,21 +1198,22 @@ FindingsAgreedServes ==
         ~> ((ephase[e] = "run" /\ eroute[e] = efind[e][1].fmap) \/ ephase[e] = "dead")
 
 (* A pending move ends: committed or aborted (the daemon is free again),   *)
-(* or dirty once its gone mover's EOF is noticed, or it is a move this     *)
-(* daemon did not record while its live mover routes past it (Unrecorded). *)
+(* or dirty once its gone mover's EOF is noticed, or it is kept pending by  *)
+(* a live mover that will not end it (KeptPending: a commit this daemon did *)
+(* not record, or a begin whose reply was lost).                            *)
 PendingEnds ==
-    \A r \in Ranks : (dphase[r] = "pending") ~> (dphase[r] \in {"clean", "dirty"} \/ Unrecorded(r))
+    \A r \in Ranks : (dphase[r] = "pending") ~> (dphase[r] \in {"clean", "dirty"} \/ KeptPending(r))
 
 (* A live mover's move frees the daemon: it ends clean (committed or       *)
-(* aborted), unless its mover goes away first or this daemon did not record *)
-(* its commit (the mover then routes with the next version: PendingHasMover *)
-(* keeps the move pending until the mover is gone, DeadMoverEndsDirty).     *)
+(* aborted), unless its mover goes away first or the mover will not end it *)
+(* (KeptPending: PendingHasMover keeps the move pending until the mover is  *)
+(* gone, DeadMoverEndsDirty).                                               *)
 LiveMoveFreesDaemon ==
     \A r \in Ranks :
         (dphase[r] = "pending" /\ ~Gone(dpend[r].mover))
             ~> (\/ dphase[r] = "clean"
                 \/ dphase[r] = "pending" /\ Gone(dpend[r].mover)
-                \/ Unrecorded(r))
+                \/ KeptPending(r))
 
 (* Liveness, the standby's purpose: once every engine but the standbys is  *)
 (* gone and every daemon is clean, with a standby parked, some standby ends *)
@@ -1175,10 +1236,19 @@ PartialGrantEnds ==
         (ephase[e] = "parked" /\ \E r \in Ranks : eclaim[e][r] = "granted")
             ~> (ephase[e] # "parked" \/ \A r \in Ranks : eclaim[e][r] # "granted")
 
+(* Rank r's begin counted as refused by a fault of the socket: its request *)
+(* never reached the daemon, which would still take it, or the daemon took *)
+(* it (this engine's move of this chunk is pending) and its reply was lost. *)
+LostBegin(e, r) ==
+    /\ reb[e].step = "begin"
+    /\ reb[e].replies[r] = "refused"
+    /\ \/ BeginReply(e, r) = "ok"
+       \/ dphase[r] = "pending" /\ dpend[r].mover = e /\ dpend[r].layers = reb[e].chunk
+
 (* Liveness: a primary's begin, with only parked standbys attached besides  *)
 (* it (every other engine parked everywhere, or gone with its attachments   *)
 (* parked), the claims it makes true and no failed check owed, is not busy: *)
-(* its move starts.                                                         *)
+(* its move starts, unless a begin is lost on the way (LostBegin).          *)
 ParkedStandbysDoNotBlock ==
     \A e \in Engines \ Standbys :
         (/\ reb[e].step = "begin"
@@ -1189,6 +1259,6 @@ ParkedStandbysDoNotBlock ==
                              /\ dver[r] = ever[e]
                              /\ ~dnf[r]
          /\ \A o \in Engines \ {e} : ephase[o] \in {"parked", "failed", "dead"})
-        ~> (reb[e].step = "move" \/ Gone(e))
+        ~> (reb[e].step = "move" \/ Gone(e) \/ \E r \in Ranks : LostBegin(e, r))
 
 =============================================================================

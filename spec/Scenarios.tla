@@ -17,7 +17,7 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, CommitFaults, NONE
+          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, ReplyFaults, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
           eserv, eshare, reb, moves, dpark, eclaim,
@@ -60,6 +60,8 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"rejoin_begun", r, v>>: daemon r began to rejoin at version v;         *)
 (* <<"commit_unrecorded", r, v>>: daemon r did not record a commit of the   *)
 (*     move it holds pending from version v (refused, or never received);  *)
+(* <<"begin_uncounted", r>>: daemon r took a begin whose reply was lost (the *)
+(*     engine counts it as refused);                                         *)
 (* <<"check_failed", e>>: e's failed check turned its rebalancing off.      *)
 Events ==
     {<<"started_alone", e>> :
@@ -133,6 +135,11 @@ Events ==
                              /\ \E e \in Newer : /\ reb[e].replies[q] = "ok"
                                                 /\ reb'[e].replies[q] = "commit_refused"}}
     \cup
+    {<<"begin_uncounted", r>> :
+        r \in {q \in Ranks : /\ dphase[q] # "pending" /\ dphase'[q] = "pending"
+                             /\ \E e \in Newer : /\ reb[e].replies[q] = "none"
+                                                /\ reb'[e].replies[q] = "refused"}}
+    \cup
     {<<"check_failed", e>> :
         e \in {n \in Newer : reb[n].owed = "bad" /\ reb'[n].owed = "none" /\ eshare[n] /\ ~eshare'[n]}}
 
@@ -145,6 +152,8 @@ Agree(e) == P!Agree(e) /\ Track
 Fetch(e, r) == P!Fetch(e, r) /\ Track
 BeginChunk(e, c) == P!BeginChunk(e, c) /\ Track
 Begin(e, r) == P!Begin(e, r) /\ Track
+BeginUnanswered(e, r) == P!BeginUnanswered(e, r) /\ Track
+BeginUnreached(e, r) == P!BeginUnreached(e, r) /\ Track
 Decide(e) == P!Decide(e) /\ Track
 Abort(e, r) == P!Abort(e, r) /\ Track
 MoveLayer(e, r, l) == P!MoveLayer(e, r, l) /\ Track
@@ -175,6 +184,8 @@ ScenarioNext ==
     \/ \E e \in Engines, r \in Ranks : Fetch(e, r)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks : Begin(e, r)
+    \/ \E e \in Engines, r \in Ranks : BeginUnanswered(e, r)
+    \/ \E e \in Engines, r \in Ranks : BeginUnreached(e, r)
     \/ \E e \in Engines : Decide(e)
     \/ \E e \in Engines, r \in Ranks : Abort(e, r)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
@@ -357,6 +368,21 @@ DaemonBehindRejoined ==
         /\ ever[e] = 2
         /\ \A q \in Ranks : dphase[q] = "clean" /\ dver[q] = 2 /\ eroute[e] = dmap[q]
 
+(* A daemon takes a begin whose reply is lost: the engine counts it as     *)
+(* refused and stops rebalancing, and the daemon keeps the move pending     *)
+(* until the engine dies; then it is repaired at the base version, and the *)
+(* next engine, started alone, adopts that version on every daemon and     *)
+(* serves.                                                                  *)
+BeginUncountedRepaired ==
+    \E n \in Newer, r \in Ranks :
+        /\ <<"begin_uncounted", r>> \in seen
+        /\ <<"repaired", r, dver[r]>> \in seen
+        /\ <<"started_alone", n>> \in seen
+        /\ ephase[n] = "run"
+        /\ eserv[n] = Ranks
+        /\ \A q \in Ranks : dphase[q] = "clean" /\ eroute[n] = dmap[q] /\ ever[n] = dver[q]
+
+NoBeginUncountedRepaired == ~BeginUncountedRepaired
 NoCommitUnrecordedStopsRebalancing == ~CommitUnrecordedStopsRebalancing
 NoDaemonBehindRejoined == ~DaemonBehindRejoined
 NoRestartAdoptsMovedLayout == ~RestartAdoptsMovedLayout

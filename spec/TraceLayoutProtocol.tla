@@ -34,7 +34,9 @@
 (* A commit's reply may be lost (CommitUnanswered): the daemon logged it   *)
 (* committed while the engine counted it as refused; which of the two it   *)
 (* was, the engine's decisions tell.  A commit whose request never reached  *)
-(* its daemon is logged nowhere (CommitRefused, not logged).               *)
+(* its daemon is logged nowhere (CommitRefused, not logged).  A begin's     *)
+(* alike: BeginUnanswered is logged with the daemon's answer, and          *)
+(* BeginUnreached nowhere.                                                  *)
 (*                                                                         *)
 (* Two more steps than the spec's.  A rank lost before its request of a   *)
 (* chunk's step (RankLost), after which the engine can only crash.  And a  *)
@@ -82,7 +84,8 @@ Logged(r, l) ==
       [] l.ev = "fetch"       -> \E e \in l.cands :
                                     /\ Fetch(e, r)
                                     /\ (r \in eserv'[e]) = (l.ans = "served")
-      [] l.ev = "begin"       -> Begin(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+      [] l.ev = "begin"       -> \/ Begin(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
+                                 \/ BeginUnanswered(l.eng, r) /\ BeginReply(l.eng, r) = l.ans
       [] l.ev = "abort"       -> Abort(l.eng, r)
       [] l.ev = "commit"      -> \/ Commit(l.eng, r) /\ reb'[l.eng].replies[r] = l.ans
                                  \/ CommitRefused(l.eng, r) /\ l.ans = "commit_refused"
@@ -153,7 +156,7 @@ Unlogged ==
           \/ (Decide(e) \/ Verify(e)) /\ NoRankLost(e)
     \/ \E e \in Engines, c \in Chunks : BeginChunk(e, c)
     \/ \E e \in Engines, r \in Ranks, l \in Layers : MoveLayer(e, r, l)
-    \/ \E e \in Engines, r \in Ranks : CommitRefused(e, r)
+    \/ \E e \in Engines, r \in Ranks : CommitRefused(e, r) \/ BeginUnreached(e, r)
 
 TraceInit ==
     /\ Init

@@ -526,7 +526,11 @@ class EngineView:
             findings=tuple(None if f is None else f.without_detail() for f in self.findings),
             outcome=None if self.outcome is None else replace(self.outcome, message="", warning=""),
             mode=None if self.mode is None else self.mode.bare(),
-            begins=tuple(None if a is None else RankAnswer(a.status, text="") for a in self.begins),
+            # No reply and a refusal are one answer to every guard (the spec's "refused").
+            begins=tuple(
+                None if a is None else RankAnswer(Status.REFUSED if a.refused else a.status, text="")
+                for a in self.begins
+            ),
             commits=tuple(None if a is None else a.without_text() for a in self.commits),
             owed=tuple(None if a is None else a.without_text() for a in self.owed),
             off=None,

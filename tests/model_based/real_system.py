@@ -263,6 +263,20 @@ class RealSystem:
         if reply.status.value != _BEGIN_STATUS[want]:
             raise Mismatch(f"Begin({eng.name}, {r}): daemon replied {reply}; the spec's reply is {want!r}")
 
+    def do_BeginUnanswered(self, before: Record, after: Record, e: Any, r: int) -> None:
+        """The begin sent and taken as the daemon takes it; its reply is dropped before the rank reads it."""
+        eng = self.engine(e)
+        reply = Reply.from_wire(self.request(r, request_wire(eng.steps.next_request(r - 1))))
+        took = _at(after["dphase"], r) == "pending" and _at(before["dphase"], r) != "pending"
+        if reply.ok != took:
+            raise Mismatch(f"BeginUnanswered({eng.name}, {r}): daemon replied {reply}; the spec "
+                           f"{'takes' if took else 'does not take'} the move")  # fmt: skip
+        eng.steps.step(BeginAnswered(r - 1, None))
+
+    def do_BeginUnreached(self, before: Record, after: Record, e: Any, r: int) -> None:
+        """The begin never sent: the rank has no answer, the daemon is unchanged."""
+        self.engine(e).steps.step(BeginAnswered(r - 1, None))
+
     def do_Decide(self, before: Record, after: Record, e: Any) -> None:
         eng = self.engine(e)
         decision = eng.steps.step(Decided()).done

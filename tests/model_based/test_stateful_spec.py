@@ -116,6 +116,8 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     Fetch = _action_rule("Fetch")
     BeginChunk = _action_rule("BeginChunk")
     Begin = _action_rule("Begin")
+    BeginUnanswered = _action_rule("BeginUnanswered")
+    BeginUnreached = _action_rule("BeginUnreached")
     Decide = _action_rule("Decide")
     Abort = _action_rule("Abort")
     MoveLayer = _action_rule("MoveLayer")

@@ -227,6 +227,12 @@ WITNESSES = (
         " the engine serves on with the moved layout while that daemon keeps the move pending",
     ),
     Witness(
+        "BeginUncountedRepaired",
+        "MCRepair",
+        "a daemon takes a begin whose reply is lost: rebalancing stops, the daemon keeps the move pending until"
+        " the engine dies, is repaired at the base version, and the next engine adopts it and serves",
+    ),
+    Witness(
         "DaemonBehindRejoined",
         "MCRejoinTwoMoves",
         "a daemon did not record the second chunk's commit, its mover died and it was repaired at version 1;"

@@ -104,6 +104,10 @@ def PendingHasMover(m: Model, s: Vars) -> bool:
             continue
         if s.ever[mover] == pend["base"] + 1 and (reb["owed"] == "bad" or not s.eshare[mover]):
             continue
+        if same_chunk and reb["step"] in ("begin", "abort") and reb["replies"][r - 1] == "refused":
+            continue  # the begin's reply was lost, before the all-gather stops the rebalance
+        if s.ever[mover] == pend["base"] and reb["step"] == "idle" and not s.eshare[mover]:
+            continue
         return False
     return True
 

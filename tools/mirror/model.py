@@ -42,7 +42,7 @@ class Model:
     operator_repairs: bool = False  # OperatorRepairs: an operator may ask a dirty daemon to repair
     standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
     rejoins: bool = False  # Rejoins: a daemon may be lost; engines have daemons behind the others rejoin
-    commit_faults: bool = False  # CommitFaults: a commit may be refused for its rows, or its reply lost
+    reply_faults: bool = False  # ReplyFaults: a commit may be refused for its rows, or its reply lost
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -100,7 +100,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         operator_repairs=const("OperatorRepairs") == "TRUE",
         standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
         rejoins=consts.get("Rejoins") == "TRUE",
-        commit_faults=consts.get("CommitFaults") == "TRUE",
+        reply_faults=consts.get("ReplyFaults") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )

@@ -334,6 +334,12 @@ CATALOG: tuple[SpecMutant, ...] = (
         "    /\\ UNCHANGED <<dphase, dpend>>\n    /\\ reb' = [reb EXCEPT ![e] =\n                 IF",
     ),
     _m(
+        "abort_unanswered_begin",
+        "a rank aborts only a begin answered ok: an abort names no begin, so a lost reply is not aborted",
+        '    /\\ reb[e].step = "abort"\n    /\\ reb[e].replies[r] = "ok"\n',
+        '    /\\ reb[e].step = "abort"\n    /\\ reb[e].replies[r] \\in {"ok", "refused"}\n',
+    ),
+    _m(
         "commit_before_moved",
         "a rank commits only after the device synchronize (every layer moved)",
         "    /\\ MovedEverywhere(e)\n",

@@ -77,6 +77,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Fetch": ("e", "r"),
     "BeginChunk": ("e", "c"),
     "Begin": ("e", "r"),
+    "BeginUnanswered": ("e", "r"),
+    "BeginUnreached": ("e", "r"),
     "Decide": ("e",),
     "Abort": ("e", "r"),
     "MoveLayer": ("e", "r", "l"),
@@ -382,13 +384,30 @@ class System:
         return self._with(s, e, v2, moves=s.moves + 1)
 
     def Begin(self, s: SysState, e: str, r: int) -> SysState | None:
+        return self._begin(s, e, r, "answered")
+
+    def BeginUnanswered(self, s: SysState, e: str, r: int) -> SysState | None:
+        """The daemon takes the begin as it would, and its reply is lost: the rank has no answer."""
+        return self._begin(s, e, r, "reply_lost") if self.model.reply_faults else None
+
+    def BeginUnreached(self, s: SysState, e: str, r: int) -> SysState | None:
+        """The begin never reaches a daemon that would take it: the daemon is unchanged, no answer."""
+        return self._begin(s, e, r, "request_lost") if self.model.reply_faults else None
+
+    def _begin(self, s: SysState, e: str, r: int, fault: str) -> SysState | None:
         v = self._view(s, e)
         if v is None or v.phase != "run" or v.rebalance != "beginning" or v.begins[r - 1] is not None:
             return None
         if any(a is None for a in v.begins[: r - 1]):
             return None  # ranks begin in rank order
         reply, daemon = self._ask_daemon(s, e, v, r, "begin")
-        _, v2 = self._step(e, v, BeginAnswered(r - 1, reply), memo=(r, s.daemons[r - 1]))
+        if fault == "request_lost":
+            if not reply.ok:
+                return None  # the daemon would not take it: BeginUnanswered's step
+            daemon = s.daemons[r - 1]
+        if fault != "answered":
+            reply = None
+        _, v2 = self._step(e, v, BeginAnswered(r - 1, reply), memo=(r, s.daemons[r - 1], fault))
         return self._with(s, e, v2, daemons=self._set_daemon(s, r, daemon))
 
     def Decide(self, s: SysState, e: str) -> SysState | None:
@@ -425,11 +444,11 @@ class System:
     def CommitRefused(self, s: SysState, e: str, r: int) -> SysState | None:
         """The daemon refuses rows it cannot take (a row that is no permutation of its experts): its
         move stays pending; a request that never reached it is the same step of the spec."""
-        return self._commit(s, e, r, "bad_rows") if self.model.commit_faults else None
+        return self._commit(s, e, r, "bad_rows") if self.model.reply_faults else None
 
     def CommitUnanswered(self, s: SysState, e: str, r: int) -> SysState | None:
         """The daemon records the commit, and its reply is lost: the rank has no answer."""
-        return self._commit(s, e, r, "reply_lost") if self.model.commit_faults else None
+        return self._commit(s, e, r, "reply_lost") if self.model.reply_faults else None
 
     def _commit(self, s: SysState, e: str, r: int, fault: str) -> SysState | None:
         """Rank ``r``'s commit: answered as the daemon answers it, or with one of the faults of a real

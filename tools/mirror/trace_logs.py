@@ -235,7 +235,7 @@ def model(run: Run) -> Model:
     """The constants of the run's check (TLC's generated .cfg, the oracle's search): its engines, the
     chunks and begins, auto repair, whether a daemon restarted or a repair failed, whether the engines
     have daemons behind rejoin (a daemon is behind after a loss, or after a commit it did not record:
-    no restart needed). ``OperatorRepairs`` and ``CommitFaults`` are TRUE: every real daemon takes an
+    no restart needed). ``OperatorRepairs`` and ``ReplyFaults`` are TRUE: every real daemon takes an
     operator's repair, and a real socket may lose a commit or its reply."""
     chunks = frozenset(c for log in run.logs for c in log.chunks)
     return Model(
@@ -253,7 +253,7 @@ def model(run: Run) -> Model:
         operator_repairs=True,
         standbys=frozenset(run.standbys),
         rejoins=run.rejoins,
-        commit_faults=True,  # a real socket loses replies, and a daemon refuses rows it cannot take
+        reply_faults=True,  # a real socket loses replies, and a daemon refuses rows it cannot take
     )
 
 

@@ -93,7 +93,7 @@ def module(run: Run) -> tuple[str, str]:
         f"    DaemonRestarts = {tlc_text(m.daemon_restarts)}\n    Repairs = {tlc_text(m.repairs)}\n"
         f"    OperatorRepairs = {tlc_text(m.operator_repairs)}\n"
         f"    RepairMayFail = {tlc_text(m.repair_may_fail)}\n    Standbys <- RunStandbys\n"
-        f"    Rejoins = {tlc_text(m.rejoins)}\n    CommitFaults = {tlc_text(m.commit_faults)}\n"
+        f"    Rejoins = {tlc_text(m.rejoins)}\n    ReplyFaults = {tlc_text(m.reply_faults)}\n"
         "    NONE = NONE\n    Log <- RunLog\n    ELog <- RunELog\n"
         "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
     )

@@ -374,25 +374,47 @@ class Spec:
             return "busy"
         return "ok"
 
-    def Begin(self, s: State, e: str, r: int) -> State | None:
-        """``Begin(e, r)``."""
+    def BeginDue(self, s: State, e: str, r: int) -> bool:
+        """``BeginDue(e, r)``."""
         i = self.ix[e]
         b = s.reb[i]
-        if not (
+        return (
             s.ephase[i] == "run"
             and b.step == "begin"
             and b.replies[r - 1] == "none"
             and all(b.replies[q - 1] != "none" for q in range(1, r))
-        ):
-            return None
-        reply = self.BeginReply(s, e, r)
-        t = s._replace(reb=ex(s.reb, i, b._replace(replies=ex(b.replies, r - 1, reply))))
-        if reply == "ok":
+        )
+
+    def _begin(self, s: State, e: str, r: int, word: str, takes: bool) -> State:
+        """Rank ``r``'s reply becomes ``word``; where ``takes``, daemon r takes the move (``TakeBegin``)."""
+        i = self.ix[e]
+        b = s.reb[i]
+        t = s._replace(reb=ex(s.reb, i, b._replace(replies=ex(b.replies, r - 1, word))))
+        if takes:
             t = t._replace(
                 dphase=ex(s.dphase, r - 1, "pending"),
                 dpend=ex(s.dpend, r - 1, Pend(e, b.chunk, s.dver[r - 1])),
             )
         return t
+
+    def Begin(self, s: State, e: str, r: int) -> State | None:
+        """``Begin(e, r)``."""
+        if not self.BeginDue(s, e, r):
+            return None
+        reply = self.BeginReply(s, e, r)
+        return self._begin(s, e, r, reply, reply == "ok")
+
+    def BeginUnanswered(self, s: State, e: str, r: int) -> State | None:
+        """``BeginUnanswered(e, r)``."""
+        if not (self.m.reply_faults and self.BeginDue(s, e, r)):
+            return None
+        return self._begin(s, e, r, "refused", self.BeginReply(s, e, r) == "ok")
+
+    def BeginUnreached(self, s: State, e: str, r: int) -> State | None:
+        """``BeginUnreached(e, r)``."""
+        if not (self.m.reply_faults and self.BeginDue(s, e, r) and self.BeginReply(s, e, r) == "ok"):
+            return None
+        return self._begin(s, e, r, "refused", False)
 
     def Decide(self, s: State, e: str) -> State | None:
         """``Decide(e)``."""
@@ -499,13 +521,13 @@ class Spec:
 
     def CommitRefused(self, s: State, e: str, r: int) -> State | None:
         """``CommitRefused(e, r)``."""
-        if not (self.m.commit_faults and self.CommitReady(s, e, r) and self.CommitOk(s, e, r)):
+        if not (self.m.reply_faults and self.CommitReady(s, e, r) and self.CommitOk(s, e, r)):
             return None
         return s._replace(reb=self._answered(s, e, r, "commit_refused"))
 
     def CommitUnanswered(self, s: State, e: str, r: int) -> State | None:
         """``CommitUnanswered(e, r)``."""
-        if not (self.m.commit_faults and self.CommitReady(s, e, r) and self.CommitOk(s, e, r)):
+        if not (self.m.reply_faults and self.CommitReady(s, e, r) and self.CommitOk(s, e, r)):
             return None
         return s._replace(**self._recorded(s, e, r), reb=self._answered(s, e, r, "commit_refused"))
 
@@ -778,6 +800,8 @@ class Spec:
         add("Fetch", er)
         add("BeginChunk", [tuple(E), self.Chunks])
         add("Begin", er)
+        add("BeginUnanswered", er)
+        add("BeginUnreached", er)
         add("Decide", [tuple(E)])
         add("Abort", er)
         add("MoveLayer", [tuple(E), tuple(R), tuple(L)])

@@ -181,6 +181,8 @@ class TraceSearch:
             self._unlogged += [(sp.MoveLayer, (e, r, ll)) for r in R for ll in sp.Layers]
         for e in E:
             self._unlogged += [(sp.CommitRefused, (e, r)) for r in R]  # a request that never reached its daemon
+        for e in E:
+            self._unlogged += [(sp.BeginUnreached, (e, r)) for r in R]
 
     # -- the trace spec's operators ----------------------------------------------------------------
 
@@ -207,6 +209,11 @@ class TraceSearch:
         if rec.ev == "commit" and rec.eng in self.spec.ix:
             fault = {"commit_refused": self.spec.CommitRefused, "committed": self.spec.CommitUnanswered}.get(rec.ans)
             t = None if fault is None else fault(s, rec.eng, r)
+            if t is not None:
+                yield t
+        # A begin taken with its reply lost: logged with the daemon's answer, counted refused by the engine.
+        if rec.ev == "begin" and rec.eng in self.spec.ix and self.spec.BeginReply(s, rec.eng, r) == rec.ans:
+            t = self.spec.BeginUnanswered(s, rec.eng, r)
             if t is not None:
                 yield t
 
