@@ -215,9 +215,17 @@ class RebalanceRules(EngineModel):
     def _refused(self) -> Step:
         if self.owed_checks():
             detail = self._answers(self.view.begins, lambda a: a.refused)
+            then = ""
+            if any(a is not None and a.status is None for a in self.view.begins):
+                # A begin without a reply may have been taken: it is not aborted (an abort names no begin).
+                then = (
+                    ". A daemon whose begin went unanswered may hold the move pending while this engine lives (no "
+                    "layer of it moved); once it stops, that daemon is repaired (by itself with auto repair, else "
+                    "by `expert-layout repair`) and the next engine starts on it: do not restart the daemons."
+                )
             step = Step.stop(
                 Reason.BEGIN_REFUSED,
-                f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off",
+                f"a daemon refused the move for good ({detail}); rebalancing of shared weights is off{then}",
             )
         else:
             step = self._unverified()

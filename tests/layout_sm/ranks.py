@@ -53,6 +53,8 @@ class Ranks:
         self.on_the_way: dict[int, Callable[[LayoutRequest], LayoutRequest]] = {}
         self.now = 0.0  # the monotonic clock the ranks read (a test moves it)
         self.gone: set[int] = set()  # ranks whose daemon's socket is there but refuses connections (it died)
+        # Request kinds whose reply is lost on the way back, by rank: the daemon takes the request.
+        self.replies_lost: dict[int, type[LayoutRequest]] = {}
         self.reloads = True  # a daemon's reload (a rejoin's) ends at once; False: it never ends
 
     @property
@@ -129,6 +131,8 @@ class Ranks:
         step = rank.daemon.handle(request)
         if step.reload is not None and self.reloads:  # the daemon's adapter reloads the plan's layers
             rank.daemon.handle(RepairDone(step.reload.layers, "reloaded"))
+        if isinstance(request, self.replies_lost.get(self.ranks.index(rank), ())):
+            return Unanswered("the reply was lost")
         return step.reply.to_wire()
 
     def _flush(self, rank: Rank) -> None:

@@ -131,6 +131,22 @@ def test_busy_aborts_the_begun_ranks_then_pauses(statemachine: bool) -> None:
     assert daemons[0].view().pending is None
 
 
+def test_a_begin_whose_reply_is_lost_stops_rebalancing_and_is_not_aborted(statemachine: bool) -> None:
+    daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
+    ranks = _started(daemons, statemachine=statemachine)
+    ranks.replies_lost[1] = BeginRequest  # daemon 1 takes the begin; rank 1 never reads the reply
+    step = _chunk(ranks, [0])
+    assert step.go is Go.STOP and step.reason is Reason.BEGIN_REFUSED and "rank 1: no reply" in step.message
+    assert "do not restart the daemons" in step.message
+    # Rank 0 aborts its begin; rank 1 sends no abort: an abort names no begin, and a lost reply may hide
+    # a refusal for an earlier move this daemon holds pending (its weights moved).
+    assert [type(rank.sent[-1]) for rank in ranks.ranks] == [AbortRequest, BeginRequest]
+    assert daemons[0].view().pending is None
+    pending = daemons[1].view().pending
+    assert pending is not None and pending.engine_id == "A"  # kept until its mover is gone
+    assert not ranks.session.view().shares and ranks.session.view().version == 0
+
+
 def test_a_refusal_switches_rebalancing_off_for_good_with_the_reason(statemachine: bool) -> None:
     daemons = [DaemonMachine(RECORD), DaemonMachine(RECORD)]
     ranks = _started(daemons, statemachine=statemachine)
