@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seed}: {elapsed:.0f} s in all, {'within' if elapsed <= LIMIT_S else 'OVER'} the "
         f"{LIMIT_S // 60}-minute budget; {len(failed)} failed.{tlc_said}{oracle_said}",
         "",
-        f"Reply faults on a rank's commit: {sum(faults.values())} ({fault_kinds}).",
+        f"Reply faults on a rank's request: {sum(faults.values())} ({fault_kinds}).",
         "",
         "| the last engine's daemons restarted, or a rejoin refused, by cause | schedules |",
         "| --- | ---: |",

@@ -13,9 +13,10 @@ failed), on daemons restarted from disk; it must route with their memory. Then e
 schedule wrote must be a behaviour of the protocol (``tools.trace_check``; the independent oracle,
 ``tools.oracle``, where it is installed; TLC on a seeded sample, ``tools.mirror.trace_tla``).
 
-Some seeds also arm a reply fault on one rank's commit of one chunk (``rank_scripts.ReplyFault``):
-its reply lost, the request never sent, or rows the daemon refuses. Every rank must then stop
-rebalancing as unverified, and the daemon that did not record the commit keep its move pending.
+Some seeds also arm a reply fault on one rank's commit, or begin, of one chunk
+(``rank_scripts.ReplyFault``): its reply lost, the request never sent, or rows the daemon refuses.
+Every rank must then stop rebalancing (as unverified after a commit's, as refused after a begin's),
+and the daemon that took a begin or did not record a commit keep its move pending.
 
 The last engine needing the daemons restarted, and a rejoin refused, must have a cause in the
 schedule (``LAGGING``, ``TORN``, ``DIED_IN_RELOAD``, ``REPAIR_FAILED``, ``REJOIN_BESIDE``); where
@@ -39,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.messages import query_request
+from layout_sm.reasons import Reason
 from layout_sm.trace_codec import TRACE_ENV
 from tools.chaos import rank_scripts
-from tools.chaos.rank_scripts import FAULT_KINDS, KillPoint, ReplyFault
+from tools.chaos.rank_scripts import BEGIN_FAULT, FAULT_KINDS, KillPoint, ReplyFault
 from tools.harness import toy_moe
 from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
 from tools.harness.engine_ranks import (
@@ -86,7 +88,7 @@ class Operation:
         if self.fault is None:
             return said
         kind, rank, count = self.fault
-        return f"{said} [from here, rank {rank}'s commit #{count}: {kind}]"
+        return f"{said} [from here, rank {rank}'s {_faulted_request(kind)} #{count}: {kind}]"
 
     def _describe(self) -> str:
         if self.kind == "kill_daemon":
@@ -99,6 +101,10 @@ class Operation:
         event, count, what = self.kill
         what = "daemon and the engines on it" if what == "daemon" else what
         return f"{kind}(rank {self.rank} kills its {what} after {event} #{count})"
+
+
+def _faulted_request(kind: str) -> str:
+    return "begin" if kind.startswith(BEGIN_FAULT) else "commit"
 
 
 def draw(seed: int) -> list[Operation]:
@@ -290,24 +296,30 @@ class World:
         self.fault = None  # fired: one per schedule
         self.fault_marker.unlink()
         out.faults[kind] = out.faults.get(kind, 0) + 1
-        if kind != "lost_reply":  # the daemon did not record it: it keeps the move pending, then repairs back
-            self.causes.add(LAGGING)
-        out.notes.append(f"rank {rank}'s commit #{count} faulted: {kind}")
+        if kind in ("lost_request", "bad_rows"):  # the daemon did not record it: it keeps the move pending,
+            self.causes.add(LAGGING)  # then repairs back to the version before it
+        out.notes.append(f"rank {rank}'s {_faulted_request(kind)} #{count} faulted: {kind}")
         return kind, rank
 
     def _check_fault(self, kind: str, rank: int, results: list[RankResult], out: Outcome) -> None:
         """Where the engine lived through it: a faulted commit stops every rank's rebalancing as
-        unverified, and a daemon that did not record the commit keeps its move pending."""
+        unverified, a faulted begin as refused; a daemon that did not record the commit, or took the
+        begin, keeps its move pending; a begin that never reached its daemon leaves it none."""
         if not all(r.ok and not r.value.get("error") for r in results):
             return  # a kill point of the same operation, or a death it caused
+        said = f"a {kind} {_faulted_request(kind)}"
         reasons = [r.value.get("stats", {}).get("off_reason") for r in results]
-        if any(reason != "commit_unverified" for reason in reasons):
-            out.fail(f"a {kind} commit: the ranks' rebalancing ended with {reasons}, not commit_unverified")
+        want = Reason.BEGIN_REFUSED.value if kind.startswith(BEGIN_FAULT) else Reason.COMMIT_UNVERIFIED.value
+        if any(reason != want for reason in reasons):
+            out.fail(f"{said}: the ranks' rebalancing ended with {reasons}, not {want}")
         if kind == "lost_reply" or not self.daemons[rank].alive:
             return
         pending = request(self.daemons[rank].socket_path, query_request()).get("pending")
-        if pending is None:
-            out.fail(f"a {kind} commit: daemon {rank} keeps no move pending while its mover lives")
+        if kind == BEGIN_FAULT + "lost_request":
+            if pending is not None:
+                out.fail(f"{said}: daemon {rank} holds a move pending, though no begin reached it")
+        elif pending is None:
+            out.fail(f"{said}: daemon {rank} keeps no move pending while its mover lives")
 
     @property
     def kill_marker(self) -> Path:

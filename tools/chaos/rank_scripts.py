@@ -41,12 +41,14 @@ class KillPoint:
         return f"SIGKILL its {self.what} after {self.event} #{self.count}"
 
 
-FAULT_KINDS = ("lost_reply", "lost_request", "bad_rows")
+# A commit's faults, then a begin's ("begin_": the same fault on the chunk's begin).
+FAULT_KINDS = ("lost_reply", "lost_request", "bad_rows", "begin_lost_reply", "begin_lost_request")
+BEGIN_FAULT = "begin_"
 
 
 @dataclass(frozen=True)
 class ReplyFault:
-    """The ``count``-th commit this rank sends in the script: ``kind`` of ``FAULT_KINDS``."""
+    """The ``count``-th commit (or begin) this rank sends in the script: ``kind`` of ``FAULT_KINDS``."""
 
     kind: str
     count: int
@@ -65,7 +67,7 @@ class _LostReply:
             sent, self._sent = self._sent, None
             with contextlib.suppress(Exception):
                 sent.read()
-        raise ConnectionError("the harness dropped this commit's reply")
+        raise ConnectionError("the harness dropped this request's reply")
 
 
 _faults: dict[str, Any] = {}  # the reply fault armed now, and how many commits were sent
@@ -73,14 +75,17 @@ _faults: dict[str, Any] = {}  # the reply fault armed now, and how many commits 
 
 def _arm_fault(fault: ReplyFault | None) -> None:
     from daemon_adapter import client
-    from layout_sm.messages import COMMIT
+    from layout_sm.messages import BEGIN, COMMIT
 
     if "send" not in _faults:
         send = client.send_request
 
         def send_with_fault(socket_path: str, message: Any, *args: Any, **kwargs: Any) -> Any:
             point = _faults.get("fault")
-            if point is None or not isinstance(message, dict) or message.get("type") != COMMIT:
+            if point is None or not isinstance(message, dict):
+                return send(socket_path, message, *args, **kwargs)
+            on_begin = point.kind.startswith(BEGIN_FAULT)
+            if message.get("type") != (BEGIN if on_begin else COMMIT):
                 return send(socket_path, message, *args, **kwargs)
             _faults["seen"] += 1
             if _faults["seen"] != point.count:
@@ -88,9 +93,10 @@ def _arm_fault(fault: ReplyFault | None) -> None:
             if point.marker:
                 with open(point.marker, "a") as f:
                     f.write(point.kind + "\n")
-            if point.kind == "lost_request":
+            kind = point.kind.removeprefix(BEGIN_FAULT)
+            if kind == "lost_request":
                 return _LostReply(None)
-            if point.kind == "lost_reply":
+            if kind == "lost_reply":
                 return _LostReply(send(socket_path, message, *args, **kwargs))
             # bad_rows: an expert id no model has, which the daemon's record refuses
             rows = [list(row) for row in message["rows"]]
