@@ -300,8 +300,8 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "begin_ok_not_pending",
         "an ok begin makes the move pending",
-        '         THEN /\\ dphase\' = [dphase EXCEPT ![r] = "pending"]\n',
-        "         THEN /\\ dphase' = dphase\n",
+        '      THEN /\\ dphase\' = [dphase EXCEPT ![r] = "pending"]\n',
+        "      THEN /\\ dphase' = dphase\n",
     ),
     # --- rebalance: decide, abort, move, commit, verify --------------------------------------------
     _m(
