@@ -15,6 +15,17 @@ checkpoint, the layers of an interrupted move (``expert_layout_repair``) and pri
 layers, seconds, bytes read against the checkpoint's. Exit codes: 0 every daemon repaired; 6 one
 refused or failed (a clean daemon refuses: nothing to repair); 3 and 4 as above.
 
+``expert-layout export --out FILE`` asks each daemon (the same ``--socket`` or discovery) for its
+record with the map, and writes the layout they all hold as sglang's ``--init-expert-location`` file
+(``daemon_adapter.layout_file``): a plain sglang server started with ``--init-expert-location FILE``
+routes with that layout. It writes nothing, and leaves an existing FILE as it was, unless every daemon
+answered, is clean (no move pending, not dirty, not repairing) and keeps a record, and every record has
+the same version and digest; otherwise it prints, per daemon, what is wrong and what to do. ``FILE``
+must end in ``.json`` (sglang reads any other value as inline JSON or a ``.pt`` file). Exit codes: 0
+written; 7 refused, nothing written (no daemon found or answering, an older daemon, a daemon dirty,
+repairing, with a move pending or without a record, or records that differ); 8 the file could not be
+written (the old one untouched); 2 a usage error (argparse's).
+
 The command speaks sglang's framing through ``daemon_adapter.client``, the engine plugin's client
 too, and imports no sglang module: importing sglang takes seconds, too long for a status command.
 Replies are unpickled without any class (they are plain dicts).
@@ -35,12 +46,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon_adapter.client import request
+from layout_sm.record import LayoutRecord
 
 EXIT_OK = 0
 EXIT_NO_DAEMON = 3
 EXIT_NOT_ANSWERING = 4
 EXIT_OLDER_DAEMON = 5
 EXIT_NOT_REPAIRED = 6
+EXIT_EXPORT_REFUSED = 7
+EXIT_EXPORT_NOT_WRITTEN = 8
 # A repair reloads some layers from disk: seconds on a small model, minutes on a large one.
 REPAIR_TIMEOUT_S = 1800.0
 
@@ -302,6 +316,188 @@ def _repair_main(args: argparse.Namespace) -> int:
     return code
 
 
+_THEN_EXPORT = "then run `expert-layout export` again"
+
+
+@dataclass(frozen=True)
+class ExportProblem:
+    """Why one daemon keeps ``expert-layout export`` from writing the file, and what to do."""
+
+    socket_path: str
+    what: str
+    advice: str
+
+    def line(self) -> str:
+        return f"{self.socket_path}: {self.what}; to do: {self.advice}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"socket": self.socket_path, "what": self.what, "advice": self.advice}
+
+
+def _exportable(index: int, status: DaemonStatus) -> LayoutRecord | ExportProblem:
+    """A daemon's record, or why it cannot be exported. A reply is classified as an engine's startup
+    classifies its poll (``RankFinding.from_query_reply``): only a clean daemon with a record exports."""
+    from layout_sm.engine import RankFinding
+    from layout_sm.reasons import RESTART_DAEMONS
+
+    path = status.socket_path
+    if status.outcome == NOT_ANSWERING:
+        return ExportProblem(
+            path,
+            f"did not answer ({status.detail})",
+            "if it crashed (its socket file stays), start it again with the servers' arguments (`python -m "
+            "daemon_adapter ...`, with --expert-layout-start-alone beside running daemons) and start a server on "
+            f"the set, whose startup has it rejoin at the others' layout, {_THEN_EXPORT}; or name only the "
+            "daemons that run with --socket",
+        )
+    if status.outcome == OLDER_DAEMON:
+        return ExportProblem(
+            path,
+            f"an older daemon, which keeps no layout record ({status.detail})",
+            "run the daemons with `python -m daemon_adapter` and the servers' --enable-eplb",
+        )
+    assert status.state is not None
+    finding = RankFinding.from_query_reply(index, status.state)
+    if finding.kind == "record" and isinstance(finding.record, LayoutRecord):
+        return finding.record
+    if finding.kind == "dirty":
+        what = f"dirty, its layout unknown: {finding.detail}"
+        advice = f"run `expert-layout repair --socket {path}`, {_THEN_EXPORT}; or {RESTART_DAEMONS}"
+    elif finding.kind == "pending" and status.state.get("repairing"):
+        what = f"reloading: {finding.detail}"
+        advice = f"wait for the reload to end (`expert-layout status` shows its progress), {_THEN_EXPORT}"
+    elif finding.kind == "pending":
+        what = f"a move is pending: {finding.detail}"
+        advice = f"wait for the move to end (its engine commits or aborts it), {_THEN_EXPORT}"
+    elif finding.kind == "no_record":
+        what = "keeps no layout record (started without --enable-eplb): it never records a move"
+        advice = "start the daemons with the servers' --enable-eplb"
+    else:
+        what, advice = finding.detail, RESTART_DAEMONS
+    return ExportProblem(path, what, advice)
+
+
+def _disagreements(records: Sequence[tuple[str, LayoutRecord]]) -> list[ExportProblem]:
+    """The daemons whose record is not the one layout: version and digest both, as an engine's startup
+    compares them (``StartupRules.records_differ``). Where the newest version is one record, the daemons
+    behind it are the ones to fix (a server's startup has them rejoin at it); else every daemon is."""
+    from layout_sm.reasons import RESTART_DAEMONS
+
+    stamps = sorted({(record.version, record.digest) for _, record in records})
+    if len(stamps) < 2:
+        return []
+    newest = stamps[-1][0]
+    one_newest = len([stamp for stamp in stamps if stamp[0] == newest]) == 1
+    held = " and ".join(f"version {version} (digest {digest[:16]})" for version, digest in stamps)
+    not_one_set = "; if these daemons are not one server's set, name one set's sockets with --socket"
+    problems = []
+    for path, record in records:
+        if one_newest and record.version == newest:
+            continue
+        what = f"its record differs: version {record.version} (digest {record.digest[:16]}); the daemons hold {held}"
+        if one_newest:
+            advice = (
+                "start a server with the plugin on these daemons: its startup has the daemons behind rejoin at "
+                f"version {newest}; {_THEN_EXPORT}{not_one_set}"
+            )
+        else:
+            advice = RESTART_DAEMONS + not_one_set
+        problems.append(ExportProblem(path, what, advice))
+    return problems
+
+
+def agreed_layout(statuses: Sequence[DaemonStatus]) -> tuple[LayoutRecord | None, list[ExportProblem]]:
+    """The one record every daemon holds, or the problems that keep it from being exported (none when no
+    daemon was asked: the caller says where it looked)."""
+    records: list[tuple[str, LayoutRecord]] = []
+    problems: list[ExportProblem] = []
+    for index, status in enumerate(statuses):
+        found = _exportable(index, status)
+        if isinstance(found, ExportProblem):
+            problems.append(found)
+        else:
+            records.append((status.socket_path, found))
+    problems += _disagreements(records)
+    if problems or not records:
+        return None, problems
+    return records[0][1], []
+
+
+def _written(record: LayoutRecord, out: str, daemons: int) -> dict[str, Any]:
+    return {
+        "path": out,
+        "version": record.version,
+        "digest": record.digest,
+        "layers": record.num_layers,
+        "physical_slots": record.num_physical,
+        "logical_experts": record.num_logical,
+        # sglang's --ep-num-redundant-experts: it must match, and sglang does not check it (layout_file).
+        "redundant_experts": record.num_physical - record.num_logical,
+        "daemons": daemons,
+    }
+
+
+def _daemons(count: int) -> str:
+    return "the daemon asked" if count == 1 else f"the {count} daemons asked"
+
+
+def _export_main(args: argparse.Namespace) -> int:
+    from daemon_adapter.layout_file import init_expert_location_json, write_atomically
+
+    out = os.path.abspath(args.out)
+    sockets, where = _sockets(args.socket)
+    statuses = [query_daemon(path, args.timeout, include_map=True) for path in sockets]
+    record, problems = agreed_layout(statuses)
+    if record is None and not statuses:
+        problems = [
+            ExportProblem(
+                where,
+                "no weight cache daemon found",
+                "start the daemons, or name their sockets (--socket, SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE)",
+            )
+        ]
+    written: dict[str, Any] | None = None
+    error = ""
+    if record is None:
+        code = EXIT_EXPORT_REFUSED
+    else:
+        try:
+            write_atomically(out, init_expert_location_json(record.rows))
+        except OSError as exc:
+            code, error = EXIT_EXPORT_NOT_WRITTEN, f"{type(exc).__name__}: {exc}"
+        else:
+            code, written = EXIT_OK, _written(record, out, len(statuses))
+    if args.json:
+        report = {"exit_code": code, "out": out, "written": written, "problems": [p.to_json() for p in problems]}
+        print(json.dumps({**report, "error": error or None}, indent=2))
+    elif written is not None:
+        print(
+            f"wrote {out}: version {written['version']}, digest {written['digest']}, {written['layers']} layers x "
+            f"{written['physical_slots']} physical slots ({written['logical_experts']} logical experts, "
+            f"{written['redundant_experts']} redundant), held alike by {_daemons(written['daemons'])}\n"
+            f"start a plain sglang server with it: python -m sglang.launch_server ... --ep-num-redundant-experts "
+            f"{written['redundant_experts']} --init-expert-location {out}"
+        )
+    elif error:
+        print(f"expert-layout export: could not write {out} ({error}); an existing file is as it was", file=sys.stderr)
+    else:
+        print(f"expert-layout export: refused, nothing written to {out}:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem.line()}", file=sys.stderr)
+    return code
+
+
+def _json_path(value: str) -> str:
+    from daemon_adapter.layout_file import INIT_EXPERT_LOCATION_SUFFIX
+
+    if not value.endswith(INIT_EXPERT_LOCATION_SUFFIX):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} does not end in {INIT_EXPERT_LOCATION_SUFFIX}: sglang reads --init-expert-location as a "
+            "JSON file only by that suffix (any other value as inline JSON, or as a .pt file)"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="expert-layout", description="Expert-layout tools for sglang's weight cache.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -337,6 +533,10 @@ def _parser() -> argparse.ArgumentParser:
         default=REPAIR_TIMEOUT_S,
         help=f"seconds to wait for each daemon (default {REPAIR_TIMEOUT_S:g})",
     )
+    export = command("export", "write the daemons' expert layout as sglang's --init-expert-location file")
+    export.add_argument("--out", required=True, type=_json_path, metavar="FILE", help="the file to write (*.json)")
+    export.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    export.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon (default 5)")
     return parser
 
 
@@ -344,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "repair":
         return _repair_main(args)
+    if args.command == "export":
+        return _export_main(args)
     sockets, where = _sockets(args.socket)
     statuses = [query_daemon(path, args.timeout, include_map=args.include_map) for path in sockets]
     code = exit_code(statuses)
