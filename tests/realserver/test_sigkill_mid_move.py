@@ -13,9 +13,10 @@ on the same daemons must exit on its own, well before the protocol's wait timeou
 (its launcher's output) must say the daemons are dirty and what to do. Before E starts, the
 checkpoint is moved away for an operator's ``expert-layout repair``, which fails, and put back: E's
 startup refusal must quote that repair's cause, as the daemons keep it. These daemons run with
-``--expert-layout-no-auto-repair``, so they stay dirty until the operator's ``expert-layout repair``
-(issue 19): then they are clean at the base version, server F adopts it on every rank, and F's
-outputs equal a server's loaded from disk with ``--init-expert-location`` set to that map.
+``--expert-layout-no-auto-repair``, so they stay dirty until the operator's ``expert-layout
+repair``: then they are clean at the base version, server F adopts it on every rank, and F's
+outputs equal those of a plain server (no plugin, no daemons) loaded from disk with
+``--init-expert-location`` set to the file ``expert-layout export`` wrote from the daemons.
 (Auto repair, the default, on real servers: ``make demo``'s case 3b.)
 
 D is 3a's next server and 3b's mover: one server start serves both cases.
@@ -23,6 +24,7 @@ D is 3a's next server and 3b's mover: one server start serves both cases.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -44,6 +46,7 @@ from tools.realserver.server import (
     Topology,
     daemon_status,
     disk_reference,
+    export_layout,
     park,
 )
 
@@ -198,9 +201,14 @@ def test_after_the_operators_repair_the_next_server_adopts_the_base_version(betw
     clean = _states(run_dir)
     assert [(s.get("phase"), s.get("version")) for s in clean] == [("clean", base)] * topology.tp_size, clean
     record_map = clean[0]["map"]
+    # The operator's export of the layout the daemons hold, for a server outside the daemon set.
+    exported = run_dir.root.parent / "exported-layout.json"
+    done = export_layout(run_dir, exported)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert json.loads(exported.read_text())["physical_to_logical_map"] == record_map, exported.read_text()
 
     f = RealServer(run_dir, topology, ServerSpec("F", rebalance_iterations=100_000)).start()
-    ref = disk_reference(run_dir.root.parent / "reference", topology, record_map).start()
+    ref = disk_reference(run_dir.root.parent / "reference", topology, record_map, init_file=exported).start()
     try:
         f.wait_ready(START_TIMEOUT_S)
         ref.wait_ready(START_TIMEOUT_S)
@@ -214,7 +222,7 @@ def test_after_the_operators_repair_the_next_server_adopts_the_base_version(betw
     finally:
         f.kill()
         ref.kill()
-    assert f_out == ref_out, "F's outputs differ from a server loaded from disk with the record's map"
+    assert f_out == ref_out, "F's outputs differ from a plain server started with the exported layout file"
 
 
 def _states(run: RunDir) -> list[dict[str, Any]]:

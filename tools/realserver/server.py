@@ -26,6 +26,7 @@ from typing import Any
 
 from daemon_adapter.alone import START_ALONE_ENV
 from daemon_adapter.daemon import AUTO_REPAIR_ENV
+from daemon_adapter.layout_file import init_expert_location_json, write_atomically
 from layout_sm.trace_codec import TRACE_ENV
 from tools import with_project_path
 from tools.cpu_bridge import CPU_SERVER_ARGS, EXTRA_HOOKS_ENV, bridge_env
@@ -449,11 +450,17 @@ def daemon_status(run: RunDir, include_map: bool = False, timeout_s: float = 30.
         return {"exit_code": done.returncode, "daemons": [], "stderr": done.stderr[-2000:]}
 
 
-def disk_reference(root: Path, topology: Topology, physical_to_logical_map: list[list[int]]) -> RealServer:
+def disk_reference(
+    root: Path, topology: Topology, physical_to_logical_map: list[list[int]], init_file: Path | None = None
+) -> RealServer:
     """The reference a test judges a server's outputs against: a server (not started) that loads from disk
-    with ``--init-expert-location`` set to the map, no weight cache, no plugin, no rebalance, run in ``root``."""
+    with ``--init-expert-location`` set to the map, no weight cache, no plugin, no rebalance, run in ``root``.
+    ``init_file``: that file as written already (by ``expert-layout export``), else one is written."""
     run = RunDir(root)
-    init = write_expert_location(run.root / "init-expert-location.json", physical_to_logical_map)
+    if init_file is None:
+        init = write_expert_location(run.root / "init-expert-location.json", physical_to_logical_map)
+    else:
+        init = str(init_file)
     spec = ServerSpec(
         "ref", weight_cache_mode="off", rebalance_iterations=100_000, init_expert_location=init, plugins=PROTOCOL_OFF
     )
@@ -547,9 +554,17 @@ def daemon_status_table(run: RunDir, timeout_s: float = 30.0) -> str:
 
 
 def write_expert_location(path: Path, physical_to_logical_map: list[list[int]]) -> str:
-    """A file for ``--init-expert-location`` (sglang reads a JSON with ``physical_to_logical_map``)."""
-    path.write_text(json.dumps({"physical_to_logical_map": physical_to_logical_map}))
+    """A file for ``--init-expert-location``, in the format ``expert-layout export`` writes."""
+    write_atomically(path, init_expert_location_json(physical_to_logical_map))
     return str(path)
+
+
+def export_layout(run: RunDir, path: Path, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``expert-layout export --out PATH`` on this run's daemons (the CLI as an operator runs it)."""
+    argv = [sys.executable, "-m", "daemon_adapter.status_cli", "export", "--out", str(path)]
+    env = dict(os.environ)
+    env[SOCKET_TEMPLATE_ENV] = run.socket_template
+    return subprocess.run(argv, env=with_project_path(env), capture_output=True, text=True, timeout=timeout_s)
 
 
 def park(servers: Sequence[RealServer], timeout_s: float) -> None:
