@@ -62,6 +62,8 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (*     move it holds pending from version v (refused, or never received);  *)
 (* <<"begin_uncounted", r>>: daemon r took a begin whose reply was lost (the *)
 (*     engine counts it as refused);                                         *)
+(* <<"stopped_on_refusal", e>>: e's all-gather of a chunk's begins turned its *)
+(*     rebalancing off on a begin counted as refused;                        *)
 (* <<"check_failed", e>>: e's failed check turned its rebalancing off.      *)
 Events ==
     {<<"started_alone", e>> :
@@ -139,6 +141,11 @@ Events ==
         r \in {q \in Ranks : /\ dphase[q] # "pending" /\ dphase'[q] = "pending"
                              /\ \E e \in Newer : /\ reb[e].replies[q] = "none"
                                                 /\ reb'[e].replies[q] = "refused"}}
+    \cup
+    {<<"stopped_on_refusal", e>> :
+        e \in {n \in Newer : /\ reb[n].step = "begin" /\ eshare[n] /\ ~eshare'[n]
+                             /\ ephase'[n] = "run"
+                             /\ \E q \in Ranks : reb[n].replies[q] = "refused"}}
     \cup
     {<<"check_failed", e>> :
         e \in {n \in Newer : reb[n].owed = "bad" /\ reb'[n].owed = "none" /\ eshare[n] /\ ~eshare'[n]}}
@@ -374,8 +381,9 @@ DaemonBehindRejoined ==
 (* next engine, started alone, adopts that version on every daemon and     *)
 (* serves.                                                                  *)
 BeginUncountedRepaired ==
-    \E n \in Newer, r \in Ranks :
+    \E m, n \in Newer, r \in Ranks :
         /\ <<"begin_uncounted", r>> \in seen
+        /\ <<"stopped_on_refusal", m>> \in seen
         /\ <<"repaired", r, dver[r]>> \in seen
         /\ <<"started_alone", n>> \in seen
         /\ ephase[n] = "run"
