@@ -80,17 +80,26 @@ def around_rebalance(original: Any, manager: Any, *args: Any, **kwargs: Any) -> 
         _end(st, manager, step)
         return
     st.active_manager = manager if session.shares else None  # None: sglang's own rebalance, no protocol
+    # An error out of sglang's rebalance (a peer rank died mid-chunk: its collective broke) did not end
+    # the rebalance: the chunk is neither committed nor aborted, and the error takes the scheduler down.
+    # The session is not told it ended, and the trace does not say it did.
+    ended = False
     try:
         yield from original(manager, *args, **kwargs)
+        ended = True
     except _StopRebalance:
-        pass
+        ended = True
+    except GeneratorExit:  # sglang dropped the generator between two steps: nothing broke
+        ended = True
+        raise
     finally:
         st.active_manager = None
         runner.flush()
         metrics.rebalance_ended()
-        _rebalance_ended(st, manager, session, rank)
-        if st.trace is not None:  # the trace's mark of a rebalance's end: no check of a commit may be owed past it
-            st.trace.rebalance_end()
+        if ended:
+            _rebalance_ended(st, manager, session, rank)
+            if st.trace is not None:  # the trace's mark of a rebalance's end: no check of a commit may be owed
+                st.trace.rebalance_end()
 
 
 def around_update_expert_location_with_recovery(original: Any, *args: Any, **kwargs: Any) -> Any:

@@ -322,6 +322,30 @@ def start_load_metrics(rank: EngineRank, engine: EngineSpec) -> dict[str, Any]:
     return out
 
 
+def rebalance_with_a_broken_move(rank: EngineRank, phase: int) -> dict[str, Any]:
+    """A rebalance whose first move raises, as sglang's does when a peer rank dies mid-chunk (its
+    collective breaks): the error, and the session's rebalance phase after it."""
+    from sglang.srt.eplb.expert_location_updater import ExpertLocationUpdater
+
+    from tools.harness import toy_moe
+
+    assert rank.spec is not None
+    original = ExpertLocationUpdater.update
+
+    def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the move's collective broke: a peer rank died")
+
+    ExpertLocationUpdater.update = update
+    try:
+        rank.rebalance(toy_moe.skewed_logical_count(rank.spec.cfg, phase))
+        error = ""
+    except RuntimeError as exc:
+        error = str(exc)
+    finally:
+        ExpertLocationUpdater.update = original
+    return {"error": error, "phase": _adapter_state().session.view().rebalance}
+
+
 def rebalance_metrics(rank: EngineRank, phase: int) -> dict[str, Any]:
     out = rebalance(rank, phase)
     out["metrics"] = metrics_text()

@@ -69,6 +69,23 @@ def test_each_ranks_trace_replays_and_its_answers_are_its_daemons(ranks, daemons
     assert kinds.count("routes") == chunks, kinds  # sglang's map read back after each move
 
 
+def test_a_rebalance_broken_mid_chunk_is_not_traced_as_ended(ranks, daemons, traces: Path) -> None:
+    """sglang's move raises on every rank (a peer's death breaks its collective): the chunk is neither
+    committed nor aborted, so no rank's session is told the rebalance ended and no trace says it did."""
+    started = time.time()
+    d = daemons()
+    results = ranks.run(ea_scripts.start_load, ea_scripts.spec(d.sockets, layers_per_chunk=1))
+    assert all(r.ok for r in results), [r.trace for r in results]
+    results = ranks.run(ea_scripts.rebalance_with_a_broken_move, 1)
+    assert all(r.ok for r in results), [r.trace for r in results]
+    assert [(r.value["error"] != "", r.value["phase"]) for r in results] == [(True, "moving")] * 2, results
+    engines = [p for p in traces.glob("engine-*.ndjson") if p.stat().st_mtime >= started]
+    assert len(engines) == 2, engines
+    for path in engines:
+        kinds = [(line["kind"], line.get("event")) for line in _lines(path)]
+        assert ("step", "decide") in kinds and "rebalance_end" not in [k for k, _ in kinds], kinds
+
+
 def test_a_rebalance_that_ends_with_its_commits_unverified_is_reported(
     ranks, daemons, traces: Path, tmp_path: Path
 ) -> None:
