@@ -21,6 +21,7 @@ from typing import Any
 
 from tools.chaos import campaign
 from tools.chaos.campaign import Outcome
+from tools.chaos.rank_scripts import FAULT_KINDS
 from tools.mirror.check_spec import find_jar
 
 LIMIT_S = 20 * 60  # the campaign's time budget on this machine, reported (not enforced)
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         checked = f"{kills['tlc accepted']} of {kills['tlc checked']} schedules"
         tlc_said = f" TLC accepted the traces of {checked} ({sample})."
     oracle_said = f" The independent oracle (tools.oracle) checked {kills['oracle checked']} schedules."
-    fault_kinds = ", ".join(f"{faults[k]} {k}" for k in campaign.FAULT_KINDS)
+    fault_kinds = ", ".join(f"{faults[k]} {k}" for k in FAULT_KINDS)
     lines = [
         "# make chaos",
         "",

@@ -43,7 +43,7 @@ from layout_sm.messages import query_request
 from layout_sm.reasons import Reason
 from layout_sm.trace_codec import TRACE_ENV
 from tools.chaos import rank_scripts
-from tools.chaos.rank_scripts import BEGIN_FAULT, FAULT_KINDS, KillPoint, ReplyFault
+from tools.chaos.rank_scripts import BEGIN_FAULT, BEGIN_FAULTS, COMMIT_FAULTS, KillPoint, ReplyFault
 from tools.harness import toy_moe
 from tools.harness.daemon_proc import DaemonProcess, rank_cache_config, request, start_daemon
 from tools.harness.engine_ranks import (
@@ -122,16 +122,24 @@ def draw(seed: int) -> list[Operation]:
 
 FAULT_SALT = 0x5EED_FA17  # the reply fault's own draw: the other draws of a seed stay as they were
 FAULT_P = 0.35  # the share of schedules with a reply fault armed on one rank's commit
+# A begin's fault, drawn only where no commit fault was, from a draw of its own: the schedules drawn
+# before the begin's faults existed stay as they were.
+BEGIN_FAULT_SALT = 0xB361_FA17
+BEGIN_FAULT_P = 0.15  # the share of the schedules without a commit fault that get a begin's fault
 
 
 def _with_fault(seed: int, ops: list[Operation]) -> list[Operation]:
     """With some seeds, a rebalance armed with a reply fault right after one of the engine starts: the
-    first rebalance of a live engine from there on that commits the chunk on that rank takes it."""
+    first rebalance of a live engine from there on that sends the chunk's commit (or begin) on that rank
+    takes it."""
     rng = random.Random(seed ^ FAULT_SALT)
+    kinds = COMMIT_FAULTS
     if rng.random() >= FAULT_P:
-        return ops
+        rng, kinds = random.Random(seed ^ BEGIN_FAULT_SALT), BEGIN_FAULTS
+        if rng.random() >= BEGIN_FAULT_P:
+            return ops
     n = rng.choice([n for n, op in enumerate(ops) if op.kind == "engine"])
-    fault = (rng.choice(FAULT_KINDS), rng.randrange(WORLD), rng.randint(1, toy_moe.ToyMoEConfig().num_layers))
+    fault = (rng.choice(kinds), rng.randrange(WORLD), rng.randint(1, toy_moe.ToyMoEConfig().num_layers))
     return [*ops[: n + 1], Operation("rebalance", fault=fault), *ops[n + 1 :]]
 
 

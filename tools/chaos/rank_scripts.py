@@ -41,9 +41,11 @@ class KillPoint:
         return f"SIGKILL its {self.what} after {self.event} #{self.count}"
 
 
-# A commit's faults, then a begin's ("begin_": the same fault on the chunk's begin).
-FAULT_KINDS = ("lost_reply", "lost_request", "bad_rows", "begin_lost_reply", "begin_lost_request")
+# A commit's faults, and a begin's ("begin_": the same fault on the chunk's begin).
+COMMIT_FAULTS = ("lost_reply", "lost_request", "bad_rows")
 BEGIN_FAULT = "begin_"
+BEGIN_FAULTS = (BEGIN_FAULT + "lost_reply", BEGIN_FAULT + "lost_request")
+FAULT_KINDS = COMMIT_FAULTS + BEGIN_FAULTS
 
 
 @dataclass(frozen=True)
