@@ -326,7 +326,6 @@ def rebalance_with_a_broken_move(rank: EngineRank, phase: int) -> dict[str, Any]
     """A rebalance whose first move raises, as sglang's does when a peer rank dies mid-chunk (its
     collective breaks): the error, and the session's rebalance phase after it."""
     from sglang.srt.eplb.expert_location_updater import ExpertLocationUpdater
-
     from tools.harness import toy_moe
 
     assert rank.spec is not None
