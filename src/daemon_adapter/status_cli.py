@@ -335,10 +335,8 @@ class ExportProblem:
 
 
 def _exportable(index: int, status: DaemonStatus) -> LayoutRecord | ExportProblem:
-    """A daemon's record, or why it cannot be exported. A reply is classified as an engine's startup
-    classifies its poll (``RankFinding.from_query_reply``): only a clean daemon with a record exports."""
-    from layout_sm.engine import RankFinding
-    from layout_sm.reasons import RESTART_DAEMONS
+    """A daemon's record, or why it cannot be exported (``layout_sm.export``)."""
+    from layout_sm.export import exportable_record
 
     path = status.socket_path
     if status.outcome == NOT_ANSWERING:
@@ -357,23 +355,10 @@ def _exportable(index: int, status: DaemonStatus) -> LayoutRecord | ExportProble
             "run the daemons with `python -m daemon_adapter` and the servers' --enable-eplb",
         )
     assert status.state is not None
-    finding = RankFinding.from_query_reply(index, status.state)
-    if finding.kind == "record" and isinstance(finding.record, LayoutRecord):
-        return finding.record
-    if finding.kind == "dirty":
-        what = f"dirty, its layout unknown: {finding.detail}"
-        advice = f"run `expert-layout repair --socket {path}`, {_THEN_EXPORT}; or {RESTART_DAEMONS}"
-    elif finding.kind == "pending" and status.state.get("repairing"):
-        what = f"reloading: {finding.detail}"
-        advice = f"wait for the reload to end (`expert-layout status` shows its progress), {_THEN_EXPORT}"
-    elif finding.kind == "pending":
-        what = f"a move is pending: {finding.detail}"
-        advice = f"wait for the move to end (its engine commits or aborts it), {_THEN_EXPORT}"
-    elif finding.kind == "no_record":
-        what = "keeps no layout record (started without --enable-eplb): it never records a move"
-        advice = "start the daemons with the servers' --enable-eplb"
-    else:
-        what, advice = finding.detail, RESTART_DAEMONS
+    found = exportable_record(index, status.state, path, _THEN_EXPORT)
+    if isinstance(found, LayoutRecord):
+        return found
+    what, advice = found
     return ExportProblem(path, what, advice)
 
 
