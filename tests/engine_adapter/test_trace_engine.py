@@ -25,15 +25,22 @@ from tools.trace_check import check_all
 from layout_sm.trace_codec import TRACE_ENV
 
 
+def _start_then(ranks: Any, daemons: Any, rebalance: Any) -> list[Any]:
+    """One engine, one rank per daemon, started, then ``rebalance`` (a script of ``ea_scripts``) run at
+    phase 1, one layer a chunk: each rank's result, every one ok."""
+    d = daemons()
+    results = ranks.run(ea_scripts.start_load, ea_scripts.spec(d.sockets, layers_per_chunk=1))
+    assert all(r.ok for r in results), [r.trace for r in results]
+    results = ranks.run(rebalance, 1)
+    assert all(r.ok for r in results), [r.trace for r in results]
+    return results
+
+
 def _rebalanced(ranks: Any, daemons: Any, traces: Path, copy_to: Path | None = None) -> list[Path]:
     """One engine, one rank per daemon, rebalancing one layer a chunk: the traces it wrote (copied to
     ``copy_to``, to be broken there: the originals are checked after the test)."""
     started = time.time()
-    d = daemons()
-    results = ranks.run(ea_scripts.start_load, ea_scripts.spec(d.sockets, layers_per_chunk=1))
-    assert all(r.ok for r in results), [r.trace for r in results]
-    results = ranks.run(ea_scripts.rebalance, 1)
-    assert all(r.ok for r in results), [r.trace for r in results]
+    _start_then(ranks, daemons, ea_scripts.rebalance)
     ranks.run(ea_scripts.stop)
     written = [path for path in traces.glob("*.ndjson") if path.stat().st_mtime >= started]
     if copy_to is None:
@@ -73,11 +80,7 @@ def test_a_rebalance_broken_mid_chunk_is_not_traced_as_ended(ranks, daemons, tra
     """sglang's move raises on every rank (a peer's death breaks its collective): the chunk is neither
     committed nor aborted, so no rank's session is told the rebalance ended and no trace says it did."""
     started = time.time()
-    d = daemons()
-    results = ranks.run(ea_scripts.start_load, ea_scripts.spec(d.sockets, layers_per_chunk=1))
-    assert all(r.ok for r in results), [r.trace for r in results]
-    results = ranks.run(ea_scripts.rebalance_with_a_broken_move, 1)
-    assert all(r.ok for r in results), [r.trace for r in results]
+    results = _start_then(ranks, daemons, ea_scripts.rebalance_with_a_broken_move)
     assert [(r.value["error"] != "", r.value["phase"]) for r in results] == [(True, "moving")] * 2, results
     engines = [p for p in traces.glob("engine-*.ndjson") if p.stat().st_mtime >= started]
     assert len(engines) == 2, engines
