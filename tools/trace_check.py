@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from layout_sm.daemon import DaemonMachine
+from layout_sm.durable import copy_due
 from layout_sm.engine import RankAnswer
 from layout_sm.engine_machines import RebalanceMachine
 from layout_sm.reasons import Reply
@@ -143,10 +144,18 @@ def _lines(path: Path, verdict: Verdict) -> Iterator[dict[str, Any]]:
 
 
 def _started(line: dict[str, Any]) -> DaemonMachine:
-    """The machine of a daemon just loaded, as its start line says."""
+    """The machine of a daemon just loaded, as its start line says (at its durable copy's version, where
+    it started from one)."""
     rows = decode(line["rows"])
-    record = None if rows is None else LayoutRecord.initial(rows, line["num_logical"])
+    record = None if rows is None else LayoutRecord.build(rows, line["num_logical"], line.get("version", 0))
     return DaemonMachine(record, auto_repair=line["auto_repair"])
+
+
+def _copy_at_start(line: dict[str, Any]) -> LayoutRecord | None:
+    """The record the durable copy holds when the daemon starts: its record, where it started from a whole copy."""
+    if line.get("copy") != "whole":
+        return None
+    return _started(line).view().record
 
 
 @dataclass
@@ -156,6 +165,7 @@ class _Owed:
 
     fetches: set[int] = field(default_factory=set)
     notices: set[str] = field(default_factory=set)
+    copy: LayoutRecord | None = None  # the record the durable copy holds (None: none yet, or unknown)
 
 
 def _notified(answer: Any) -> tuple[str, ...]:
@@ -182,6 +192,16 @@ def _replay(machine: DaemonMachine, line: dict[str, Any], owed: _Owed, verdict: 
             return "sglang's handles were served without a layout check that passed"
         owed.fetches.discard(line["check_seq"])
         verdict.fetches_served += 1
+        return None
+    if kind == "persist":
+        due = copy_due(machine.view(), owed.copy)
+        if due is None:
+            return "the durable copy was written with no record due (the daemon not clean, or its copy already that)"
+        after = _json(state_after(machine.view()))
+        if after != line["after"]:
+            return f"the copy holds {json.dumps(line['after'])}, the record is {json.dumps(after)}"
+        owed.copy = due
+        verdict.events["persist"] = verdict.events.get("persist", 0) + 1
         return None
     if kind != "step":
         return f"a line of unknown kind {kind!r}"
@@ -234,7 +254,7 @@ def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Ver
     first = next(lines, None)
     if not _begins(first, verdict):
         return verdict
-    machine, owed = _started(first), _Owed()
+    machine, owed = _started(first), _Owed(copy=_copy_at_start(first))
     pending = sorted(truths, key=lambda truth: truth["read_ns"])
     last_ns = first["t_ns"]
 
@@ -255,7 +275,7 @@ def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Ver
         if read_truths(line.get("t_ns", 0)) is not None:
             break
         if line.get("kind") == "start":  # the daemon started again in this process (a file per process)
-            machine, owed = _started(line), _Owed()
+            machine, owed = _started(line), _Owed(copy=_copy_at_start(line))
             continue
         before, phase = state_after(machine.view()), machine.phase
         why = _replay(machine, line, owed, verdict)

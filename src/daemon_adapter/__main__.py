@@ -5,7 +5,7 @@ two modes: one daemon for ``--gpu-id``/``--tp-rank``, or all local ranks. The da
 sglang's own code with ``LayoutAwareDaemon`` in place of ``WeightCacheDaemon`` (see
 ``daemon_adapter.hooks``); with ``--enable-eplb`` they keep the expert-layout record.
 
-Two options of this package, taken out of the arguments before sglang's parsers see them; each
+Options of this package, taken out of the arguments before sglang's parsers see them; each
 reaches every daemon, the spawned ones included, in the environment:
 
 - ``--expert-layout-no-auto-repair`` (``SGLANG_EXPERT_LAYOUT_AUTO_REPAIR=0``): a daemon whose mover
@@ -15,6 +15,12 @@ reaches every daemon, the spawned ones included, in the environment:
   again while the rest of their set runs (a rebooted node's, or one killed daemon): they load from
   disk without meeting the others (``daemon_adapter.alone``), and the next engine's startup has
   them rejoin at the others' record.
+- ``--expert-layout-copy-dir DIR`` (``SGLANG_EXPERT_LAYOUT_COPY_DIR``): the folder of the daemons'
+  durable copies of their records (``daemon_adapter.durable``; by default ``expert-layout`` beside
+  each socket). A daemon started again loads at its copy's layout, so the layout EPLB learned
+  outlives the loss of every daemon. Name a folder on a disk: a tmpfs is emptied by a reboot.
+- ``--expert-layout-no-copy`` (``SGLANG_EXPERT_LAYOUT_COPY=0``): no durable copy is read or written;
+  a daemon started again loads at the initial layout, version 0.
 
 Options must be spelled out: argparse would read ``--tp 2`` as ``--tp-rank 2`` (the daemon's
 own option, parsed first) where ``--tp-size 2`` was meant. sglang's own
@@ -31,20 +37,36 @@ from collections.abc import Iterable
 PROG = "python -m daemon_adapter"
 NO_AUTO_REPAIR = "--expert-layout-no-auto-repair"
 START_ALONE = "--expert-layout-start-alone"
+NO_COPY = "--expert-layout-no-copy"
+COPY_DIR = "--expert-layout-copy-dir"
 
 
 def take_own_options(argv: list[str]) -> list[str]:
-    """Apply this package's options (``NO_AUTO_REPAIR``, ``START_ALONE``) and return the arguments for
-    sglang's parsers."""
+    """Apply this package's options (``NO_AUTO_REPAIR``, ``START_ALONE``, ``NO_COPY``, ``COPY_DIR``) and
+    return the arguments for sglang's parsers."""
     from daemon_adapter.alone import START_ALONE_ENV
     from daemon_adapter.daemon import AUTO_REPAIR_ENV
+    from daemon_adapter.durable import COPY_DIR_ENV, COPY_ENV
 
+    end = argv.index("--") if "--" in argv else len(argv)
+    own, rest = argv[:end], argv[end:]
     # The environment is inherited by the daemon children sglang spawns.
-    for option, env, value in ((NO_AUTO_REPAIR, AUTO_REPAIR_ENV, "0"), (START_ALONE, START_ALONE_ENV, "1")):
-        if option in argv[: argv.index("--") if "--" in argv else len(argv)]:
+    flags = ((NO_AUTO_REPAIR, AUTO_REPAIR_ENV, "0"), (START_ALONE, START_ALONE_ENV, "1"), (NO_COPY, COPY_ENV, "0"))
+    for option, env, value in flags:
+        if option in own:
             os.environ[env] = value
-            argv = [arg for arg in argv if arg != option]
-    return argv
+            own = [arg for arg in own if arg != option]
+    for i, arg in enumerate(own):
+        if arg == COPY_DIR or arg.startswith(COPY_DIR + "="):
+            folder = arg.partition("=")[2] if "=" in arg else (own[i + 1] if i + 1 < len(own) else "")
+            if not folder or folder.startswith("--"):
+                argparse.ArgumentParser(prog=PROG).error(
+                    f"{COPY_DIR} needs a folder: {COPY_DIR} /var/lib/sglang/layout"
+                )
+            os.environ[COPY_DIR_ENV] = os.path.abspath(folder)
+            own = own[:i] + own[i + (1 if "=" in arg else 2) :]
+            break
+    return own + rest
 
 
 def refuse_abbreviations(argv: Iterable[str], parsers: Iterable[argparse.ArgumentParser]) -> None:

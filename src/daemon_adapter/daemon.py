@@ -71,9 +71,11 @@ from sglang.srt.weight_cache.protocol import send_msg
 from daemon_adapter import wire
 from daemon_adapter.alone import START_ALONE_ENV, groups_without_peers, start_alone_enabled
 from daemon_adapter.client import FRAME_HEADER
+from daemon_adapter.durable import CopyWriter, copy_path, read_at_start
 from daemon_adapter.trace import DaemonTrace, trace_dir
 from layout_sm.daemon import DaemonMachine, DaemonStep
 from layout_sm.daemon_view import Detach, DetachEffect, Fetch, RepairDone, RepairFailed
+from layout_sm.durable import CopyOwner, CopyRead, owner_digest
 from layout_sm.messages import (
     ATTACH,
     FETCH_CLAIMS_FIELD,
@@ -470,6 +472,9 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     """sglang's weight cache daemon that keeps the expert-layout record (README, "The protocol core")."""
 
     _layout_gate: _LayoutGatedTransport | None = None  # sglang's backend behind the gate (transport_backend)
+    # The durable copy's writer runs on its own thread; a replay of the spec's behaviours on in-process
+    # daemons writes at the behaviour's Persist steps instead (tests.model_based.daemon_hosts).
+    copy_writes_by_itself = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Logged first, so that a spawned daemon says what it is even if loading then fails.
@@ -492,6 +497,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         # The running reload's progress (daemon_adapter.repair.RepairProgress), for the status.
         self._repair_progress: Any = None
         self._trace: DaemonTrace | None = None  # the protocol trace (daemon_adapter.trace), when asked
+        self._copy_writer: CopyWriter | None = None  # the durable copy's writer (daemon_adapter.durable)
+        self._copy_read: CopyRead | None = None  # what the daemon made of its copy at its start
         _hook_sglang_read()
         super().__init__(*args, **kwargs)
 
@@ -507,14 +514,54 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
     # -- the record ---------------------------------------------------------------------
 
     def set_initial_layout(
-        self, physical_to_logical_map: Sequence[Sequence[int]] | None = None, num_logical: int | None = None
+        self,
+        physical_to_logical_map: Sequence[Sequence[int]] | None = None,
+        num_logical: int | None = None,
+        durable: bool = False,
     ) -> None:
         """Start the layout machine: a record of ``physical_to_logical_map`` (``[L][P]`` logical
         expert ids in ``0..num_logical-1``) at version 0, or no record when the map is None
-        (a daemon started without ``--enable-eplb``). Raises ``LayoutError`` for a bad map."""
-        record = None
+        (a daemon started without ``--enable-eplb``). Raises ``LayoutError`` for a bad map.
+        ``durable``: start from the durable copy instead where it is whole (``read_copy``); only for a
+        daemon whose memory holds no weights this adapter loads (its host loads them at the record)."""
+        initial = None
         if physical_to_logical_map is not None:
-            record = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
+            initial = LayoutRecord.initial(rows_of(physical_to_logical_map), num_logical)  # type: ignore[arg-type]
+        read = self.read_copy(initial) if durable else None
+        self.start_layout(initial, read)
+
+    def copy_owner(self, initial: LayoutRecord) -> CopyOwner:
+        """What this daemon's copy belongs to: its checkpoint, and its cache configuration (the fields of
+        sglang's ``CacheConfig`` that are known before the load: the rank and the parallelism) with the
+        initial layout it was started at (``--init-expert-location``: an operator who names another one
+        starts a new record, and the copy of the old one is set aside)."""
+        fields: dict[str, Any] = {
+            name: getattr(self, name, None)
+            for name in ("tp_size", "tp_rank", "pp_size", "pp_rank", "ep_size", "moe_dp_size", "quantization", "dtype")
+        }
+        fields["initial_layout"] = initial.digest
+        with contextlib.suppress(Exception):  # sglang's groups, where they are up (not in a bare harness)
+            from sglang.srt.runtime_context import get_parallel
+
+            fields["moe_ep_rank"] = get_parallel().moe_ep_rank
+        checkpoint = f"{getattr(self, 'model_path', '')}@{getattr(self, 'revision', None) or ''}"
+        return CopyOwner(checkpoint, owner_digest(fields))
+
+    def copy_file(self) -> Path | None:
+        """This daemon's durable copy (``daemon_adapter.durable.copy_path``); None: the copy is off."""
+        return copy_path(str(getattr(self, "socket_path", "")))
+
+    def read_copy(self, initial: LayoutRecord | None) -> CopyRead | None:
+        """What this daemon makes of its durable copy (None: the copy is off, or the daemon keeps no record)."""
+        path = self.copy_file()
+        if path is None or initial is None:
+            return None
+        return read_at_start(path, self.copy_owner(initial), initial)
+
+    def start_layout(self, initial: LayoutRecord | None, read: CopyRead | None) -> None:
+        """Start the layout machine at the copy's record where ``read`` found one whole (the weights are
+        loaded at its map), else at ``initial``; then start the copy's writer."""
+        record = read.record if read is not None and read.record is not None else initial
         traces = trace_dir()
         with self._layout_lock:
             machine = self._layout_machine
@@ -523,18 +570,70 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
                 name = f"tp{getattr(self, 'tp_rank', 0)}-{Path(getattr(self, 'socket_path', 'daemon')).stem}"
                 self._trace = DaemonTrace(traces, name)
                 socket = str(getattr(self, "socket_path", ""))
-                self._trace.start(None if record is None else record.rows, num_logical, self._auto_repair, socket)
+                rows = None if record is None else record.rows
+                num_logical = None if record is None else record.num_logical
+                version = 0 if record is None else record.version
+                copy = None if read is None else read.kind
+                self._trace.start(rows, num_logical, self._auto_repair, socket, version=version, copy=copy)
                 machine.observer = self._trace.step
+        self._copy_read = read
         if record is None:
             logger.info("[LayoutAwareDaemon gpu=%s] no expert-layout record (no --enable-eplb)", self.gpu_id)
-        else:
+            return
+        logger.info(
+            "[LayoutAwareDaemon gpu=%s] expert-layout record: shape %s, %d logical experts, version %d, digest %s",
+            self.gpu_id,
+            list(record.shape),
+            record.num_logical,
+            record.version,
+            record.digest,
+        )
+        if read is None:
+            return
+        if read.record is not None:
             logger.info(
-                "[LayoutAwareDaemon gpu=%s] expert-layout record: shape %s, %d logical experts, version 0, digest %s",
-                self.gpu_id,
-                list(record.shape),
-                record.num_logical,
-                record.digest,
+                "[LayoutAwareDaemon gpu=%s] started from its durable copy at version %d", self.gpu_id, record.version
             )
+        elif read.set_aside:
+            logger.warning(
+                "[LayoutAwareDaemon gpu=%s] durable copy not used (%s): %s; started at the initial layout, version 0",
+                self.gpu_id,
+                read.kind,
+                read.why,
+            )
+        path = self.copy_file()
+        assert path is not None, "a copy was read, so the copy is on"
+        assert initial is not None, "a copy is read only for a daemon that keeps a record"
+        self._copy_writer = CopyWriter(
+            path,
+            self.copy_owner(initial),
+            self._layout_machine.view,
+            self._layout_lock,
+            read.record,
+            self._copy_persisted,
+        )
+        if self.copy_writes_by_itself:
+            self._copy_writer.start()
+
+    def _copy_persisted(self, record: LayoutRecord) -> None:
+        """The writer put ``record``'s copy in place (under the layout lock): the trace's ``persist``."""
+        if self._trace is not None:
+            self._trace.persisted(self._layout_machine.view())
+
+    def durable_status(self) -> dict[str, Any]:
+        """The durable copy as ``expert-layout status`` shows it (a daemon that keeps one): its file, the
+        version it holds, what the daemon made of it at its start, and the last write's failure."""
+        writer, read = self._copy_writer, self._copy_read
+        assert writer is not None, "only a daemon that keeps a durable copy reports it"
+        on_disk = writer.on_disk
+        return {
+            "enabled": True,
+            "path": str(writer.path),
+            "version": None if on_disk is None else on_disk.version,
+            "digest": None if on_disk is None else on_disk.digest,
+            "at_start": None if read is None else {"kind": read.kind, "why": read.why},
+            "write_failure": writer.failure,
+        }
 
     def _init_distributed(self, server_args: Any, model_config: Any) -> None:
         if not start_alone_enabled():
@@ -562,8 +661,23 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         metadata = get_global_expert_location_metadata()
         if metadata is None:
             self.set_initial_layout(None)
-        else:
-            self.set_initial_layout(metadata.physical_to_logical_map_cpu.tolist(), metadata.num_logical_experts)
+            return
+        initial = LayoutRecord.initial(
+            rows_of(metadata.physical_to_logical_map_cpu.tolist()), metadata.num_logical_experts
+        )
+        read = self.read_copy(initial)
+        if read is not None and read.record is not None:
+            # sglang loads the weights after this, at the global metadata's layout: at the copy's map.
+            from sglang.srt.eplb.expert_location import ExpertLocationMetadata, set_global_expert_location_metadata
+            from sglang.srt.runtime_context import get_parallel
+
+            set_global_expert_location_metadata(
+                ExpertLocationMetadata.init_by_mapping(
+                    model_config, physical_to_logical_map=list(read.record.rows), moe_ep_rank=get_parallel().moe_ep_rank
+                ),
+                allow_overwrite=True,  # sglang's initial layout, just set by super(), gives way to the copy's
+            )
+        self.start_layout(initial, read)
 
     def _machine(self) -> tuple[DaemonMachine, threading.Lock]:
         return self._layout_machine, self._layout_lock
@@ -655,6 +769,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
             progress = self._repair_progress
             if isinstance(parsed, QueryRequest) and progress is not None:
                 wired["repair_progress"] = progress.to_wire()  # how far the reload is: status shows it
+            if isinstance(parsed, QueryRequest) and self._copy_writer is not None:
+                wired["durable"] = self.durable_status()  # the copy beside the memory's record: status shows it
             self._send(conn, wired)
             self._carry_out(step)
             return
@@ -792,6 +908,8 @@ class LayoutAwareDaemon(sglang_daemon.WeightCacheDaemon):
         its own (in this one when none starts: a repairing daemon with no reload running would stay so
         for good)."""
         self._notify(step.notify)
+        if self._copy_writer is not None:
+            self._copy_writer.wake()  # the step may have recorded a commit: the copy follows, off this path
         if step.reload is not None and not step.answer_after_reload and not _start_thread(self._reload, (step,)):
             self._reload(step)
 

@@ -1,4 +1,4 @@
-"""sglang's ``--init-expert-location`` file of an expert layout, written so that a crash leaves no half file.
+"""sglang's ``--init-expert-location`` file of an expert layout, and the durable write of every layout file.
 
 sglang 0.5.23 reads the file in ``compute_initial_expert_location_metadata``
 (``sglang/srt/eplb/expert_location.py``): a path ending in ``.json`` is parsed as JSON (any other
@@ -39,31 +39,59 @@ def init_expert_location_json(rows: Sequence[Sequence[int]]) -> str:
     return f'{{"{INIT_EXPERT_LOCATION_KEY}": [\n{layers}\n]}}\n'
 
 
-def write_atomically(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` (see the module docstring); raises OSError, the old file untouched."""
+def write_temporary(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to a new temporary file beside ``path``, flushed to disk (``fsync``): the first half
+    of ``write_atomically``. The caller puts it in place (``replace_durably``) or removes it."""
     target = Path(path)
-    folder = target.parent
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        with os.fdopen(handle, "wb") as out:
             # mkstemp makes the file owner-only; the layout is no secret: the mode a plain open gives.
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(out.fileno(), 0o666 & ~umask)
-            out.write(text)
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
-    # The rename is durable once the folder's entry is.
-    folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    return Path(temporary)
+
+
+def put_in_place(temporary: Path, path: str | os.PathLike[str]) -> None:
+    """Rename ``temporary`` over ``path``: a reader sees the old file or the new one. Durable across a
+    power loss once the folder is synced (``sync_folder``); across a process's death at once."""
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def sync_folder(path: str | os.PathLike[str]) -> None:
+    """``fsync`` the folder that holds ``path``: the rename into it is then durable."""
+    folder_fd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(folder_fd)
     finally:
         os.close(folder_fd)
 
 
-__all__ = ["INIT_EXPERT_LOCATION_KEY", "INIT_EXPERT_LOCATION_SUFFIX", "init_expert_location_json", "write_atomically"]
+def write_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` (see the module docstring); raises OSError, the old file untouched."""
+    put_in_place(write_temporary(path, text.encode("utf-8")), path)
+    sync_folder(path)
+
+
+__all__ = [
+    "INIT_EXPERT_LOCATION_KEY",
+    "INIT_EXPERT_LOCATION_SUFFIX",
+    "init_expert_location_json",
+    "put_in_place",
+    "sync_folder",
+    "write_atomically",
+    "write_temporary",
+]

@@ -2,8 +2,9 @@
 
 Queries one socket (``--socket PATH``, repeatable) or every daemon socket that sglang's
 ``SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE`` matches (``{device_uuid}`` as a wildcard), with
-``expert_layout_query``, and prints version, digest, pending move, dirty state with its
-reason, attached engines and the non-following flag: a table, JSON with ``--json``, or
+``expert_layout_query``, and prints version, the version of its durable copy (``DURABLE``: "off",
+or a copy it could not use at its start, with why, in ``DETAIL``), digest, pending move, dirty state
+with its reason, attached engines and the non-following flag: a table, JSON with ``--json``, or
 Prometheus's text exposition format with ``--prometheus``, for a node exporter's textfile
 collector (``render_prometheus``; README, "Metrics").
 
@@ -149,10 +150,26 @@ def _progress(progress: dict[str, Any] | None) -> str:
     )
 
 
+def _durable(state: Mapping[str, Any]) -> tuple[str, str]:
+    """The durable copy's column (the version it holds, or "off" where the daemon keeps none), and
+    what the detail says of it: a copy set aside at the start, a write that failed."""
+    durable = state.get("durable")
+    if not isinstance(durable, dict):
+        return "off", ""  # a daemon without a durable copy (--expert-layout-no-copy, or no record) says none
+    column = "none yet" if durable.get("version") is None else f"v{durable.get('version')}"
+    notes = []
+    at_start = durable.get("at_start") or {}
+    if at_start.get("kind") not in (None, "whole", "missing"):
+        notes.append(f"copy not used at start ({at_start.get('kind')}): {at_start.get('why')}")
+    if durable.get("write_failure"):
+        notes.append(f"copy not written: {durable.get('write_failure')}")
+    return column, "; ".join(notes)
+
+
 def _row(status: DaemonStatus) -> list[str]:
     state = status.state
     if state is None:
-        return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", status.detail]
+        return [status.socket_path, status.outcome, "-", "-", "-", "-", "-", "-", "-", status.detail]
     digest = state.get("digest")
     dirty, repairing, failure = state.get("dirty"), state.get("repairing"), state.get("repair_failed")
     if repairing and repairing.get("rejoin"):
@@ -167,16 +184,19 @@ def _row(status: DaemonStatus) -> list[str]:
         )
     else:
         torn = "-" if not dirty else f"yes: {_describe_move(dirty)} left mid-move"
+    durable, durable_note = _durable(state)
+    detail = "; ".join(part for part in ("" if not failure else f"repair failed: {failure}", durable_note) if part)
     return [
         status.socket_path,
         str(state.get("phase")),
         "-" if state.get("version") is None else str(state.get("version")),
+        durable,
         "-" if digest is None else str(digest)[:16],
         _describe_move(state.get("pending")),
         torn,
         _attachments(state),
         "yes" if state.get("non_following_seen") else "no",
-        "" if not failure else f"repair failed: {failure}",
+        detail,
     ]
 
 
@@ -188,7 +208,18 @@ def _attachments(state: Mapping[str, Any]) -> str:
 
 
 def render_table(statuses: Sequence[DaemonStatus]) -> str:
-    header = ["SOCKET", "STATE", "VERSION", "DIGEST", "PENDING", "DIRTY", "ATTACHED", "NON-FOLLOWING", "DETAIL"]
+    header = [
+        "SOCKET",
+        "STATE",
+        "VERSION",
+        "DURABLE",
+        "DIGEST",
+        "PENDING",
+        "DIRTY",
+        "ATTACHED",
+        "NON-FOLLOWING",
+        "DETAIL",
+    ]
     rows = [header, *(_row(s) for s in statuses)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
@@ -214,6 +245,7 @@ def render_prometheus(statuses: Sequence[DaemonStatus]) -> str:
         "phase", "1 for the daemon's phase (no_record, clean, pending, dirty, repairing).", ("socket", "phase")
     )
     version = family("record_version", "The version of the daemon's layout record.")
+    durable = family("durable_version", "The version its durable copy holds (absent: none, or the copy is off).")
     attached = family("attached_engines", "Engines attached to the daemon.")
     pending = family("pending", "1 while a move is pending.")
     dirty = family("dirty", "1 when the layout is unknown (a mover left mid-move): the daemon refuses engines.")
@@ -226,11 +258,14 @@ def render_prometheus(statuses: Sequence[DaemonStatus]) -> str:
         phase.add_metric([status.socket_path, str(state.get("phase"))], 1)
         if state.get("version") is not None:
             version.add_metric([status.socket_path], int(state["version"]))
+        copy = state.get("durable")
+        if isinstance(copy, dict) and copy.get("version") is not None:
+            durable.add_metric([status.socket_path], int(copy["version"]))
         attached.add_metric([status.socket_path], len(state.get("attached") or []))
         pending.add_metric([status.socket_path], 1 if state.get("pending") else 0)
         dirty.add_metric([status.socket_path], 1 if state.get("dirty") else 0)
         non_following.add_metric([status.socket_path], 1 if state.get("non_following_seen") else 0)
-    families = [found, up, phase, version, attached, pending, dirty, non_following]
+    families = [found, up, phase, version, durable, attached, pending, dirty, non_following]
 
     class _Snapshot:
         def collect(self) -> list[GaugeMetricFamily]:

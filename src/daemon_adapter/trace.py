@@ -3,8 +3,11 @@
 With ``TRACE_ENV`` set to a folder, each daemon appends to ``daemon-<socket name>-<pid>.ndjson``
 there (a daemon started again writes a new file):
 
-- ``start``: the record it loaded (the initial map and the number of logical experts, or none),
+- ``start``: the record it loaded (its map, version and number of logical experts, or none), what
+  it made of its durable copy (``layout_sm.durable.CopyRead.kind``, or none: the copy is off),
   whether it repairs by itself, and its socket's path (what its engines' ranks name);
+- ``persist``: its writer put a copy of the record in place (``daemon_adapter.durable``), and the
+  record after (the record the copy holds);
 - ``step``: each event its ``DaemonMachine`` took (``DaemonMachine.observer``): the event, its
   payload as the machine got it, the answer, and the record after (``expert_layout_query``'s state:
   phase, version, digest, pending move, attachments, parked standbys);
@@ -85,8 +88,28 @@ class DaemonTrace(TraceFile):
         super().__init__(directory, f"daemon-{name}")
         self._last_check = threading.local()  # the seq of this thread's last fetch check
 
-    def start(self, rows: Any, num_logical: int | None, auto_repair: bool, socket: str = "") -> None:
-        self._write("start", rows=encode(rows), num_logical=num_logical, auto_repair=auto_repair, socket=socket)
+    def start(
+        self,
+        rows: Any,
+        num_logical: int | None,
+        auto_repair: bool,
+        socket: str = "",
+        version: int = 0,
+        copy: str | None = None,
+    ) -> None:
+        self._write(
+            "start",
+            rows=encode(rows),
+            num_logical=num_logical,
+            auto_repair=auto_repair,
+            socket=socket,
+            version=version,
+            copy=copy,
+        )
+
+    def persisted(self, view: DaemonView) -> None:
+        """The writer put a copy of the record in place (under the daemon's lock): the spec's ``Persist``."""
+        self._write("persist", after=state_after(view))
 
     def step(self, event: str, payload: Any, answer: Any, view: DaemonView) -> None:
         answer_data = answer.to_wire() if isinstance(answer, reasons.Reply) else encode(answer)

@@ -37,7 +37,7 @@ def test_expert_layout_status_finds_answers_and_exit_codes(make_daemon, short_tm
     everything = run_status(template=template)
     assert everything.returncode == 4, everything
     lines = everything.stdout.splitlines()
-    assert lines[0].split()[:4] == ["SOCKET", "STATE", "VERSION", "DIGEST"]
+    assert lines[0].split()[:5] == ["SOCKET", "STATE", "VERSION", "DURABLE", "DIGEST"]
     by_socket = {line.split()[0]: line for line in lines[1:]}
     assert set(by_socket) == {aware.socket_path, plain.socket_path, dead.socket_path}
     assert (

@@ -14,6 +14,13 @@ A stops, and server B starts on the same daemons: every rank must adopt the daem
 and B's greedy outputs must equal those of a server that loads the weights from disk with
 ``--init-expert-location`` set to that map.
 
+Then every daemon is SIGKILLed and started again, twice. First with every durable copy whole: each
+daemon starts from its copy, at A's version and map, and server C adopts them on every rank. Then
+with rank 1's copy truncated (a write cut short by a disk fault): rank 1's daemon sets the file aside,
+says why in ``expert-layout status`` and starts at the initial layout, version 0, while rank 0's
+starts from its copy; server D's startup has rank 1's daemon rejoin (it alone reloads) and adopts A's
+version on every rank. C's and D's greedy outputs must equal the disk server's too.
+
 Run with the plugin off in B (``EXPERT_LAYOUT_TEST_B_PLUGINS=none``: B with ``SGLANG_PLUGINS=none``)
 the restart test fails: B never becomes ready, because the layout-aware daemons refuse its
 ``fetch_state`` after A's moves (an engine that does not send its expert layout).
@@ -26,7 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ from tools.realserver.server import (
 )
 
 from daemon_adapter import client
+from daemon_adapter.durable import copy_path
 from tests.realserver.conftest import daemon_versions, drive_until_version
 
 # The rule the restart test checks can be broken from outside: B's SGLANG_PLUGINS (None: all plugins).
@@ -91,6 +99,50 @@ class OneDaemonSet:
     beliefs: dict[int, dict[str, Any]]  # B's ranks'
     b_out: list[list[int]] | None  # None: B did not become ready
     b_failure: str
+    restarts: list[FullRestart]  # every daemon SIGKILLed and started again: copies whole, then one torn
+
+
+@dataclass
+class FullRestart:
+    """Every daemon SIGKILLed and started again from its durable copy, and the server that started next."""
+
+    status: dict[str, Any]  # expert-layout status --json of the daemons, started again
+    beliefs: dict[int, dict[str, Any]]
+    out: list[list[int]] | None  # None: the server did not become ready
+    failure: str
+    reloaded: list[int]  # each rank's daemon's rejoin reloads (its log's lines)
+
+
+def _full_restart(
+    run: RunDir, topology: Topology, daemons: list[StandaloneDaemons], name: str, spoil: Callable[[int, Path], None]
+) -> FullRestart:
+    """SIGKILL every daemon; ``spoil`` the copies' files as a fault would; start them again; start a server."""
+    daemons[-1].kill()
+    for rank in range(topology.tp_size):
+        file = copy_path(run.socket_path(rank))
+        assert file is not None and file.exists(), f"rank {rank}'s daemon wrote no durable copy"
+        spoil(rank, file)
+    daemons.append(StandaloneDaemons(run, topology, name=f"daemons-{name}").start())
+    daemons[-1].wait_ready()
+    status = daemon_status(run, include_map=True)
+    server = RealServer(run, topology, ServerSpec(name, rebalance_iterations=QUIET)).start()
+    out, failure, beliefs = None, "", {}
+    try:
+        server.wait_ready()
+        beliefs = server.beliefs()
+        out = server.generate(list(PROMPTS))
+    except ServerFailed as failed:
+        failure = str(failed)[-3000:]
+    finally:
+        server.stop()
+    log = daemons[-1].tree.log_path.read_text(errors="replace")
+    reloaded = [log.count(f"[LayoutAwareDaemon gpu={rank}] rejoining: reloading") for rank in range(topology.tp_size)]
+    return FullRestart(status, beliefs, out, failure, reloaded)
+
+
+def _truncate_rank1(rank: int, file: Path) -> None:
+    if rank == 1:
+        file.write_bytes(file.read_bytes()[:100])
 
 
 def _until_paused(a: RealServer, ranks: list[int]) -> Series:
@@ -124,9 +176,10 @@ def one_daemon_set(
     run = RunDir(tmp_path_factory.mktemp("restart") / "run")
     topology = Topology(tiny_model)
     ranks = list(range(topology.tp_size))
-    daemons = StandaloneDaemons(run, topology).start()
+    daemons = [StandaloneDaemons(run, topology).start()]
+    restarts: list[FullRestart] = []
     try:
-        daemons.wait_ready()
+        daemons[0].wait_ready()
         spec = ServerSpec("A", rebalance_iterations=10, layers_per_chunk=1, extra_args=("--enable-metrics",))
         a = RealServer(run, topology, spec).start()
         try:
@@ -158,11 +211,13 @@ def one_daemon_set(
             b_failure = str(failed)[-3000:]
         finally:
             b.stop()
+        restarts.append(_full_restart(run, topology, daemons, "C", lambda rank, file: None))
+        restarts.append(_full_restart(run, topology, daemons, "D", _truncate_rank1))
     finally:
-        daemons.stop()
+        daemons[-1].stop()
     yield OneDaemonSet(
         run, topology, version, moved, paused, versions_while_paused, prometheus, moved_map, status, beliefs, b_out,
-        b_failure,
+        b_failure, restarts,
     )  # fmt: skip
 
 
@@ -212,3 +267,41 @@ def test_restart_adopts_the_daemons_layout_and_serves_like_disk(
         assert belief["startup"] == "adopt", f"rank {rank} startup was {belief['startup']}"
     reference = disk_outputs.outputs(ran.topology, ran.moved_map)
     assert ran.b_out == reference, "B's greedy outputs differ from a disk-loaded server's with the same map"
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.slow("the module's daemon set (above): every daemon killed and started again, twice")
+@pytest.mark.usefixtures("realserver_lock")
+def test_every_daemon_killed_starts_again_from_its_copy_and_the_next_server_adopts_it(
+    one_daemon_set: OneDaemonSet, disk_outputs: DiskReferences
+) -> None:
+    ran = one_daemon_set
+    assert ran.moved_map is not None, f"the daemons hold different maps after A: {ran.status}"
+    reference = disk_outputs.outputs(ran.topology, ran.moved_map)
+    whole, torn = ran.restarts
+    ranks = list(range(ran.topology.tp_size))
+
+    # Every copy whole: every daemon starts again at A's version and map, and C adopts them.
+    states = [d["state"] for d in whole.status["daemons"]]
+    assert [(s["phase"], s["version"], s["map"]) for s in states] == [("clean", ran.version, ran.moved_map)] * len(
+        ranks
+    ), states
+    assert all(s["durable"]["at_start"]["kind"] == "whole" for s in states), states
+    assert whole.out is not None, f"C did not become ready after the full restart:\n{whole.failure}"
+    assert sorted(whole.beliefs) == ranks, whole.beliefs
+    for rank, belief in whole.beliefs.items():
+        assert (belief["version"], belief["map"], belief["startup"]) == (ran.version, ran.moved_map, "adopt"), (
+            f"C's rank {rank}: {belief}"
+        )
+    assert whole.reloaded == [0] * len(ranks), "a daemon that started from its whole copy reloaded"
+    assert whole.out == reference, "C's greedy outputs differ from a disk-loaded server's with the same map"
+
+    # Rank 1's copy truncated: it starts at version 0 and says why; D has it rejoin, and it alone reloads.
+    states = [d["state"] for d in torn.status["daemons"]]
+    assert [(s["version"], s["durable"]["at_start"]["kind"]) for s in states] == [(ran.version, "whole"), (0, "torn")]
+    assert "not whole JSON" in states[1]["durable"]["at_start"]["why"], states[1]
+    assert torn.out is not None, f"D did not become ready beside a torn copy:\n{torn.failure}"
+    for rank, belief in torn.beliefs.items():
+        assert (belief["version"], belief["map"]) == (ran.version, ran.moved_map), f"D's rank {rank}: {belief}"
+    assert torn.reloaded == [0, 1], f"the rejoin's reloads by rank: {torn.reloaded}"
+    assert torn.out == reference, "D's greedy outputs differ from a disk-loaded server's with the same map"

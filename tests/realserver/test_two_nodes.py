@@ -31,6 +31,7 @@ the rebalance and the disk reference are that case's. Disk references are shared
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from tools.realserver.server import (
 )
 
 from daemon_adapter.__main__ import NO_AUTO_REPAIR, START_ALONE
+from daemon_adapter.durable import copy_path
 from engine_adapter.roles import ROLE_ENV, STANDBY
 
 from .conftest import REPO
@@ -210,11 +212,12 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
     older engine (the plugin off) across the nodes is refused on each node, the reason on its screen,
     no rank left running. B adopts the version and map on every rank and answers like a disk server
     with that map. Node 1 is then lost whole: B's ranks there and node 1's daemons, SIGKILL (B's node 0
-    goes too, as its collectives would fail). Node 1's daemons start again from disk alone, at version
-    0, beside node 0's at A's version. C's startup has node 1's daemons rejoin (every layer reloaded
-    there, nothing on node 0) and adopts A's version and map on every rank, answering like a disk
-    server with that map. Then every daemon of both nodes is restarted from disk, for the comparison:
-    that loses the record (version 0 everywhere)."""
+    goes too, as its collectives would fail), its disk with it: no durable copy there. Node 1's daemons
+    start again from disk alone, at version 0, beside node 0's at A's version. C's startup has node 1's
+    daemons rejoin (every layer reloaded there, nothing on node 0) and adopts A's version and map on
+    every rank, answering like a disk server with that map. Then every daemon of both nodes is
+    SIGKILLed and started again: each from its durable copy (node 1's written after its rejoin), at A's
+    version and map, and D adopts them on every rank, answering like the disk server too."""
     topology = _topology(tiny_model, tp)
     two = cluster.Nodes(tmp_path / "nodes", topology)
     local = two.local_ranks
@@ -232,6 +235,9 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
             daemons[1].kill()
         finally:
             cluster.kill(b)
+        copies = [copy_path(two.runs[1].socket_path(gpu)) for gpu in range(local)]
+        assert all(file is not None and file.exists() for file in copies), f"node 1's durable copies: {copies}"
+        shutil.rmtree(copies[0].parent)  # type: ignore[union-attr]  # node 1 lost whole, its disk with it
         daemons[1] = two.daemons(extra_args={1: (START_ALONE,)})[1]
         daemons[1].start()
         alone_start_s = daemons[1].wait_ready(START_TIMEOUT_S)
@@ -272,12 +278,21 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
         held = memory_probe.held_map(sockets, str(tiny_model))
         logs = [node.tree.log_path.read_text(errors="replace") for node in daemons]
 
-        cluster.stop(daemons)
+        for node in daemons:  # every daemon of both nodes, SIGKILL
+            node.kill()
         daemons = two.daemons()
         restarted = time.monotonic()
         cluster.start_daemons(daemons)
         full_restart_s = time.monotonic() - restarted
-        after_full_restart = two.daemon_states()
+        after_full_restart = two.daemon_states(include_map=True)
+        d = two.servers(ServerSpec("D", rebalance_iterations=QUIET))
+        try:
+            cluster.start(d)
+            d_ready_s = d[0].wait_ready()
+            d_out = d[0].generate(list(PROMPTS))
+            d_beliefs = cluster.beliefs(d)
+        finally:
+            cluster.stop(d)
     finally:
         cluster.stop(daemons)
 
@@ -300,7 +315,15 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
     assert logs[1].count("rejoining: reloading layers") == local, logs[1][-3000:]
     reports = torn_move.logged_repairs(logs[1])
     assert len(reports) == local and all(r.layers == list(range(len(moved_map))) for r in reports), reports
-    assert [s["version"] for s in after_full_restart] == [0] * tp, "a full restart kept a record"
+    assert [(s["version"], s["map"]) for s in after_full_restart] == [(version, moved_map)] * tp, (
+        "a daemon started again from its durable copy at another layout"
+    )
+    assert [s["durable"]["at_start"]["kind"] for s in after_full_restart] == ["whole"] * tp, after_full_restart
+    assert sorted(d_beliefs) == list(range(topology.tp_size)), d_beliefs
+    for rank, belief in d_beliefs.items():
+        assert (belief["version"], belief["map"], belief["startup"]) == (version, moved_map, "adopt"), (
+            f"D's rank {rank}: {belief}"
+        )
     REJOIN_RESULTS.parent.mkdir(parents=True, exist_ok=True)
     # Figures for the results, not the test's verdict.
     REJOIN_RESULTS.write_text(
@@ -314,6 +337,7 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
                 "checkpoint_bytes": reports[0].checkpoint_bytes,
                 "server_ready_with_rejoin_s": round(c_ready_s, 3),
                 "full_restart_both_nodes_s": round(full_restart_s, 3),
+                "server_ready_after_full_restart_s": round(d_ready_s, 3),
             }
         )
         + "\n"
@@ -321,6 +345,7 @@ def test_a_rebalance_adopted_on_both_nodes_then_a_node_lost_whole_rejoins_at_the
     reference = disk_outputs.outputs(topology, moved_map)
     assert b_out == reference, "B's outputs differ from a disk server's"
     assert c_out == reference, "C's outputs differ from a disk server's"
+    assert d_out == reference, "D's outputs differ from a disk server's after the full restart"
 
 
 @pytest.mark.timeout(3600)

@@ -136,7 +136,7 @@ def run_real_schedule(seed: int, root: Path, references: DiskReferences | None =
                 daemons.kill()
                 daemons = StandaloneDaemons(run, topology).start()
                 daemons.wait_ready(START_TIMEOUT_S)
-                out.notes.append("daemons restarted from disk")
+                out.notes.append("every daemon SIGKILLed and started again from its durable copy")
             serving = RealServer(run, topology, ServerSpec("B", rebalance_iterations=100_000)).start()
             servers.append(serving)
             serving.wait_ready(START_TIMEOUT_S)

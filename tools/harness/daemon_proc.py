@@ -128,6 +128,9 @@ class DaemonSpec:
     checkpoint: tuple[ToyMoEConfig, int] | None = None
     auto_repair: bool = False
     die_in_reload: str | None = None  # a marker file: the daemon dies inside its first reload (a crash mid-repair)
+    # Start from the durable copy (daemon_adapter.durable) beside the socket and keep it; the harness's
+    # weights are not moved to the copy's map (the layout tests read the record alone).
+    durable: bool = False
 
 
 def _run_daemon(spec: DaemonSpec) -> None:
@@ -166,7 +169,7 @@ def _run_daemon(spec: DaemonSpec) -> None:
         if spec.checkpoint is not None:
             reload = FakeCheckpointReload(*spec.checkpoint, tensors, die_marker=spec.die_in_reload)
         daemon = FakeLoadedLayoutAwareDaemon(**built, auto_repair=spec.auto_repair, fake_reload=reload)
-        daemon.set_initial_layout(spec.physical_to_logical_map, spec.num_logical)
+        daemon.set_initial_layout(spec.physical_to_logical_map, spec.num_logical, durable=spec.durable)
     daemon.serve()
 
 
@@ -348,6 +351,7 @@ def start_daemon(
     checkpoint: tuple[ToyMoEConfig, int] | None = None,
     auto_repair: bool = False,
     die_in_reload: str | None = None,
+    durable: bool = False,
     wait: bool = True,
     timeout: float = 120.0,
 ) -> DaemonProcess:
@@ -361,7 +365,8 @@ def start_daemon(
     variant such as ``tools.harness.cpu_transport:CpuShmTransportBackend`` serves any
     number of importing engines). ``checkpoint`` (the toy model and this daemon's EP rank): a torn
     move can be repaired, from the toy's checkpoint; ``auto_repair`` starts that on the mover's detach;
-    ``die_in_reload`` (a marker file) kills the daemon inside its first reload.
+    ``die_in_reload`` (a marker file) kills the daemon inside its first reload. ``durable``: the daemon
+    starts from its durable copy and keeps it (``daemon_adapter.durable``).
     """
     tensors_path = None
     if tensors:
@@ -387,6 +392,7 @@ def start_daemon(
         checkpoint=checkpoint,
         auto_repair=auto_repair,
         die_in_reload=die_in_reload,
+        durable=durable,
     )
     return DaemonProcess(spec).start(wait, timeout)
 

@@ -76,6 +76,14 @@ class FakeCheckpointReload:
     ) -> None:
         self.cfg, self.rank, self.tensors, self.die_marker = cfg, rank, tensors, die_marker
 
+    def load_at(self, rows: Any) -> None:
+        """Every layer of this rank's slots at ``rows``: what sglang's load from the checkpoint leaves in
+        memory where the layout it loads at is ``rows`` (a daemon started from its durable copy)."""
+        checkpoint = toy_moe.rank_state(self.cfg, self.rank, rows)
+        for name, tensor in checkpoint.items():
+            if name in self.tensors:
+                self.tensors[name].copy_(tensor)
+
     def run(self, plan: RepairPlan) -> RepairDone:
         started = time.perf_counter()
         checkpoint = toy_moe.rank_state(self.cfg, self.rank, plan.record.rows)
@@ -137,11 +145,30 @@ class FakeLoadedLayoutAwareDaemon(LayoutAwareDaemon, FakeLoadedDaemon):
         *args: Any,
         auto_repair: bool = False,
         fake_reload: FakeReload | FakeCheckpointReload | None = None,
+        copy_file: Path | None = None,
         **kwargs: Any,
     ):
+        """``copy_file``: the durable copy's file, where the host names it (its sockets change per start)."""
         super().__init__(*args, **kwargs)
         self._auto_repair = auto_repair
         self.fake_reload = fake_reload
+        self._copy_file = copy_file
+
+    def copy_file(self) -> Path | None:
+        return self._copy_file if self._copy_file is not None else super().copy_file()
+
+    def start_layout(self, initial: Any, read: Any) -> None:
+        if read is not None and read.record is not None and isinstance(self.fake_reload, FakeCheckpointReload):
+            # sglang's daemon loads its weights at the copy's map (the global expert location it sets
+            # first); the toy's weights are computed, so the load is this.
+            self.fake_reload.load_at(read.record.rows)
+        super().start_layout(initial, read)
+
+    def persist(self) -> Any:
+        """Write the durable copy now, as the writer thread would (``copy_writes_by_itself`` off): the
+        record written, or None (none due)."""
+        assert self._copy_writer is not None, "the daemon keeps no durable copy"
+        return self._copy_writer.write_due()
 
     def _reload_layers(self, plan: RepairPlan) -> RepairDone | RepairFailed:
         if self.fake_reload is None:
