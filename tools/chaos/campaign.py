@@ -128,6 +128,17 @@ BEGIN_FAULT_SALT = 0xB361_FA17
 BEGIN_FAULT_P = 0.15  # the share of the schedules without a commit fault that get a begin's fault
 
 
+DURABLE_SALT = 0xD0_AB1E  # whether a schedule's daemons keep durable copies: a draw of its own, as the faults'
+DURABLE_P = 0.5
+
+
+def durable(seed: int) -> bool:
+    """Whether ``seed``'s daemons keep durable copies (``daemon_adapter.durable``): a daemon killed, or
+    every daemon (``restart_daemons``), then starts again from its copy, its weights at the copy's map.
+    Without, from disk at version 0. Drawn apart: the other draws of a seed stay as they were."""
+    return random.Random(seed ^ DURABLE_SALT).random() < DURABLE_P
+
+
 def _with_fault(seed: int, ops: list[Operation]) -> list[Operation]:
     """With some seeds, a rebalance armed with a reply fault right after one of the engine starts: the
     first rebalance of a live engine from there on that sends the chunk's commit (or begin) on that rank
@@ -218,7 +229,14 @@ class Outcome:
 class World:
     """One schedule's daemons (one per rank) and engines, in a folder of its own."""
 
-    def __init__(self, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfig, die_in_reload: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        model_dir: str,
+        cfg: toy_moe.ToyMoEConfig,
+        die_in_reload: int | None = None,
+        durable: bool = False,
+    ) -> None:
         self.root = root
         self.cfg = cfg
         self.traces = root / "traces"
@@ -240,6 +258,7 @@ class World:
                     checkpoint=(cfg, rank),
                     auto_repair=True,
                     die_in_reload=self.died_marker(rank) if rank == die_in_reload else None,
+                    durable=durable,
                     log_path=str(root / f"daemon-rank{rank}.log"),
                     wait=False,
                 )
@@ -501,9 +520,10 @@ def run_schedule(seed: int, root: Path, model_dir: str, cfg: toy_moe.ToyMoEConfi
     """Run ``seed``'s schedule in ``root``. ``tlc``: TLC on its traces for every schedule ("all"), for the
     seeded sample and every failing schedule ("sample"), or never ("off")."""
     ops = draw(seed)
-    out = Outcome(seed, [op.describe() for op in ops])
+    copies = durable(seed)
+    out = Outcome(seed, [*(["daemons keep durable copies"] if copies else []), *(op.describe() for op in ops)])
     started = time.monotonic()
-    world = World(root, model_dir, cfg, next((op.rank for op in ops if op.kind == "die_in_reload"), None))
+    world = World(root, model_dir, cfg, next((op.rank for op in ops if op.kind == "die_in_reload"), None), copies)
     out.timings["daemons"] = time.monotonic() - started
     try:
         for n, op in enumerate(ops):

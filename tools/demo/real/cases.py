@@ -8,7 +8,9 @@ stopped as soon as its case no longer needs it (at most two daemon sets and thre
 * lane 1, chain ``aware``: standalone layout-aware daemons (``python -m daemon_adapter
   --enable-eplb``, auto repair on, the default), servers in ``client`` mode: case 1 (restart), the
   older engine (M2), case 2 (warm standby), 3a (SIGKILL between chunks), 3b (SIGKILL mid-move: the
-  daemons repair the torn layers by themselves and the next server adopts the base version).
+  daemons repair the torn layers by themselves and the next server adopts the base version), 4
+  (every daemon SIGKILLed and started again: each from its durable copy, and the next server adopts
+  the layout EPLB learned).
 * lane 2, chain ``off``: the protocol off everywhere (``SGLANG_PLUGINS=none``). Server 0-A spawns
   plain sglang daemons (``--weight-cache-mode daemon``); a layout-aware server (M1) visits them
   before any move; 0-A rebalances; 0-B starts on the same daemons (``client``). The right
@@ -52,6 +54,7 @@ from tools.demo.real.lab import (
     same_record,
 )
 from tools.demo.results import Row
+from tools.realserver import server as rs
 from tools.realserver import torn_move
 from tools.realserver.engine_probes import StopPoint
 from tools.realserver.model import PROMPTS
@@ -215,7 +218,8 @@ def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
         row_m2 = m2_older_engine(lab, chain)
         row2, c = case2_standby(lab, chain, b)
         row3a, d, takeover = case3a_between_chunks(lab, chain, b, c)
-        repaired.set_result(case3b_repaired(lab, chain, d, takeover))  # the other lane starts ref-3b
+        repaired.set_result(case3b_repaired(lab, chain, d, takeover, ev))  # the other lane starts ref-3b
+        row4 = case4_full_restart(lab, chain, ev)
     except BaseException as exc:
         for future in (finished, repaired):
             if not future.done():
@@ -223,7 +227,7 @@ def aware_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
         raise
     assert chain.daemons is not None
     chain.daemons.stop()
-    return [row_m2, row2, row3a]
+    return [row_m2, row2, row3a, row4]
 
 
 def reference_of(key: str) -> Callable[[Lab, dict[str, Any]], list[Row]]:
@@ -496,7 +500,9 @@ def takeover_rows(seen: TakeoverSeen, ref_map: list[list[int]], ref_out: list[li
     ]
 
 
-def case3b_repaired(lab: Lab, chain: Chain, d: Launched, takeover: TakeoverSeen) -> Callable[[], list[Row]]:
+def case3b_repaired(
+    lab: Lab, chain: Chain, d: Launched, takeover: TakeoverSeen, ev: dict[str, Any]
+) -> Callable[[], list[Row]]:
     """3a-D SIGKILLed mid-move; the daemons repair by themselves; 3b-E adopts. Returns what finishes
     the case (``ref-3b``: loaded from disk with 3b-E's map, in the other lane)."""
     assert chain.daemons is not None
@@ -519,6 +525,7 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched, takeover: TakeoverSeen)
     wrong = memory_probe.wrong_slots(e_map, lab.held(chain))
     e_out = e.generate()
     lab.stop(e)
+    ev["3b-E"] = (e_map, e_out)
     lab.step(f"case 3b: 3b-E adopted versions {e_versions} on {e_adopt} ranks; {wrong} slots hold another expert")
 
     def finish() -> list[Row]:
@@ -566,6 +573,49 @@ def case3b_repaired(lab: Lab, chain: Chain, d: Launched, takeover: TakeoverSeen)
         )]  # fmt: skip
 
     return finish
+
+
+def case4_full_restart(lab: Lab, chain: Chain, ev: dict[str, Any]) -> Row:
+    """Every daemon of the chain SIGKILLed and started again (a power loss, a driver upgrade, a GPU daemon
+    lost: on CUDA its whole set comes back): each starts from its durable copy, and 4-F adopts it."""
+    assert chain.daemons is not None
+    e_map, e_out = ev["3b-E"]
+    before = lab.status(chain, "case 4: the daemons before the full restart")
+    chain.daemons.kill()
+    lab.step("case 4: every daemon SIGKILLed")
+    with lab.gate.busy():
+        chain.daemons = rs.StandaloneDaemons(chain.run, lab.topology(True), name="daemons-again").start()
+        seconds = chain.daemons.wait_ready(READY_TIMEOUT_S)
+    st = lab.status(chain, f"case 4: every daemon started again in {seconds:.0f}s, each from its durable copy")
+    from_copy = sum((s.get("durable") or {}).get("at_start", {}).get("kind") == "whole" for s in st)
+    f = lab.server("4-F", chain)
+    f_adopt, f_versions = startups(f, "adopt"), versions(f)
+    f_map = believed_map(f.beliefs())
+    wrong = memory_probe.wrong_slots(f_map, lab.held(chain))
+    f_out = f.generate()
+    lab.stop(f)
+    n, diff = len(f_out), differing(f_out, e_out)
+    version = before[0].get("version")
+    lab.step(f"case 4: 4-F adopted versions {f_versions} on {f_adopt} ranks; {n - diff}/{n} outputs equal 3b-E's")
+    return Row(
+        "4",
+        "every daemon SIGKILLed and started again",
+        "each daemon starts from its durable copy at the last committed version, its experts loaded at that "
+        "map; the next server adopts it on every rank and answers as before the restart",
+        f"the daemons were at version {version}; after the SIGKILL of every daemon they started again in "
+        f"{seconds:.1f} s, {from_copy} of {WORLD} from a whole durable copy, at versions "
+        f"{[s.get('version') for s in st]}; 4-F adopted versions {f_versions} on {f_adopt} of {WORLD} ranks, its "
+        f"map 3b-E's: {f_map == e_map}; {wrong} slots wrong; {n - diff} of {n} outputs equal 3b-E's (which "
+        "equal ref-3b's, loaded from disk with that map)",
+        {"version": version, "from_copy": f"{from_copy}/{WORLD}", "outputs_equal": f"{n - diff}/{n}"},
+        from_copy == WORLD
+        and all(s.get("version") == version for s in st)
+        and f_adopt == WORLD
+        and all(v == version for v in f_versions)
+        and f_map == e_map
+        and wrong == 0
+        and diff == 0,
+    )
 
 
 def repair_off_chain(lab: Lab, ev: dict[str, Any]) -> list[Row]:
@@ -656,7 +706,7 @@ CHAINS = {
 # Two lanes side by side. The aware lane is the longer one: the references of cases 1 and 3b (no
 # daemons, only a map from the aware lane) and the repair-off chain run in the other.
 LANES = (("off", "case1-ref", "noeplb", "repairoff", "case3b-ref"), ("aware",))
-ROW_ORDER = ("0", "1", "2", "2b", "3a", "3b", "3c", "3d", "M1", "M2", "M3")
+ROW_ORDER = ("0", "1", "2", "2b", "3a", "3b", "3c", "3d", "4", "M1", "M2", "M3")
 
 
 def run_lane(lab: Lab, ev: dict[str, Any], chains: list[str]) -> list[Row]:
