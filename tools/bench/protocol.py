@@ -69,6 +69,8 @@ TARGETS = {
     "commit_ms_max": 1.0,
     "one_layer_check_ratio_max": 3.0,
     "metrics_share_of_chunk_max": 0.01,
+    # The durable copy is written off the chunk's path: a chunk with it on, to its floor, against off.
+    "durable_chunk_ratio_max": 1.10,
 }
 
 
@@ -277,22 +279,25 @@ def bench_ranks(
     n: int,
     shape: tuple[int, int, int] = (LAYERS, PHYSICAL, LOGICAL),
     link: TwoNodeLink | None = None,
+    durable: bool = False,
 ) -> dict[str, Any]:
     """Chunk and startup on ``world`` ranks, each with its own daemon process, for a map of ``shape``
     (layers, physical, logical), against the floors measured in the same processes; with ``link``,
-    the first half of the ranks on node 0 and the rest on node 1 (each rank beside its own daemon)."""
+    the first half of the ranks on node 0 and the rest on node 1 (each rank beside its own daemon);
+    ``durable``: the daemons keep their durable copies (``daemon_adapter.durable``)."""
     from tools.harness.daemon_proc import start_daemon
 
     if link is not None and world % 2:
         raise ValueError(f"{world} ranks do not split over two nodes")
     placements = [link.placement(0 if r < world // 2 else 1) if link else None for r in range(world)]
-    tag = f"{world}-{shape[0]}x{shape[1]}{'-2nodes' if link else ''}"
+    tag = f"{world}-{shape[0]}x{shape[1]}{'-2nodes' if link else ''}{'-durable' if durable else ''}"
     daemons = [
         start_daemon(
             os.path.join(workdir, f"chunk{tag}-{r}.sock"),
             physical_to_logical_map=deepseek_map(*shape),
             num_logical=shape[2],
             log_path=os.path.join(workdir, f"chunk{tag}-{r}.log"),
+            durable=durable,
         )
         for r in range(world)
     ]
@@ -783,6 +788,15 @@ def markdown(data: dict[str, Any]) -> str:
         "| what | measured | floor | ratio | target |",
         "| --- | --- | --- | --- | --- |",
     ]
+    durable = data.get("durable")
+    if durable:
+        lines.append(
+            f"| begin+commit per chunk, 2 ranks, with the daemons' durable copies on (each commit written to a "
+            f"file off the chunk's path) | {durable['chunk_on_us']} µs ({durable['chunk_on_ratio_to_floor']}x its "
+            f"floor) | {durable['chunk_off_us']} µs with them off ({durable['chunk_off_ratio_to_floor']}x its "
+            f"floor) | {durable['ratio']}x (ratio to floor, on against off) | ≤{t['durable_chunk_ratio_max']}x: "
+            f"{yes(durable['ratio'] <= t['durable_chunk_ratio_max'])} |"
+        )
     for r in (r1, r2):
         lines.append(
             f"| begin+commit per chunk, {r['ranks']} rank(s), 1 layer of 61x288 | {r['chunk_us']} µs | "
@@ -937,6 +951,16 @@ def main(argv: list[str] | None = None) -> int:
     step("chunk + startup on 2 ranks (2 daemons, 2 rank processes over gloo)")
     two = bench_ranks(2, workdir, args.n)
     step(f"  {two}")
+    step("durable copy: chunk + startup on 2 ranks with the daemons' durable copies on")
+    durable = bench_ranks(2, workdir, args.n, durable=True)
+    durable_against_off = {
+        "chunk_on_us": durable["chunk_us"],
+        "chunk_off_us": two["chunk_us"],
+        "chunk_on_ratio_to_floor": durable["chunk_ratio"],
+        "chunk_off_ratio_to_floor": two["chunk_ratio"],
+        "ratio": round(durable["chunk_ratio"] / two["chunk_ratio"], 3),
+    }
+    step(f"  {durable_against_off}")
     step("metrics: the engine adapter's metrics calls per chunk, on against off (a fresh interpreter)")
     metrics = bench_metrics(workdir)
     add_chunk_share(metrics, two["chunk_us"])
@@ -978,6 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
         "request_check": request_check,
         "metrics": metrics,
         "trace": trace,
+        "durable": durable_against_off,
         "scaling": scaling,
         "real_servers": real,
         "targets": TARGETS,
@@ -991,6 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
             "one_layer_check": request_check["one_layer_ratio"] <= TARGETS["one_layer_check_ratio_max"],
             "metrics_per_chunk": metrics["share_of_chunk"] <= TARGETS["metrics_share_of_chunk_max"],
             "machine_start": machine_start["ratio"] <= 1.0,
+            "durable_chunk": durable_against_off["ratio"] <= TARGETS["durable_chunk_ratio_max"],
         },
         "machine": machine(),
         "seconds": round(time.monotonic() - t0, 1),

@@ -411,6 +411,57 @@ def repair_against_restart(model: Path, workdir: Path, step: Any) -> dict[str, A
     }
 
 
+def _versions(run: rs.RunDir) -> list[Any]:
+    return [(d.get("state") or {}).get("version") for d in rs.daemon_status(run)["daemons"]]
+
+
+def full_restart(model: Path, workdir: Path, step: Any) -> dict[str, Any]:
+    """Every daemon SIGKILLed and started again, with the durable copies (the default) and without them
+    (``--expert-layout-no-copy``), on one run folder: a server rebalances the daemons to a moved version
+    first. For each side: the daemons' start (launch to ready: sglang's load from disk, at the copy's
+    map or the initial one), the next server's time to its first token (launch to a one-token answer)
+    and the version it serves at, and the bytes each daemon read again after its load (a rejoin's)."""
+    topology = _topology(model)
+    run = rs.RunDir(workdir / "full-restart")
+    daemons = rs.StandaloneDaemons(run, topology).start()
+    out: dict[str, Any] = {}
+    try:
+        daemons.wait_ready()
+        mover = rs.RealServer(run, topology, rs.ServerSpec("mover", rebalance_iterations=10, layers_per_chunk=1))
+        mover.start()
+        try:
+            mover.wait_ready()
+            for _ in range(40):
+                mover.generate(list(PROMPTS), max_new_tokens=16)
+                if all(v is not None and v >= 1 for v in _versions(run)):
+                    break
+        finally:
+            mover.stop()
+        out["version_before"] = _versions(run)[0]
+        torn_move.wait_phase(daemons, "clean")
+        for side, extra in (("copy", ()), ("no_copy", ("--expert-layout-no-copy",))):
+            daemons.kill()
+            daemons = rs.StandaloneDaemons(run, topology, name=f"daemons-{side}", extra_args=extra).start()
+            start_s = daemons.wait_ready()
+            server = rs.RealServer(run, topology, rs.ServerSpec(f"next-{side}", rebalance_iterations=100_000)).start()
+            try:
+                first_token_s = server.wait_first_token()
+                versions = [b.get("version") for b in server.beliefs().values()]
+            finally:
+                server.stop()
+            logged = torn_move.logged_repairs(daemons.tree.log_path.read_text(errors="replace"))
+            out[side] = {
+                "daemons_start_s": round(start_s, 2),
+                "first_token_s": round(first_token_s, 2),
+                "served_versions": versions,
+                "bytes_reloaded_per_rank": [r.bytes_read for r in logged] or [0] * topology.tp_size,
+            }
+            step(f"  full restart, {side}: {out[side]}")
+    finally:
+        daemons.stop()
+    return out
+
+
 def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -> dict[str, Any]:
     model = build_tiny_qwen3_moe().resolve()
     root = Path(workdir) / "real"
@@ -424,11 +475,14 @@ def bench_real_servers(workdir: str, repeats: int, rebalances: int, step: Any) -
     standby = standby_rebalance_times(model, root, rebalances, repeats, step)
     step("real daemons: a torn move's repair against restarting the daemon set")
     repair = repair_against_restart(model, root, step)
+    step("real daemons: every daemon SIGKILLed and started again, with the durable copies and without")
+    restart = full_restart(model, root, step)
     return {
         "ready": ready,
         "rebalance": rebalance,
         "standby": standby,
         "repair": repair,
+        "full_restart": restart,
         "seconds": round(time.monotonic() - t0, 1),
     }
 
@@ -465,6 +519,7 @@ def markdown_rows(data: dict[str, Any]) -> list[str]:
         *_chunk_part_rows(b.get("chunk_parts_ms", {})),
         *_standby_rows(data.get("standby")),
         *_repair_rows(data.get("repair")),
+        *_full_restart_rows(data.get("full_restart")),
     ]
 
 
@@ -585,6 +640,22 @@ def _repair_rows(p: dict[str, Any] | None) -> list[str]:
         f"{p['repair_in_daemons_s']} s); bytes reloaded per rank {read} of a {whole}-byte checkpoint ({share}) | "
         f"{p['restart_s']} s to restart the daemon set (load from disk; its first start: {p['first_start_s']} s) | "
         f"{p['restart_to_repair']}x faster | faster than a restart: {_met(p['repair_s'] < p['restart_s'])} |",
+    ]
+
+
+def _full_restart_rows(p: dict[str, Any] | None) -> list[str]:
+    if not p:
+        return []
+    on, off = p["copy"], p["no_copy"]
+    return [
+        "| every daemon SIGKILLed and started again (TP2 standalone daemons at version "
+        f"{p['version_before']}), then the next server: the daemons' start, the server's time to its first "
+        f"token, the version it serves | with the durable copies: {on['daemons_start_s']} s, "
+        f"{on['first_token_s']} s, versions {on['served_versions']}; bytes read again after the load "
+        f"{on['bytes_reloaded_per_rank']} | without (`--expert-layout-no-copy`): {off['daemons_start_s']} s, "
+        f"{off['first_token_s']} s, versions {off['served_versions']} (the layout EPLB learned is lost) | "
+        f"{round(on['first_token_s'] / off['first_token_s'], 2) if off['first_token_s'] else '?'}x | serves "
+        f"the last committed version: {_met(all(v == p['version_before'] for v in on['served_versions']))} |",
     ]
 
 
