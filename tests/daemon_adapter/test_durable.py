@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,6 +51,16 @@ def copied(daemon: DaemonProcess, version: int) -> dict[str, Any]:
         return durable if durable.get("version") == version else None
 
     return wait_for(at_version, what=f"the copy at version {version}")
+
+
+def moved_and_copied(make_daemon: Callable[..., DaemonProcess]) -> tuple[DaemonProcess, Path]:
+    """A daemon that keeps its copy, one move committed and copied: the daemon and its copy's file."""
+    daemon = make_daemon(durable=True)
+    commit_one_move(daemon.socket_path)
+    copied(daemon, 1)
+    file = copy_path(daemon.socket_path)
+    assert file is not None
+    return daemon, file
 
 
 def status_table(socket_path: str) -> str:
@@ -95,11 +106,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_a_writer_killed_between_its_write_and_its_rename_leaves_the_previous_copy(
     make_daemon: Callable[..., DaemonProcess],
 ) -> None:
-    daemon = make_daemon(durable=True)
-    commit_one_move(daemon.socket_path)
-    copied(daemon, 1)
-    file = copy_path(daemon.socket_path)
-    assert file is not None
+    daemon, file = moved_and_copied(make_daemon)
     before = file.read_bytes()
     daemon.kill()
     done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(file)], env=dict(os.environ), timeout=60)
@@ -146,11 +153,7 @@ def _other_format(data: bytes) -> bytes:
 def test_a_bad_copy_is_set_aside_with_its_reason_and_the_daemon_serves_from_the_initial_layout(
     make_daemon: Callable[..., DaemonProcess], spoil: Callable[[bytes], bytes], kind: str, said: str
 ) -> None:
-    daemon = make_daemon(durable=True)
-    commit_one_move(daemon.socket_path)
-    copied(daemon, 1)
-    file = copy_path(daemon.socket_path)
-    assert file is not None
+    daemon, file = moved_and_copied(make_daemon)
     daemon.kill()
     bad = spoil(file.read_bytes())
     file.write_bytes(bad)
@@ -187,9 +190,7 @@ def test_a_copy_from_another_initial_layout_is_set_aside_for_the_one_the_operato
 ) -> None:
     """Daemons started again with another ``--init-expert-location`` start a new record at that layout:
     the copy of the old record is another configuration's, set aside with the reason."""
-    daemon = make_daemon(durable=True)
-    commit_one_move(daemon.socket_path)
-    copied(daemon, 1)
+    daemon, _ = moved_and_copied(make_daemon)
     daemon.kill()
     other = [list(reversed(row)) for row in INITIAL_MAP]
     daemon.spec = dataclasses.replace(daemon.spec, physical_to_logical_map=other)

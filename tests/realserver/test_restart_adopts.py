@@ -125,19 +125,24 @@ def _full_restart(
     daemons.append(StandaloneDaemons(run, topology, name=f"daemons-{name}").start())
     daemons[-1].wait_ready()
     status = daemon_status(run, include_map=True)
-    server = RealServer(run, topology, ServerSpec(name, rebalance_iterations=QUIET)).start()
-    out, failure, beliefs = None, "", {}
-    try:
-        server.wait_ready()
-        beliefs = server.beliefs()
-        out = server.generate(list(PROMPTS))
-    except ServerFailed as failed:
-        failure = str(failed)[-3000:]
-    finally:
-        server.stop()
+    out, failure, beliefs = _serve(RealServer(run, topology, ServerSpec(name, rebalance_iterations=QUIET)))
     log = daemons[-1].tree.log_path.read_text(errors="replace")
     reloaded = [log.count(f"[LayoutAwareDaemon gpu={rank}] rejoining: reloading") for rank in range(topology.tp_size)]
     return FullRestart(status, beliefs, out, failure, reloaded)
+
+
+def _serve(server: RealServer) -> tuple[list[list[int]] | None, str, dict[int, dict[str, Any]]]:
+    """Start ``server``, read what its ranks route with and its greedy outputs, stop it: (outputs, or None
+    when it did not become ready; why not; its ranks' beliefs)."""
+    server.start()
+    try:
+        server.wait_ready()
+        beliefs = server.beliefs()
+        return server.generate(list(PROMPTS)), "", beliefs
+    except ServerFailed as failed:
+        return None, str(failed)[-3000:], {}
+    finally:
+        server.stop()
 
 
 def _truncate_rank1(rank: int, file: Path) -> None:
@@ -201,16 +206,9 @@ def one_daemon_set(
         maps = [d["state"]["map"] for d in status["daemons"]]
         moved_map = maps[0] if len(maps) == topology.tp_size and all(m == maps[0] for m in maps) else None
 
-        b = RealServer(run, topology, ServerSpec("B", rebalance_iterations=QUIET, plugins=B_PLUGINS)).start()
-        b_out, b_failure, beliefs = None, "", {}
-        try:
-            b.wait_ready()
-            beliefs = b.beliefs()
-            b_out = b.generate(list(PROMPTS))
-        except ServerFailed as failed:
-            b_failure = str(failed)[-3000:]
-        finally:
-            b.stop()
+        b_out, b_failure, beliefs = _serve(
+            RealServer(run, topology, ServerSpec("B", rebalance_iterations=QUIET, plugins=B_PLUGINS))
+        )
         restarts.append(_full_restart(run, topology, daemons, "C", lambda rank, file: None))
         restarts.append(_full_restart(run, topology, daemons, "D", _truncate_rank1))
     finally:
