@@ -49,7 +49,8 @@ CONSTANTS
     Standbys,        \* engines started as warm standbys (SGLANG_EXPERT_LAYOUT_ROLE=standby)
     Rejoins,         \* a daemon may be lost and start again from disk; engines have it rejoin
     ReplyFaults,     \* a begin's or a commit's request or reply may be lost, a commit refused for its rows
-    NONE             \* model value: no pending move
+    Durable,         \* each daemon keeps a durable copy of its record and starts again from it
+    NONE             \* model value: no pending move, no durable copy
 
 ASSUME /\ NumRanks \in Nat \ {0}
        /\ NumLayers \in Nat \ {0}
@@ -64,6 +65,8 @@ ASSUME /\ NumRanks \in Nat \ {0}
        /\ Standbys \subseteq Engines \ Older
        /\ Rejoins \in BOOLEAN
        /\ ReplyFaults \in BOOLEAN
+       /\ Durable \in BOOLEAN
+       /\ Durable => Rejoins   \* copies written at different versions are reconciled by a rejoin
        /\ Rejoins => Repairs \/ OperatorRepairs   \* a rejoin is the repair's reload, for every layer
 
 (* The daemons can repair: by themselves, or when an operator asks.  A     *)
@@ -101,12 +104,13 @@ VARIABLES
     reb,      \* the engine's rebalance in progress
     moves,    \* chunks begun so far (bounded by MaxMoves)
     dpark,    \* the parked standby attachments of each daemon (a subset of datt)
-    eclaim    \* per rank, a standby's role on that rank's daemon (see ClaimStates)
+    eclaim,   \* per rank, a standby's role on that rank's daemon (see ClaimStates)
+    dcopy     \* each daemon's durable copy of its record (version, map), or NONE
 
 vars == <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
-          eserv, eshare, reb, moves, dpark, eclaim>>
+          eserv, eshare, reb, moves, dpark, eclaim, dcopy>>
 
-daemonVars == <<dphase, dver, dmap, dpend, datt, dnf, truth, dpark>>
+daemonVars == <<dphase, dver, dmap, dpend, datt, dnf, truth, dpark, dcopy>>
 engineVars == <<ephase, efind, eroute, ever, eserv, eshare, reb, eclaim>>
 
 (* A standby's role on one rank's daemon (eclaim[e][r]):                    *)
@@ -180,6 +184,7 @@ Init ==
     /\ moves = 0
     /\ dpark = [r \in Ranks |-> {}]
     /\ eclaim = [e \in Engines |-> NoClaims]
+    /\ dcopy = [r \in Ranks |-> NONE]
 
 (* Rank r of engine e attaches to daemon r; the reply is the finding.       *)
 (* Another engine's pending move, or a repair, makes the rank wait (it     *)
@@ -193,7 +198,7 @@ Attach(e, r) ==
     /\ efind' = [efind EXCEPT ![e][r] = IF MustWait(e, r)
                                          THEN [Snapshot(r) EXCEPT !.found = "wait"]
                                          ELSE Snapshot(r)]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, truth, ephase, eroute, ever, eserv,
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, dnf, dcopy, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves, dpark, eclaim>>
 
 (* A waiting rank polls its daemon (a query with the map) and sees the     *)
@@ -204,7 +209,7 @@ Poll(e, r) ==
     /\ efind[e][r].found = "wait"
     /\ ~MustWait(e, r)
     /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, dcopy, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves, dpark, eclaim>>
 
 (* The wait timed out (300 s by default): the rank fails its startup.       *)
@@ -212,7 +217,7 @@ Timeout(e, r) ==
     /\ ephase[e] = "start"
     /\ efind[e][r].found = "wait"
     /\ efind' = [efind EXCEPT ![e][r].found = "timeout"]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, dcopy, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves, dpark, eclaim>>
 
 (* The ranks all-gather their findings; one decision, the same on all.      *)
@@ -291,7 +296,7 @@ Fetch(e, r) ==
               /\ UNCHANGED <<efind, eroute, ever, eshare, reb, eclaim>>
          ELSE /\ Forget(e, "failed")
               /\ UNCHANGED dnf
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves, dpark>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, truth, moves, dpark, dcopy>>
 
 -----------------------------------------------------------------------------
 (* Rebalance, one chunk at a time (docs/protocol.md §6).                   *)
@@ -346,7 +351,7 @@ Begin(e, r) ==
     /\ BeginDue(e, r)
     /\ reb' = [reb EXCEPT ![e].replies[r] = BeginReply(e, r)]
     /\ TakeBegin(e, r)
-    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+    /\ UNCHANGED <<dver, dmap, datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare,
                    moves, dpark, eclaim>>
 
 (* The faults of a real socket (ReplyFaults) on a begin.  The daemon took  *)
@@ -363,7 +368,7 @@ BeginUnanswered(e, r) ==
     /\ BeginDue(e, r)
     /\ reb' = [reb EXCEPT ![e].replies[r] = "refused"]
     /\ TakeBegin(e, r)
-    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+    /\ UNCHANGED <<dver, dmap, datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare,
                    moves, dpark, eclaim>>
 
 (* The begin's request never reached a daemon that would have taken it:    *)
@@ -407,7 +412,7 @@ Abort(e, r) ==
                  IF \A q \in Ranks \ {r} : reb[e].replies[q] # "ok"
                    THEN IdleReb
                    ELSE [@ EXCEPT !.replies[r] = "aborted"]]
-    /\ UNCHANGED <<dver, dmap, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+    /\ UNCHANGED <<dver, dmap, datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare,
                    moves, dpark, eclaim>>
 
 (* sglang's update_expert_location rewrites one layer of one rank's         *)
@@ -419,7 +424,7 @@ MoveLayer(e, r, l) ==
     /\ truth[r][l] # Target(e)[l]
     /\ \A k \in reb[e].chunk : k < l => truth[r][k] = Target(e)[k]
     /\ truth' = [truth EXCEPT ![r][l] = Target(e)[l]]
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, engineVars, moves, dpark>>
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, dcopy, engineVars, moves, dpark>>
 
 MovedEverywhere(e) == \A r \in Ranks : \A l \in reb[e].chunk : truth[r][l] = Target(e)[l]
 
@@ -449,7 +454,7 @@ Commit(e, r) ==
               /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "committed"]
          ELSE /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
-    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
+    /\ UNCHANGED <<datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
 (* The faults of a real socket (ReplyFaults), where the daemon would take *)
 (* the commit.  It refuses rows it cannot take (not a permutation of its   *)
@@ -477,7 +482,7 @@ CommitUnanswered(e, r) ==
     /\ dmap' = [dmap EXCEPT ![r] = Target(e)]
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
     /\ reb' = [reb EXCEPT ![e].step = "commit", ![e].replies[r] = "commit_refused"]
-    /\ UNCHANGED <<datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
+    /\ UNCHANGED <<datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare, moves, dpark, eclaim>>
 
 (* Every rank has its commit reply, and no collective follows: each rank   *)
 (* routes with the moved layout and claims the next version.  Whether every *)
@@ -549,7 +554,7 @@ Park(e, r) ==
     /\ dpark' = [dpark EXCEPT ![r] = @ \cup {e}]
     /\ ephase' = [ephase EXCEPT ![e] = "parked"]
     /\ eclaim' = Notify([eclaim EXCEPT ![e][r] = "parked"], r, datt[r], dpark'[r], dphase[r])
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, efind, eroute, ever, eserv,
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, dcopy, truth, efind, eroute, ever, eserv,
                    eshare, reb, moves>>
 
 (* The claim of the primary role on daemon r: the precedence of the daemon. *)
@@ -574,7 +579,7 @@ Claim(e, r) ==
          THEN /\ dpark' = [dpark EXCEPT ![r] = @ \ {e}]
               /\ efind' = [efind EXCEPT ![e][r] = Snapshot(r)]
          ELSE UNCHANGED <<efind, dpark>>
-    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, ephase, eroute, ever, eserv,
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, dcopy, truth, ephase, eroute, ever, eserv,
                    eshare, reb, moves>>
 
 (* The claims gathered (the all-gather): every rank granted, with the same  *)
@@ -630,23 +635,56 @@ Detach(r, e) ==
          THEN dphase' = [dphase EXCEPT ![r] = IF Repairs THEN "repairing" ELSE "dirty"]
          ELSE UNCHANGED dphase
     /\ eclaim' = Notify(eclaim, r, datt'[r], dpark'[r], dphase'[r])
-    /\ UNCHANGED <<dver, dmap, dpend, dnf, truth, ephase, efind, eroute, ever, eserv, eshare,
+    /\ UNCHANGED <<dver, dmap, dpend, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare,
                    reb, moves>>
 
+(* A daemon that starts again (Restart, Lose) reads its durable copy       *)
+(* (Durable).  A whole copy of this checkpoint and configuration: it loads *)
+(* its experts at the copy's map, and its record is the copy's.  No copy,  *)
+(* or one it cannot use (torn, corrupt, of another checkpoint, another      *)
+(* format): it loads at the initial layout, version 0, and sets the file    *)
+(* aside (no copy now).  Either way its memory holds what its record says.  *)
+CopiesAtStart(r) == IF Durable /\ dcopy[r] # NONE THEN {dcopy[r], NONE} ELSE {NONE}
+StartVersion(c) == IF c = NONE THEN 0 ELSE c.cver
+StartMap(c) == IF c = NONE THEN InitialMap ELSE c.cmap
+
+(* Daemon r starts again with copy c, its memory reloaded from disk.        *)
+StartFrom(r, c) ==
+    /\ dver' = [dver EXCEPT ![r] = StartVersion(c)]
+    /\ dmap' = [dmap EXCEPT ![r] = StartMap(c)]
+    /\ truth' = [truth EXCEPT ![r] = StartMap(c)]
+    /\ dcopy' = [dcopy EXCEPT ![r] = c]
+    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ dnf' = [dnf EXCEPT ![r] = FALSE]
+
 (* The operator restarts a dirty daemon once nothing uses it: the weights   *)
-(* reload from disk at the initial layout, version 0.                       *)
+(* reload from disk, at its durable copy's map or the initial layout.       *)
 Restart(r) ==
     /\ DaemonRestarts
     /\ dphase[r] = "dirty"
     /\ datt[r] = {}
     /\ \A e \in Engines : r \notin eserv[e]
+    /\ \E c \in CopiesAtStart(r) : StartFrom(r, c)
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
-    /\ dver' = [dver EXCEPT ![r] = 0]
-    /\ dmap' = [dmap EXCEPT ![r] = InitialMap]
-    /\ dpend' = [dpend EXCEPT ![r] = NONE]
-    /\ dnf' = [dnf EXCEPT ![r] = FALSE]
-    /\ truth' = [truth EXCEPT ![r] = InitialMap]
     /\ UNCHANGED <<datt, engineVars, moves, dpark>>
+
+(* Daemon r writes its record to its durable copy: an atomic replace of   *)
+(* one file, after the commit was recorded in memory, by the daemon's own  *)
+(* writer (a chunk never waits for a disk).  The record is the committed   *)
+(* one while clean, and still while a move is pending (the move's base):   *)
+(* the writer renames its file in place only while the record is the one   *)
+(* it wrote, so the copy is that record.  Not fair: the daemon may die     *)
+(* first, so a copy may be any number of versions behind its record.  A    *)
+(* write cut short leaves the previous copy in force (the rename is        *)
+(* atomic): no step.                                                        *)
+Copy(r) == [cver |-> dver[r], cmap |-> dmap[r]]
+
+Persist(r) ==
+    /\ Durable
+    /\ dphase[r] \in {"clean", "pending"}
+    /\ dcopy[r] # Copy(r)
+    /\ dcopy' = [dcopy EXCEPT ![r] = Copy(r)]
+    /\ UNCHANGED <<dphase, dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
 
 (* The repair of a torn move (docs/protocol.md §4): the daemon reloads from *)
 (* the checkpoint only the layers of the interrupted move (dpend[r].layers), *)
@@ -671,7 +709,7 @@ RepairDone(r) ==
     /\ dphase' = [dphase EXCEPT ![r] = "clean"]
     /\ dpend' = [dpend EXCEPT ![r] = NONE]
     /\ eclaim' = Notify(eclaim, r, datt[r], dpark[r], "clean")
-    /\ UNCHANGED <<dver, dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>
+    /\ UNCHANGED <<dver, dmap, datt, dnf, dcopy, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>
 
 (* The repair fails (a read error, a missing file): the daemon is dirty,     *)
 (* and keeps the torn move's information for the message.  The parked      *)
@@ -682,7 +720,7 @@ RepairFails(r) ==
     /\ dphase[r] = "repairing"
     /\ dphase' = [dphase EXCEPT ![r] = "dirty"]
     /\ eclaim' = Notify(eclaim, r, datt[r], dpark[r], "dirty")
-    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever, eserv, eshare, reb,
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, dcopy, truth, ephase, efind, eroute, ever, eserv, eshare, reb,
                    moves, dpark>>
 
 (* The operator's `expert-layout repair` on a dirty daemon.  The daemon    *)
@@ -691,14 +729,16 @@ RepairAgain(r) ==
     /\ OperatorRepairs
     /\ dphase[r] = "dirty"
     /\ dphase' = [dphase EXCEPT ![r] = "repairing"]
-    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, truth, engineVars, moves, dpark>>
+    /\ UNCHANGED <<dver, dmap, dpend, datt, dnf, dcopy, truth, engineVars, moves, dpark>>
 
 -----------------------------------------------------------------------------
 (* A daemon lost, and its rejoin (docs/protocol.md §4).                    *)
 
 (* Daemon r's process dies (killed, OOM, its node rebooted) and starts      *)
-(* again from disk: the initial layout, at version 0, with a fresh record,  *)
-(* no attachment and no move.  Every engine attached to it or serving from  *)
+(* again from disk (StartFrom: its durable copy's layout, or the initial    *)
+(* one at version 0), with a fresh record, no attachment and no move.  The  *)
+(* loss of every daemon of the set is each one's Lose, in some order: a    *)
+(* daemon not yet started again is one whose Lose comes later.  Every engine attached to it or serving from  *)
 (* its weights dies with it: on a GPU the weights it maps are that daemon's *)
 (* memory, and a node that reboots takes its engine ranks along.  Other     *)
 (* daemons notice those engines' EOFs later (Detach).                       *)
@@ -714,12 +754,8 @@ Lose(r) ==
           /\ reb' = [e \in Engines |-> IF e \in lost THEN IdleReb ELSE reb[e]]
           /\ eclaim' = [e \in Engines |-> IF e \in lost THEN NoClaims ELSE eclaim[e]]
     /\ dphase' = [dphase EXCEPT ![r] = IF @ = "no_record" THEN "no_record" ELSE "clean"]
-    /\ dver' = [dver EXCEPT ![r] = 0]
-    /\ dmap' = [dmap EXCEPT ![r] = InitialMap]
-    /\ dpend' = [dpend EXCEPT ![r] = NONE]
+    /\ \E c \in CopiesAtStart(r) : StartFrom(r, c)
     /\ datt' = [datt EXCEPT ![r] = {}]
-    /\ dnf' = [dnf EXCEPT ![r] = FALSE]
-    /\ truth' = [truth EXCEPT ![r] = InitialMap]
     /\ dpark' = [dpark EXCEPT ![r] = {}]
     /\ UNCHANGED moves
 
@@ -755,7 +791,7 @@ AskRejoin(e, r) ==
               /\ efind' = [efind EXCEPT ![e][r] = [t EXCEPT !.found = "wait"]]
          ELSE /\ efind' = [efind EXCEPT ![e][r] = [NoFinding EXCEPT !.found = "refused"]]
               /\ UNCHANGED <<dphase, dver, dmap, dpend>>
-    /\ UNCHANGED <<datt, dnf, truth, ephase, eroute, ever, eserv, eshare, reb, moves, dpark, eclaim>>
+    /\ UNCHANGED <<datt, dnf, dcopy, truth, ephase, eroute, ever, eserv, eshare, reb, moves, dpark, eclaim>>
 
 Next ==
     \/ \E e \in Engines, r \in Ranks : Attach(e, r)
@@ -786,6 +822,7 @@ Next ==
     \/ \E e \in Engines : Promote(e)
     \/ \E r \in Ranks : Lose(r)
     \/ \E e \in Engines, r \in Ranks : AskRejoin(e, r)
+    \/ \E r \in Ranks : Persist(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -886,6 +923,7 @@ TypeOK ==
     /\ dpark \in [Ranks -> SUBSET Standbys]
     /\ \A r \in Ranks : dpark[r] \subseteq datt[r]
     /\ eclaim \in [Engines -> [Ranks -> ClaimStates]]
+    /\ dcopy \in [Ranks -> [cver : 0..MaxMoves, cmap : [Layers -> {0, 1}]] \cup {NONE}]
 
 (* Every engine that serves from a daemon's weights, and is not itself      *)
 (* mid-move, routes with exactly that daemon's real layout.  A parked       *)
@@ -1001,10 +1039,24 @@ OneMapPerVersion ==
     \A r, q \in Ranks :
         (dphase[r] # "no_record" /\ dphase[q] # "no_record" /\ dver[r] = dver[q]) => dmap[r] = dmap[q]
 
+(* A durable copy never names a layout its daemon's weights would not be   *)
+(* loaded at: it is a version its daemon recorded, never ahead of the       *)
+(* record (a daemon that starts again from it loads exactly that map), and *)
+(* a version names one map in every copy and every record.  So a daemon     *)
+(* started from its copy is behind the others or equal to them, never      *)
+(* beside them with another map at the same version.                       *)
+CopiesRecorded ==
+    \A r \in Ranks : dcopy[r] # NONE =>
+        /\ dphase[r] # "no_record"
+        /\ dcopy[r].cver <= dver[r]
+        /\ \A q \in Ranks :
+              /\ (dphase[q] # "no_record" /\ dver[q] = dcopy[r].cver) => dmap[q] = dcopy[r].cmap
+              /\ (dcopy[q] # NONE /\ dcopy[q].cver = dcopy[r].cver) => dcopy[q].cmap = dcopy[r].cmap
+
 Invariants == TypeOK /\ SafeRouting /\ CleanRecordIsTruth /\ OneMover /\ AgreedVersions
               /\ PendingHasMover /\ LoadsOnCleanFindings /\ SharesOnlyAdopted
               /\ OneRole /\ OnePromoted /\ RebalancesOnTheRecords /\ RepairingServesNothing
-              /\ OneMapPerVersion
+              /\ OneMapPerVersion /\ CopiesRecorded
 
 (* Dirty is sticky until the daemon restarts (or is lost: it starts again   *)
 (* from disk) or the operator asks for a repair again.                      *)
@@ -1183,6 +1235,23 @@ RejoinServes ==
          /\ \A o \in Newer \ {e} : Gone(o))
         ~> (\/ /\ ephase[e] = "run"
                /\ \A r \in Ranks : eroute[e] = dmap[r] /\ ever[e] = dver[r] /\ dphase[r] = "clean"
+            \/ ephase[e] = "dead"
+            \/ \E r \in Ranks : efind[e][r].found = "timeout")
+
+(* The durable copy's purpose: once the daemons have started again (every  *)
+(* one clean, no engine left), the next engine that starts alone ends up   *)
+(* serving at a version no older than any durable copy: the layout EPLB    *)
+(* learned outlives the loss of every daemon.  A daemon whose copy was      *)
+(* behind, or unusable, rejoins at the newest record; none is rewound.     *)
+FullRestartServesNewestCopy ==
+    \A e \in Newer :
+        (/\ Durable
+         /\ ephase[e] = "start"
+         /\ \A r \in Ranks : dphase[r] = "clean" /\ efind[e][r] = Snapshot(r)
+         /\ \A r \in Ranks : datt[r] \subseteq {e} /\ ~dnf[r]
+         /\ \A o \in Newer \ {e} : Gone(o))
+        ~> (\/ /\ ephase[e] = "run"
+               /\ \A r \in Ranks : dcopy[r] # NONE => dcopy[r].cver <= ever[e]
             \/ ephase[e] = "dead"
             \/ \E r \in Ranks : efind[e][r].found = "timeout")
 

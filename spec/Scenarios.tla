@@ -17,10 +17,10 @@
 EXTENDS Naturals, FiniteSets, Sequences, TLC
 
 CONSTANTS NumRanks, NumLayers, Engines, Older, MayLackRecord, Chunks, MaxMoves,
-          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, ReplyFaults, NONE
+          DaemonRestarts, Repairs, OperatorRepairs, RepairMayFail, Standbys, Rejoins, ReplyFaults, Durable, NONE
 
 VARIABLES dphase, dver, dmap, dpend, datt, dnf, truth, ephase, efind, eroute, ever,
-          eserv, eshare, reb, moves, dpark, eclaim,
+          eserv, eshare, reb, moves, dpark, eclaim, dcopy,
           seen    \* events so far: tuples, see Events below
 
 P == INSTANCE LayoutProtocol
@@ -58,6 +58,8 @@ Partial(m) == (\E l \in Layers : m[l] = 0) /\ (\E l \in Layers : m[l] = 1)
 (* <<"lost", r, v>>: daemon r was lost while at version v > 0 (it starts    *)
 (*     again from disk at version 0);                                        *)
 (* <<"rejoin_begun", r, v>>: daemon r began to rejoin at version v;         *)
+(* <<"restarted", r, v>>: daemon r started again (Lose, Restart) at version *)
+(*     v: its durable copy's, or 0 (recorded by those two actions);         *)
 (* <<"commit_unrecorded", r, v>>: daemon r did not record a commit of the   *)
 (*     move it holds pending from version v (refused, or never received);  *)
 (* <<"begin_uncounted", r>>: daemon r took a begin whose reply was lost (the *)
@@ -151,6 +153,12 @@ Events ==
         e \in {n \in Newer : reb[n].owed = "bad" /\ reb'[n].owed = "none" /\ eshare[n] /\ ~eshare'[n]}}
 
 Track == seen' = seen \cup Events
+(* A daemon's start (Lose, Restart) is an event too where daemons keep     *)
+(* durable copies, with the version it started at: no state pair tells it  *)
+(* (a start at the record it had may change nothing).  Elsewhere it is not *)
+(* recorded: no witness there reads it, and each would multiply `seen`.    *)
+TrackStart(r) ==
+    seen' = seen \cup Events \cup (IF Durable THEN {<<"restarted", r, dver'[r]>>} ELSE {})
 
 Attach(e, r) == P!Attach(e, r) /\ Track
 Poll(e, r) == P!Poll(e, r) /\ Track
@@ -171,15 +179,16 @@ Committed(e) == P!Committed(e) /\ Track
 Verify(e) == P!Verify(e) /\ Track
 Crash(e) == P!Crash(e) /\ Track
 Detach(r, e) == P!Detach(r, e) /\ Track
-Restart(r) == P!Restart(r) /\ Track
+Restart(r) == P!Restart(r) /\ TrackStart(r)
 RepairDone(r) == P!RepairDone(r) /\ Track
 RepairFails(r) == P!RepairFails(r) /\ Track
 RepairAgain(r) == P!RepairAgain(r) /\ Track
 Park(e, r) == P!Park(e, r) /\ Track
 Claim(e, r) == P!Claim(e, r) /\ Track
 Promote(e) == P!Promote(e) /\ Track
-Lose(r) == P!Lose(r) /\ Track
+Lose(r) == P!Lose(r) /\ TrackStart(r)
 AskRejoin(e, r) == P!AskRejoin(e, r) /\ Track
+Persist(r) == P!Persist(r) /\ Track
 
 (* The same disjuncts, in the same order, as LayoutProtocol's Next.        *)
 ScenarioInit == P!Init /\ seen = {}
@@ -212,6 +221,7 @@ ScenarioNext ==
     \/ \E e \in Engines : Promote(e)
     \/ \E r \in Ranks : Lose(r)
     \/ \E e \in Engines, r \in Ranks : AskRejoin(e, r)
+    \/ \E r \in Ranks : Persist(r)
 
 -----------------------------------------------------------------------------
 (* The scenarios.                                                           *)
@@ -390,6 +400,28 @@ BeginUncountedRepaired ==
         /\ eserv[n] = Ranks
         /\ \A q \in Ranks : dphase[q] = "clean" /\ eroute[n] = dmap[q] /\ ever[n] = dver[q]
 
+(* Every daemon lost and started again from its durable copy, at a moved  *)
+(* version v: an engine runs at v, the layout EPLB learned.                 *)
+FullRestartServesCopy ==
+    \E e \in Newer :
+        /\ ephase[e] = "run"
+        /\ ever[e] > 0
+        /\ \A r \in Ranks : <<"restarted", r, ever[e]>> \in seen
+
+(* Every daemon lost and started again, one of them behind the newest copy *)
+(* (its copy lagged, or could not be used): it rejoins at the newest, and  *)
+(* an engine runs at that version.                                          *)
+FullRestartBehindRejoined ==
+    \E e \in Newer :
+        /\ ephase[e] = "run"
+        /\ ever[e] > 0
+        /\ \A r \in Ranks : \E w \in 0..MaxMoves : <<"restarted", r, w>> \in seen
+        /\ \E r \in Ranks : <<"restarted", r, ever[e]>> \in seen
+        /\ \E r \in Ranks, w \in 0..MaxMoves : w < ever[e] /\ <<"restarted", r, w>> \in seen
+        /\ \E r \in Ranks : <<"rejoin_begun", r, ever[e]>> \in seen
+
+NoFullRestartServesCopy == ~FullRestartServesCopy
+NoFullRestartBehindRejoined == ~FullRestartBehindRejoined
 NoBeginUncountedRepaired == ~BeginUncountedRepaired
 NoCommitUnrecordedStopsRebalancing == ~CommitUnrecordedStopsRebalancing
 NoDaemonBehindRejoined == ~DaemonBehindRejoined

@@ -99,6 +99,7 @@ Logged(r, l) ==
       [] l.ev = "repair_done" -> RepairDone(r)
       [] l.ev = "repair_failed" -> RepairFails(r)
       [] l.ev = "restart"     -> Lose(r) \/ Restart(r)
+      [] l.ev = "persist"     -> Persist(r)
 
 (* A request of an engine the spec has ended, changing nothing.           *)
 LateRequest(l) ==

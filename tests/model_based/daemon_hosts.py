@@ -117,8 +117,11 @@ class _Thread:
             config=daemon_proc.default_cache_config(),
             auto_repair=self.host.repairs,
             fake_reload=self.reload,
+            copy_file=self.host.workdir / "copies" / f"{self.name}.layout.json",
         )
-        d.set_initial_layout(self.rows, self.num_logical if self.rows is not None else None)
+        # The copy is written at the behaviour's Persist steps (persist), not by the writer's thread.
+        d.copy_writes_by_itself = False
+        d.set_initial_layout(self.rows, self.num_logical if self.rows is not None else None, durable=self.host.durable)
         self.daemon = d
         threading.Thread(target=d.serve, name=f"daemon-{self.name}", daemon=True).start()
         deadline = time.monotonic() + 10.0
@@ -132,6 +135,15 @@ class _Thread:
     def end_repair(self, ok: bool) -> None:
         """Let the daemon's running repair end: its reload done (``ok``) or failed."""
         self.reload.end(ok)
+
+    def persist(self) -> None:
+        """The daemon's writer writes its durable copy now (the spec's ``Persist``)."""
+        assert self.daemon.persist() is not None, f"daemon {self.name}: no record due to its copy"
+
+    def spoil_copy(self) -> None:
+        """Make the daemon's copy unusable, as a write torn by a disk fault leaves it (before a start)."""
+        file = self.host.workdir / "copies" / f"{self.name}.layout.json"
+        file.write_bytes(file.read_bytes()[:40])
 
     def restart(self) -> _Thread:
         self.stop()
@@ -147,12 +159,15 @@ class _Thread:
 class InProcessHost:
     """sglang's serve loop of each daemon in a thread of this process, on a real Unix socket."""
 
-    def __init__(self, workdir: Path, repairs: bool = False) -> None:
+    def __init__(self, workdir: Path, repairs: bool = False, durable: bool = False) -> None:
         """``repairs``: the daemons start with auto repair (the spec's ``Repairs``); their reload is a
-        ``FakeReload`` that the test ends (a daemon without a model has nothing to reload from)."""
+        ``FakeReload`` that the test ends (a daemon without a model has nothing to reload from).
+        ``durable``: they keep a durable copy (the spec's ``Durable``), one file per daemon name, written
+        when the test says (``persist``)."""
         _allow_serve_off_main_thread()
         self.workdir = workdir
         self.repairs = repairs
+        self.durable = durable
 
     def start(self, name: str, rows: list[list[int]] | None, num_logical: int | None) -> _Thread:
         return _Thread(self, name, rows, num_logical)

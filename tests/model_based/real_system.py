@@ -67,6 +67,7 @@ from layout_sm.record import layout_digest
 from layout_sm.session import EngineSession
 from tests.model_based.daemon_hosts import DaemonHandle, DaemonHost
 
+NONE = ModelValue("NONE")
 PERMS = ROWS  # the mirror's binding of the spec's two permutations (tools.mirror.system)
 NOTICE_TIMEOUT_S = 5.0
 WAIT_TIMEOUT_S = 300.0  # the engine's startup wait (docs/protocol.md §5), reported in a timed-out finding
@@ -435,7 +436,19 @@ class RealSystem:
 
     def do_Restart(self, before: Record, after: Record, r: int) -> None:
         self.touched.add(r)
+        if _at(before["dcopy"], r) != NONE and _at(after["dcopy"], r) == NONE:
+            self._host_call(r, "spoil_copy", f"Restart({r}) from a copy it cannot use")
         self.daemons[r] = self.daemons[r].restart()
+
+    def do_Persist(self, before: Record, after: Record, r: int) -> None:
+        self.log.append(f"  d{r}: its writer writes the durable copy")
+        self._host_call(r, "persist", f"Persist({r})")
+
+    def _host_call(self, r: int, what: str, where: str) -> None:
+        call = getattr(self.daemons[r], what, None)
+        if call is None:
+            raise Mismatch(f"{where}: daemon {r}'s host cannot {what} (daemon processes write their copies themselves)")
+        call()
 
     def do_Lose(self, before: Record, after: Record, r: int) -> None:
         for name, eng in self.engines.items():
@@ -541,6 +554,11 @@ class RealSystem:
             if seen != want:
                 diff = {k: (seen[k], want[k]) for k in want if seen[k] != want[k]}
                 raise Mismatch(f"after {where}: daemon {r} reports {diff} as (daemon, spec)")
+            durable = got.get("durable") or {}
+            if durable.get("enabled"):  # the version its durable copy holds: the spec's dcopy
+                copy = _at(state["dcopy"], r)
+                if durable.get("version") != (None if copy == NONE else copy["cver"]):
+                    raise Mismatch(f"after {where}: daemon {r}'s copy holds {durable} where the spec's is {copy}")
 
 
 def expected_query(state: Record, r: int) -> dict[str, Any]:

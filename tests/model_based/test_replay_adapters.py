@@ -103,8 +103,12 @@ def _run(model: str, host_kind: str, n: int | None, shard: tuple[int, int] = (0,
     indexes = sample(len(suite.paths), None if FULL else n)[k::shards]
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
-        repairs = load_model(SPEC, model).repairs
-        host: DaemonHost = InProcessHost(Path(tmp), repairs) if host_kind == "inprocess" else ProcessHost(Path(tmp))
+        constants = load_model(SPEC, model)
+        host: DaemonHost = (
+            InProcessHost(Path(tmp), constants.repairs, constants.durable)
+            if host_kind == "inprocess"
+            else ProcessHost(Path(tmp))
+        )
         problems, stats = replay_on_adapters(model, suite, host, indexes)
     part = f" (shard {k + 1} of {shards})" if shards > 1 else ""
     print(f"{model}{part} on {host_kind} daemons: {stats} in {time.monotonic() - t0:.1f} s")

@@ -69,7 +69,8 @@ def replay(name: str, host: DaemonHost) -> list[str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_witness_replays_on_inprocess_daemons(name: str) -> None:
     with tempfile.TemporaryDirectory(prefix="witness-") as tmp:
-        log = replay(name, InProcessHost(Path(tmp), repairs=load_model(SPEC, witness(name).model).repairs))
+        model = load_model(SPEC, witness(name).model)
+        log = replay(name, InProcessHost(Path(tmp), repairs=model.repairs, durable=model.durable))
     assert any(line.startswith("  d") for line in log), "nothing was sent to the daemons"
 
 

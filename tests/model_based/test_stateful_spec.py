@@ -140,6 +140,9 @@ class SpecOnRealDaemons(RuleBasedStateMachine):
     # never enabled on MCSmall (Rejoins = FALSE); the witness DaemonLostAndRejoined replays them
     Lose = _action_rule("Lose")
     AskRejoin = _action_rule("AskRejoin")
+    # never enabled on MCSmall (Durable = FALSE); the witnesses FullRestartServesCopy and
+    # FullRestartBehindRejoined replay it
+    Persist = _action_rule("Persist")
 
     @precondition(lambda self: self.state is not None and not any(True for _ in system().successors(self.state)))
     @rule()

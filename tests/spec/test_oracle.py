@@ -65,6 +65,7 @@ def test_no_import_of_the_oracle_reaches_layout_sm() -> None:
         ("MCStandbyRepair", {"MaxMoves": "0"}),
         ("MCRepairFails", {"MaxMoves": "1"}),
         ("MCRejoin", {"NumRanks": "2"}),
+        ("MCDurable", {"MaxMoves": "1"}),
     ],
 )
 def test_the_oracle_s_graph_equals_the_mirror_s(model: str, constants: dict[str, str], tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def _expand(body: str, bodies: dict[str, str], depth: int = 0) -> str:
     if depth > 3:
         return body
     out = body
-    for helper in ("Forget", "TakeBegin", "daemonVars", "engineVars"):
+    for helper in ("Forget", "TakeBegin", "StartFrom", "daemonVars", "engineVars"):
         if re.search(rf"\b{helper}\b", out) and helper in bodies:
             out += "\n" + _expand(bodies[helper], bodies, depth + 1)
     return out

@@ -54,6 +54,7 @@ MODELS = (
     "MCStandbyRepair",
     "MCRejoin",
     "MCRejoinTwoMoves",
+    "MCDurable",
 )
 
 
@@ -231,6 +232,18 @@ WITNESSES = (
         "MCRepair",
         "a daemon takes a begin whose reply is lost: rebalancing stops, the daemon keeps the move pending until"
         " the engine dies, is repaired at the base version, and the next engine adopts it and serves",
+    ),
+    Witness(
+        "FullRestartServesCopy",
+        "MCDurable",
+        "a move committed and copied; every daemon lost and started again from its durable copy; the next"
+        " engine adopts the moved version from every daemon and serves it",
+    ),
+    Witness(
+        "FullRestartBehindRejoined",
+        "MCDurable",
+        "every daemon lost and started again, one from a copy behind the others' (its writer had not run, or"
+        " its file was unusable); the next engine has it rejoin at the newest copy's version and serves it",
     ),
     Witness(
         "DaemonBehindRejoined",

@@ -177,6 +177,22 @@ def OneMapPerVersion(m: Model, s: Vars) -> bool:
     return all(s.dmap[r] == s.dmap[q] for r in kept for q in kept if s.dver[r] == s.dver[q])
 
 
+def CopiesRecorded(m: Model, s: Vars) -> bool:
+    for r in range(m.num_ranks):
+        c = s.dcopy[r]
+        if c == NONE:
+            continue
+        if s.dphase[r] == "no_record" or c["cver"] > s.dver[r]:
+            return False
+        for q in range(m.num_ranks):
+            if s.dphase[q] != "no_record" and s.dver[q] == c["cver"] and s.dmap[q] != c["cmap"]:
+                return False
+            d = s.dcopy[q]
+            if d != NONE and d["cver"] == c["cver"] and d["cmap"] != c["cmap"]:
+                return False
+    return True
+
+
 INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "TypeOK": TypeOK,
     "SafeRouting": SafeRouting,
@@ -191,6 +207,7 @@ INVARIANTS: dict[str, Callable[[Model, Vars], bool]] = {
     "RebalancesOnTheRecords": RebalancesOnTheRecords,
     "RepairingServesNothing": RepairingServesNothing,
     "OneMapPerVersion": OneMapPerVersion,
+    "CopiesRecorded": CopiesRecorded,
 }
 
 
@@ -333,4 +350,5 @@ LIVENESS = (
     "ParkedStandbysDoNotBlock",
     "RejoinServes",
     "ChunkCommits",
+    "FullRestartServesNewestCopy",
 )

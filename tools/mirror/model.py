@@ -20,7 +20,7 @@ from tools.mirror.values import ModelValue, tlc_text
 # The spec's variables, in declaration order (the order TLC prints them).
 VARIABLES = (
     "dphase", "dver", "dmap", "dpend", "datt", "dnf", "truth",
-    "ephase", "efind", "eroute", "ever", "eserv", "eshare", "reb", "moves", "dpark", "eclaim",
+    "ephase", "efind", "eroute", "ever", "eserv", "eshare", "reb", "moves", "dpark", "eclaim", "dcopy",
 )  # fmt: skip
 
 
@@ -43,6 +43,7 @@ class Model:
     standbys: frozenset[str] = frozenset()  # Standbys: engines started as warm standbys
     rejoins: bool = False  # Rejoins: a daemon may be lost; engines have daemons behind the others rejoin
     reply_faults: bool = False  # ReplyFaults: a commit may be refused for its rows, or its reply lost
+    durable: bool = False  # Durable: each daemon keeps a durable copy of its record and starts again from it
     invariants: tuple[str, ...] = ()
     properties: tuple[str, ...] = ()
 
@@ -101,6 +102,7 @@ def load_model(spec_dir: str | Path, name: str) -> Model:
         standbys=frozenset(_set_of(const("Standbys"))) if "Standbys" in consts else frozenset(),
         rejoins=consts.get("Rejoins") == "TRUE",
         reply_faults=consts.get("ReplyFaults") == "TRUE",
+        durable=consts.get("Durable") == "TRUE",
         invariants=block("INVARIANT"),
         properties=block("PROPERTY") or block("PROPERTIES"),
     )

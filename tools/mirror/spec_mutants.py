@@ -460,9 +460,10 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "repair_bumps_version",
         "the repair returns to the base version (dver unchanged)",
-        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>",
+        "    /\\ UNCHANGED <<dver, dmap, datt, dnf, dcopy, ephase, efind, eroute, ever, eserv, eshare, reb, moves, "
+        "dpark>>",
         "    /\\ dver' = [dver EXCEPT ![r] = @ + 1] "
-        "/\\ UNCHANGED <<dmap, datt, dnf, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>",
+        "/\\ UNCHANGED <<dmap, datt, dnf, dcopy, ephase, efind, eroute, ever, eserv, eshare, reb, moves, dpark>>",
         ("MCRepair",),
     ),
     _m(
@@ -656,35 +657,62 @@ CATALOG: tuple[SpecMutant, ...] = (
     _m(
         "restart_while_served",
         "a dirty daemon is restarted only once nobody serves from it",
-        '    /\\ \\A e \\in Engines : r \\notin eserv[e]\n    /\\ dphase\' = [dphase EXCEPT ![r] = "clean"]',
-        '    /\\ dphase\' = [dphase EXCEPT ![r] = "clean"]',
+        "    /\\ \\A e \\in Engines : r \\notin eserv[e]\n    /\\ \\E c \\in CopiesAtStart(r)",
+        "    /\\ \\E c \\in CopiesAtStart(r)",
         defence="nobody serves from a daemon whose move is pending (OneMover), and only a pending move "
         "becomes dirty, so a dirty daemon has no live reader; the operator's restart is outside the code",
     ),
     _m(
-        "restart_keeps_weights",
-        "a restart reloads the weights at the initial layout",
-        "/\\ truth' = [truth EXCEPT ![r] = InitialMap]\n    /\\ UNCHANGED <<datt, engineVars",
-        "/\\ truth' = truth\n    /\\ UNCHANGED <<datt, engineVars",
+        "start_keeps_weights",
+        "a daemon that starts again (restarted, or lost) loads its memory at the record it starts with",
+        "    /\\ truth' = [truth EXCEPT ![r] = StartMap(c)]",
+        "    /\\ truth' = truth",
+        ("MCSmall", "MCRejoin"),
     ),
     _m(
-        "restart_keeps_version",
-        "a restart starts the record at version 0",
-        '= "clean"]\n    /\\ dver\' = [dver EXCEPT ![r] = 0]',
-        '= "clean"]\n    /\\ dver\' = dver',
+        "start_keeps_version",
+        "a daemon that starts again is at the version of the record it starts with (its copy's, or 0)",
+        "    /\\ dver' = [dver EXCEPT ![r] = StartVersion(c)]",
+        "    /\\ dver' = dver",
+        ("MCSmall", "MCRejoin"),
         defence="the version is a label: a restarted record keeps the initial map under any version, and "
         "startup compares digests as well as versions, so nothing wrong is served; in code a restarted "
-        "daemon is a fresh process whose record starts at version 0: "
-        "tests/daemon_adapter/test_requests.py::test_attach_returns_an_unguessable_session_and_the_record",
+        "daemon is a fresh process whose record starts at its copy's version or 0: "
+        "tests/daemon_adapter/test_durable.py::test_a_commit_is_copied_and_the_daemon_killed_starts_again_from_it",
+    ),
+    # --- the durable copy ---------------------------------------------------------------------------
+    _m(
+        "start_ignores_copy",
+        "a daemon that starts again starts from its whole durable copy",
+        "CopiesAtStart(r) == IF Durable /\\ dcopy[r] # NONE THEN {dcopy[r], NONE} ELSE {NONE}",
+        "CopiesAtStart(r) == {NONE}",
+        ("MCDurable",),
+    ),
+    _m(
+        "start_from_copy_at_version_0",
+        "a daemon started from its copy is at the copy's version",
+        "StartVersion(c) == IF c = NONE THEN 0 ELSE c.cver",
+        "StartVersion(c) == 0",
+        ("MCDurable",),
+    ),
+    _m(
+        "copy_of_the_memory",
+        "the copy is the committed record, never the memory mid-move",
+        "Copy(r) == [cver |-> dver[r], cmap |-> dmap[r]]",
+        "Copy(r) == [cver |-> dver[r], cmap |-> truth[r]]",
+        ("MCDurable",),
+    ),
+    _m(
+        "copy_while_repairing",
+        "the writer writes a committed record (clean, or a move pending), never one being reloaded",
+        '    /\\ dphase[r] \\in {"clean", "pending"}\n    /\\ dcopy[r] # Copy(r)',
+        '    /\\ dphase[r] \\in {"clean", "pending", "repairing"}\n    /\\ dcopy[r] # Copy(r)',
+        ("MCDurable",),
+        defence="a copy of a rejoin's record written before its reload ends still names a map the daemon "
+        "loads whole at its next start, so nothing wrong is served; in code the writer writes only what "
+        "copy_due names: tests/layout_sm/test_durable.py::test_a_dirty_or_repairing_daemon_writes_nothing",
     ),
     # --- a lost daemon, and its rejoin ------------------------------------------------------------
-    _m(
-        "lose_keeps_weights",
-        "a lost daemon starts again from disk: its memory is the initial layout",
-        "    /\\ truth' = [truth EXCEPT ![r] = InitialMap]\n    /\\ dpark' = [dpark EXCEPT ![r] = {}]",
-        "    /\\ truth' = truth\n    /\\ dpark' = [dpark EXCEPT ![r] = {}]",
-        ("MCRejoin",),
-    ),
     _m(
         "rejoin_reloads_some_layers",
         "a rejoin reloads every layer at the record's rows",
@@ -723,15 +751,6 @@ CATALOG: tuple[SpecMutant, ...] = (
         "    /\\ Rejoins\n    /\\ Recorded(e) = Found(e)\n    /\\ \\E f \\in Found(e) : Behind(e, f)",
         "    /\\ Rejoins\n    /\\ \\E f \\in Found(e) : Behind(e, f)",
         ("MCRejoinTwoMoves",),
-    ),
-    _m(
-        "lose_keeps_version",
-        "a daemon started again from disk is at version 0, the initial layout",
-        "    /\\ dver' = [dver EXCEPT ![r] = 0]\n    /\\ dmap' = [dmap EXCEPT ![r] = InitialMap]\n"
-        "    /\\ dpend' = [dpend EXCEPT ![r] = NONE]\n    /\\ datt'",
-        "    /\\ dver' = dver\n    /\\ dmap' = [dmap EXCEPT ![r] = InitialMap]\n"
-        "    /\\ dpend' = [dpend EXCEPT ![r] = NONE]\n    /\\ datt'",
-        ("MCRejoin",),
     ),
     _m(
         "rejoin_beside_attached",

@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 from layout_sm.daemon import DaemonMachine, DaemonView, RepairDone, RepairFailed
+from layout_sm.durable import CopyOwner, copy_bytes, copy_due, read_copy
 from layout_sm.engine import EngineLayout, Go, RankAnswer, RankFinding, needs_wait
 from layout_sm.messages import AttachRequest
 from layout_sm.ready import (
@@ -98,6 +99,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "Promote": ("e",),
     "Lose": ("r",),
     "AskRejoin": ("e", "r"),
+    "Persist": ("r",),
 }
 
 # The spec's actions that can be enabled and change nothing (TLC's graph then has a self-loop): the loss
@@ -124,6 +126,7 @@ VARIABLE_SOURCES: dict[str, str] = {
     "moves": "SysState.moves",
     "dpark": "DaemonView.parked (engine ids)",
     "eclaim": 'EngineView.claims (a standby\'s role per rank; all "none" for a primary)',
+    "dcopy": "SysState.copies (the environment: the file each daemon's writer last renamed in place)",
 }
 
 
@@ -157,6 +160,7 @@ class SysState:
     truth: tuple[tuple[int, ...], ...]
     engines: tuple[Engine, ...]
     moves: int
+    copies: tuple[LayoutRecord | None, ...] = ()  # each daemon's durable copy (empty: none anywhere)
 
 
 def rows_of_perms(perms: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
@@ -527,32 +531,68 @@ class System:
         effect, view2 = self._call(r, view, "detach", e)
         return self._notify(replace(s, daemons=self._set_daemon(s, r, view2)), r, effect.notified)
 
-    def Restart(self, s: SysState, r: int) -> SysState | None:
+    def _copy(self, s: SysState, r: int) -> LayoutRecord | None:
+        return s.copies[r - 1] if s.copies else None
+
+    def _started_again(self, s: SysState, r: int, had_record: bool) -> list[SysState]:
+        """Daemon ``r`` started again (the spec's ``StartFrom``): from the file its writer last renamed in
+        place, read as ``layout_sm.durable.read_copy`` reads it; where a copy is there, also from that
+        file spoiled (torn, corrupt, of another checkpoint: every unusable file is read alike), which the
+        daemon sets aside. Its memory is loaded at the record it starts with."""
+        copy = self._copy(s, r) if self.model.durable else None
+        files: list[bytes | None] = [None] if copy is None else [copy_bytes(copy, _OWNER), _SPOILED_COPY]
+        out = []
+        for data in files:
+            read = read_copy(data, _OWNER, self.initial_record)
+            record = (read.record or self.initial_record) if had_record else None
+            truth = list(s.truth)
+            truth[r - 1] = self.initial_perms if record is None else _perms_cached(record.rows)
+            copies = list(s.copies or (None,) * self.R)
+            copies[r - 1] = read.record
+            fresh = DaemonView(record, auto_repair=self.model.repairs)
+            out.append(
+                replace(
+                    s,
+                    daemons=self._set_daemon(s, r, fresh),
+                    truth=tuple(truth),
+                    copies=tuple(copies) if any(c is not None for c in copies) else (),
+                )
+            )
+        return out
+
+    def Restart(self, s: SysState, r: int) -> list[SysState] | None:
         view = s.daemons[r - 1]
         if not self.model.daemon_restarts or view.phase != "dirty" or view.attachments:
             return None
         if any(r in _serv(es) for es in s.engines):
             return None
-        truth = list(s.truth)
-        truth[r - 1] = self.initial_perms
-        restarted = DaemonView(self.initial_record, auto_repair=self.model.repairs)
-        return replace(s, daemons=self._set_daemon(s, r, restarted), truth=tuple(truth))
+        return self._started_again(s, r, had_record=True)
 
-    def Lose(self, s: SysState, r: int) -> SysState | None:
-        """Daemon ``r`` dies and starts again from disk (the environment): a fresh view of its loaded
-        record, its memory the initial layout; every engine attached to it or serving from it dies."""
+    def Lose(self, s: SysState, r: int) -> list[SysState] | None:
+        """Daemon ``r`` dies and starts again from disk (the environment, ``_started_again``); every
+        engine attached to it or serving from it dies."""
         if not self.model.rejoins:
             return None
         view = s.daemons[r - 1]
-        fresh = DaemonView(None if view.record is None else self.initial_record, auto_repair=self.model.repairs)
-        truth = list(s.truth)
-        truth[r - 1] = self.initial_perms
-        s2 = replace(s, daemons=self._set_daemon(s, r, fresh), truth=tuple(truth))
-        for e in self.model.engines:
-            es = s.engines[self.eidx[e]]
-            if not isinstance(es, GoneEngine) and (e in view.attachments or r in _serv(es)):
-                s2 = self._with(s2, e, GoneEngine("dead"))
-        return s2
+        out = []
+        for s2 in self._started_again(s, r, had_record=view.record is not None):
+            for e in self.model.engines:
+                es = s.engines[self.eidx[e]]
+                if not isinstance(es, GoneEngine) and (e in view.attachments or r in _serv(es)):
+                    s2 = self._with(s2, e, GoneEngine("dead"))
+            out.append(s2)
+        return out
+
+    def Persist(self, s: SysState, r: int) -> SysState | None:
+        """Daemon ``r``'s writer renames a copy of the record ``layout_sm.durable.copy_due`` names in place."""
+        if not self.model.durable:
+            return None
+        record = copy_due(s.daemons[r - 1], self._copy(s, r))
+        if record is None:
+            return None
+        copies = list(s.copies or (None,) * self.R)
+        copies[r - 1] = record
+        return replace(s, copies=tuple(copies))
 
     def AskRejoin(self, s: SysState, e: str, r: int) -> SysState | None:
         """Rank ``r`` of engine ``e`` asks its fresh daemon to rejoin, in rank order."""
@@ -658,9 +698,11 @@ class System:
 
     def successors(self, s: SysState) -> Iterator[tuple[str, SysState]]:
         for name, params, fn in self._actions:
-            nxt = fn(s, *params)
-            if nxt is not None and (nxt != s or name in STUTTERING):
-                yield self._labels[(name, params)], nxt
+            out = fn(s, *params)
+            # A daemon's start (Lose, Restart) has a successor per file it may find.
+            for nxt in out if isinstance(out, list) else (out,):
+                if nxt is not None and (nxt != s or name in STUTTERING):
+                    yield self._labels[(name, params)], nxt
 
     @property
     def _actions(self) -> list[tuple[str, tuple[Any, ...], Callable[..., SysState | None]]]:
@@ -688,6 +730,7 @@ class System:
             s.moves,
             tuple(frozenset(ModelValue(e) for e in v.parked) for v in s.daemons),
             _fn(self.model.engines, [x[7] for x in engines]),
+            tuple(_dcopy(s.copies[i] if s.copies else None) for i in range(self.R)),
         )
 
     def spec_state(self, s: SysState) -> Record:
@@ -768,6 +811,17 @@ def _perms_cached(rows: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
 @lru_cache(maxsize=4096)
 def _finding_rec(word: str, version: int, perms: tuple[int, ...]) -> Record:
     return Record(found=word, fver=version, fmap=perms)
+
+
+# The copy the mirror's daemons own, and a file none of them can use (read_copy: torn).
+_OWNER = CopyOwner("mirror-checkpoint", "mirror-config")
+_SPOILED_COPY = b'{"format": "sglang-expert-la'
+
+
+def _dcopy(copy: LayoutRecord | None) -> Any:
+    if copy is None:
+        return ModelValue("NONE")
+    return Record(cver=copy.version, cmap=_perms_cached(copy.rows))
 
 
 def _dpend(v: DaemonView) -> Any:

@@ -52,6 +52,7 @@ class DaemonLog:
     restarted: bool = False
     repair_failed: bool = False
     num_layers: int = 0
+    durable: bool = False  # the daemon keeps a durable copy (its start says what it read, or it wrote one)
 
 
 def _move(info: dict[str, Any] | None) -> Value:
@@ -107,6 +108,7 @@ def daemon_log(
     first = runs[0][1][0]
     log.auto_repair = bool(first.get("auto_repair", True))
     log.lacks_record = first.get("rows") is None
+    log.durable = first.get("copy") is not None
     attached: set[str] = set()
     for n, (path, lines) in enumerate(runs):
         for line in lines:
@@ -117,11 +119,18 @@ def daemon_log(
                 if n == 0 and line is lines[0]:
                     continue
                 log.restarted = True
-                after = {"phase": "clean" if line.get("rows") is not None else "no_record", "version": 0}
+                phase = "clean" if line.get("rows") is not None else "no_record"
+                after = {"phase": phase, "version": line.get("version", 0)}  # its durable copy's, if it had one
                 log.records.append(_record("restart", "", (), "", after, probes))
                 log.origins.append(f"{path.name}:{line['seq']} start")
                 log.sources.append(_source(path, line))
                 attached = set()
+                continue
+            if kind == "persist":
+                log.durable = True
+                log.records.append(_record("persist", "", (), "", line["after"], probes))
+                log.origins.append(f"{path.name}:{line['seq']} persist")
+                log.sources.append(_source(path, line))
                 continue
             if kind != "step":
                 continue  # fetch_served, notice_sent: checked by tools.trace_check, no step of the spec
@@ -225,6 +234,7 @@ class Run:
     auto_repair: bool
     rejoins: bool
     engine_logs: list[EngineLog] = field(default_factory=list)
+    durable: bool = False
 
     @property
     def steps(self) -> int:
@@ -254,6 +264,7 @@ def model(run: Run) -> Model:
         standbys=frozenset(run.standbys),
         rejoins=run.rejoins,
         reply_faults=True,  # a real socket loses replies, and a daemon refuses rows it cannot take
+        durable=run.durable and run.rejoins,
     )
 
 
@@ -307,6 +318,7 @@ def runs(paths: Sequence[Path]) -> list[Run]:
                 auto_repair=auto,
                 rejoins=rejoins,
                 engine_logs=decided,
+                durable=any(log.durable for log in logs),
             )
         )
     return found

@@ -94,6 +94,7 @@ def module(run: Run) -> tuple[str, str]:
         f"    OperatorRepairs = {tlc_text(m.operator_repairs)}\n"
         f"    RepairMayFail = {tlc_text(m.repair_may_fail)}\n    Standbys <- RunStandbys\n"
         f"    Rejoins = {tlc_text(m.rejoins)}\n    ReplyFaults = {tlc_text(m.reply_faults)}\n"
+        f"    Durable = {tlc_text(m.durable)}\n"
         "    NONE = NONE\n    Log <- RunLog\n    ELog <- RunELog\n"
         "INIT TraceInit\nNEXT TraceNext\nINVARIANT TraceAccepted\n"
     )

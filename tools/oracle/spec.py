@@ -2,7 +2,7 @@
 
 Why: the mirror (``tools.mirror.system``) takes every decision from ``layout_sm``, the code under
 test. This transcription takes none from it: each function below is one TLA+ operator, conjunct by
-conjunct, over the spec's own 17 variables, and its docstring names the operator. Exploring it
+conjunct, over the spec's own 18 variables, and its docstring names the operator. Exploring it
 breadth first gives the graph TLC dumps (``dump``), so ``tools.mirror.compare`` can hold the
 mirror's graph against the spec's wherever the tests run, and ``tools.oracle.traces`` searches it
 for a behaviour that takes a run's logged steps.
@@ -57,6 +57,13 @@ class Reb(NamedTuple):
     owed: str
 
 
+class Copy(NamedTuple):
+    """An element of ``[cver : 0..MaxMoves, cmap : [Layers -> {0, 1}]]`` (``dcopy[r]`` when not ``NONE``)."""
+
+    cver: int
+    cmap: Map
+
+
 class State(NamedTuple):
     """The spec's ``vars``, in declaration order."""
 
@@ -77,6 +84,7 @@ class State(NamedTuple):
     moves: int
     dpark: tuple[frozenset[str], ...]
     eclaim: tuple[tuple[str, ...], ...]
+    dcopy: tuple[Copy | None, ...]
 
 
 def ex(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
@@ -121,6 +129,7 @@ class Spec:
             and m.max_moves >= 0
             and self.Standbys <= self.Newer
             and (not m.rejoins or self.CanRepair)
+            and (not m.durable or m.rejoins)
         )
         if not ok:
             raise ValueError(f"{m.name}: the constants break the spec's ASSUME")
@@ -201,6 +210,7 @@ class Spec:
                     moves=0,
                     dpark=(frozenset(),) * R,
                     eclaim=(self.NoClaims,) * E,
+                    dcopy=(None,) * R,
                 )
             )
         return out
@@ -673,7 +683,7 @@ class Spec:
         )
 
     def Restart(self, s: State, r: int) -> State | None:
-        """``Restart(r)``."""
+        """``Restart(r)``: one state per ``c \\in CopiesAtStart(r)``."""
         if not (
             self.m.daemon_restarts
             and s.dphase[r - 1] == "dirty"
@@ -681,14 +691,31 @@ class Spec:
             and all(r not in serv for serv in s.eserv)
         ):
             return None
+        return [self.StartFrom(s, r, c)._replace(dphase=ex(s.dphase, r - 1, "clean")) for c in self.CopiesAtStart(s, r)]
+
+    def CopiesAtStart(self, s: State, r: int) -> list[Copy | None]:
+        """``CopiesAtStart(r)``, the copy first."""
+        c = s.dcopy[r - 1]
+        return [c, None] if self.m.durable and c is not None else [None]
+
+    def StartFrom(self, s: State, r: int, c: Copy | None) -> State:
+        """``StartFrom(r, c)``: the variables it sets (the caller sets the rest)."""
+        ver, cmap = (0, self.InitialMap) if c is None else (c.cver, c.cmap)
         return s._replace(
-            dphase=ex(s.dphase, r - 1, "clean"),
-            dver=ex(s.dver, r - 1, 0),
-            dmap=ex(s.dmap, r - 1, self.InitialMap),
+            dver=ex(s.dver, r - 1, ver),
+            dmap=ex(s.dmap, r - 1, cmap),
+            truth=ex(s.truth, r - 1, cmap),
+            dcopy=ex(s.dcopy, r - 1, c),
             dpend=ex(s.dpend, r - 1, None),
             dnf=ex(s.dnf, r - 1, False),
-            truth=ex(s.truth, r - 1, self.InitialMap),
         )
+
+    def Persist(self, s: State, r: int) -> State | None:
+        """``Persist(r)``."""
+        copy = Copy(s.dver[r - 1], s.dmap[r - 1])
+        if not (self.m.durable and s.dphase[r - 1] in ("clean", "pending") and s.dcopy[r - 1] != copy):
+            return None
+        return s._replace(dcopy=ex(s.dcopy, r - 1, copy))
 
     def RepairedTruth(self, s: State, r: int) -> Map:
         """``RepairedTruth(r)``."""
@@ -724,8 +751,8 @@ class Spec:
 
     # -- a daemon lost, and its rejoin -----------------------------------------------------------
 
-    def Lose(self, s: State, r: int) -> State | None:
-        """``Lose(r)``."""
+    def Lose(self, s: State, r: int) -> list[State] | None:
+        """``Lose(r)``: one state per ``c \\in CopiesAtStart(r)``."""
         if not self.m.rejoins:
             return None
         lost = {
@@ -735,24 +762,22 @@ class Spec:
         def each(values: tuple[Any, ...], gone: Any) -> tuple[Any, ...]:
             return tuple(gone if i in lost else v for i, v in enumerate(values))
 
-        return s._replace(
-            ephase=each(s.ephase, "dead"),
-            efind=each(s.efind, (self.NoFinding,) * len(self.Ranks)),
-            eroute=each(s.eroute, self.InitialMap),
-            ever=each(s.ever, 0),
-            eserv=each(s.eserv, frozenset()),
-            eshare=each(s.eshare, False),
-            reb=each(s.reb, self.IdleReb),
-            eclaim=each(s.eclaim, self.NoClaims),
-            dphase=ex(s.dphase, r - 1, "no_record" if s.dphase[r - 1] == "no_record" else "clean"),
-            dver=ex(s.dver, r - 1, 0),
-            dmap=ex(s.dmap, r - 1, self.InitialMap),
-            dpend=ex(s.dpend, r - 1, None),
-            datt=ex(s.datt, r - 1, frozenset()),
-            dnf=ex(s.dnf, r - 1, False),
-            truth=ex(s.truth, r - 1, self.InitialMap),
-            dpark=ex(s.dpark, r - 1, frozenset()),
-        )
+        return [
+            self.StartFrom(s, r, c)._replace(
+                ephase=each(s.ephase, "dead"),
+                efind=each(s.efind, (self.NoFinding,) * len(self.Ranks)),
+                eroute=each(s.eroute, self.InitialMap),
+                ever=each(s.ever, 0),
+                eserv=each(s.eserv, frozenset()),
+                eshare=each(s.eshare, False),
+                reb=each(s.reb, self.IdleReb),
+                eclaim=each(s.eclaim, self.NoClaims),
+                dphase=ex(s.dphase, r - 1, "no_record" if s.dphase[r - 1] == "no_record" else "clean"),
+                datt=ex(s.datt, r - 1, frozenset()),
+                dpark=ex(s.dpark, r - 1, frozenset()),
+            )
+            for c in self.CopiesAtStart(s, r)
+        ]
 
     def RejoinAllowed(self, s: State, e: str, r: int, v: int) -> bool:
         """``RejoinAllowed(e, r, v)``."""
@@ -821,15 +846,18 @@ class Spec:
         add("Promote", [tuple(E)])
         add("Lose", [tuple(R)])
         add("AskRejoin", er)
+        add("Persist", [tuple(R)])
         return out
 
     def Next(self, s: State) -> Iterator[tuple[str, tuple[Any, ...], State]]:
         """Every step of ``Next`` from ``s``: (action, its parameters, the next state); a step that
         changes nothing (losing a daemon that holds nothing) is a step too, as in TLC's graph."""
         for name, fn, args in self._instances:
-            t = fn(s, *args)
-            if t is not None:
-                yield name, args, t
+            out = fn(s, *args)
+            # A daemon's start (Lose, Restart) is a step per copy it may start from.
+            for t in out if isinstance(out, list) else (out,):
+                if t is not None:
+                    yield name, args, t
 
     @property
     def _instances(self) -> list[tuple[str, Callable[..., State | None], tuple[Any, ...]]]:
@@ -840,7 +868,7 @@ class Spec:
     # -- the variables as tools.mirror.values values, to print as TLC does ------------------------
 
     def project(self, s: State) -> tuple[Any, ...]:
-        """The 17 variables as TLA+ values (``tools.mirror.values``), in declaration order."""
+        """The 18 variables as TLA+ values (``tools.mirror.values``), in declaration order."""
         engines = tuple(self.engine_value(e) for e in self.Engines)
 
         def fn(values: tuple[Any, ...]) -> Any:
@@ -861,11 +889,14 @@ class Spec:
         def reb(b: Reb) -> Record:
             return Record(step=b.step, chunk=b.chunk, replies=b.replies, owed=b.owed)
 
+        def copy(c: Copy | None) -> Any:
+            return ModelValue("NONE") if c is None else Record(cver=c.cver, cmap=c.cmap)
+
         return (
             s.dphase, s.dver, s.dmap, tuple(pend(p) for p in s.dpend), tuple(mvs(a) for a in s.datt), s.dnf,
             s.truth, fn(s.ephase), fn(tuple(tuple(finding(f) for f in fs) for fs in s.efind)), fn(s.eroute),
             fn(s.ever), fn(s.eserv), fn(s.eshare), fn(tuple(reb(b) for b in s.reb)), s.moves,
-            tuple(mvs(p) for p in s.dpark), fn(s.eclaim),
+            tuple(mvs(p) for p in s.dpark), fn(s.eclaim), tuple(copy(c) for c in s.dcopy),
         )  # fmt: skip
 
     def render(self, s: State) -> str:

@@ -92,7 +92,12 @@ _ACTIONS = {
     "claim": "Claim",
     "rejoin": "AskRejoin",
 }
-_DAEMON_ACTIONS = {"repair": "RepairAgain", "repair_done": "RepairDone", "repair_failed": "RepairFails"}
+_DAEMON_ACTIONS = {
+    "repair": "RepairAgain",
+    "repair_done": "RepairDone",
+    "repair_failed": "RepairFails",
+    "persist": "Persist",
+}
 
 
 @dataclass
@@ -227,7 +232,7 @@ class TraceSearch:
         if ev == "fetch":
             found = [(c, sp.Fetch(s, c, r)) for c in sorted(rec.cands) if c in known]
         elif ev == "restart":
-            found = [(e, sp.Lose(s, r)), (e, sp.Restart(s, r))]
+            found = [(e, t) for step in (sp.Lose(s, r), sp.Restart(s, r)) for t in step or ()]
         elif ev in _ACTIONS:
             action = getattr(sp, _ACTIONS[ev])
             found = [(e, action(s, r, e) if ev == "detach" else action(s, e, r))]
