@@ -151,11 +151,10 @@ def _started(line: dict[str, Any]) -> DaemonMachine:
     return DaemonMachine(record, auto_repair=line["auto_repair"])
 
 
-def _copy_at_start(line: dict[str, Any]) -> LayoutRecord | None:
-    """The record the durable copy holds when the daemon starts: its record, where it started from a whole copy."""
-    if line.get("copy") != "whole":
-        return None
-    return _started(line).view().record
+def _copy_at_start(line: dict[str, Any], machine: DaemonMachine) -> LayoutRecord | None:
+    """The record the durable copy holds when the daemon starts: the record it started with (``machine``,
+    from ``_started``), where that came from a whole copy."""
+    return machine.view().record if line.get("copy") == "whole" else None
 
 
 @dataclass
@@ -254,7 +253,8 @@ def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Ver
     first = next(lines, None)
     if not _begins(first, verdict):
         return verdict
-    machine, owed = _started(first), _Owed(copy=_copy_at_start(first))
+    machine = _started(first)
+    owed = _Owed(copy=_copy_at_start(first, machine))
     pending = sorted(truths, key=lambda truth: truth["read_ns"])
     last_ns = first["t_ns"]
 
@@ -275,7 +275,8 @@ def check_daemon_trace(path: Path, truths: Iterable[dict[str, Any]] = ()) -> Ver
         if read_truths(line.get("t_ns", 0)) is not None:
             break
         if line.get("kind") == "start":  # the daemon started again in this process (a file per process)
-            machine, owed = _started(line), _Owed(copy=_copy_at_start(line))
+            machine = _started(line)
+            owed = _Owed(copy=_copy_at_start(line, machine))
             continue
         before, phase = state_after(machine.view()), machine.phase
         why = _replay(machine, line, owed, verdict)
